@@ -1,0 +1,135 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// RunState is the state of one occurrence in the run ledger.
+type RunState string
+
+// Run states. Running is the only state that holds a lease.
+const (
+	Running   RunState = "running"
+	Succeeded RunState = "succeeded"
+	Failed    RunState = "failed"
+	Abandoned RunState = "abandoned" // its runner died and the crash policy was skip
+)
+
+// Finished reports whether s is terminal.
+func (s RunState) Finished() bool { return s == Succeeded || s == Failed || s == Abandoned }
+
+// ClaimRequest asks for the claim of one occurrence: job name + scheduled
+// instant. ScheduledAt is normalised to UTC milliseconds by the backend (see
+// Instant); two requests whose instants differ by less than a millisecond
+// name the same occurrence.
+type ClaimRequest struct {
+	Job         string
+	ScheduledAt time.Time
+	// SpecVersion is the hash of the job's schedule spec that computed
+	// ScheduledAt. It is stored with the claim and as the job's current
+	// version.
+	SpecVersion string
+	Owner       Owner
+	// TTL of the runner's lease on the occurrence; Heartbeat extends it.
+	TTL time.Duration
+	// MaxEarly: the claim is refused with ErrTooEarly when ScheduledAt is
+	// later than the backend's clock plus MaxEarly. Zero allows no earliness.
+	MaxEarly time.Duration
+	// MaxRunning > 0 refuses the claim with ErrOverlap while that many
+	// occurrences of the job are running under unexpired leases
+	// (cluster-wide no-overlap is MaxRunning = 1).
+	MaxRunning int
+}
+
+// Run is one occurrence's record in the ledger.
+type Run struct {
+	Job         string
+	ScheduledAt time.Time // UTC, millisecond precision
+	SpecVersion string
+	Owner       Owner // the current (or last) runner
+	Token       uint64
+	Attempt     int // 1 for the first claim, +1 per Reclaim
+	State       RunState
+	ClaimedAt   time.Time // wall clock of the backend at the latest claim
+	FinishedAt  time.Time // zero while running
+	Duration    time.Duration
+	Result      string
+	Error       string
+	// Expired reports, for a Running occurrence, that its runner's lease has
+	// expired by the backend's clock (it may be reclaimed or abandoned).
+	Expired bool
+}
+
+// ClaimedError is returned by Claim when the occurrence was claimed before
+// by someone else; Run is the current record.
+type ClaimedError struct{ Run Run }
+
+func (e *ClaimedError) Error() string {
+	return fmt.Sprintf("occurrence %s@%s already claimed by %s (state %s, token %d)",
+		e.Run.Job, e.Run.ScheduledAt.Format(time.RFC3339Nano), e.Run.Owner.Instance, e.Run.State, e.Run.Token)
+}
+
+// Unwrap makes errors.Is(err, ErrClaimed) true.
+func (e *ClaimedError) Unwrap() error { return ErrClaimed }
+
+// Outcome is what Finish records.
+type Outcome struct {
+	State    RunState // Succeeded or Failed
+	Duration time.Duration
+	Result   string // truncated to MaxResultLen
+	Error    string // truncated to MaxErrorLen
+}
+
+// RunFilter selects history for List. Zero fields select everything.
+type RunFilter struct {
+	Job    string
+	State  RunState
+	Since  time.Time // ScheduledAt >= Since
+	Before time.Time // ScheduledAt < Before (also the paging cursor)
+	Limit  int       // ≤ 0: a backend default of 100
+}
+
+// Ledger is the run-ledger half of the contract, used by the scheduler.
+type Ledger interface {
+	// Claim claims an occurrence. The first claim wins and returns a token
+	// greater than every token returned before for the job (tokens are per
+	// job). A retry by the same owner nonce returns the same grant. Any other
+	// claim of the same occurrence fails with a *ClaimedError, whatever the
+	// state: a finished occurrence is never claimed again. Claim also raises
+	// the job's high-water mark to ScheduledAt.
+	Claim(ctx context.Context, req ClaimRequest) (Grant, error)
+	// Heartbeat extends the runner's lease on a running occurrence.
+	// ErrLeaseLost unless owner+token hold it unexpired.
+	Heartbeat(ctx context.Context, job string, scheduledAt time.Time, owner Owner, token uint64, ttl time.Duration) error
+	// Finish records the outcome of a running occurrence held by
+	// owner+token. ErrLeaseLost otherwise (also when its lease expired, even
+	// if nobody reclaimed it yet).
+	Finish(ctx context.Context, job string, scheduledAt time.Time, owner Owner, token uint64, out Outcome) error
+	// Reclaim takes over a running occurrence whose runner's lease expired:
+	// new owner, greater token, attempt+1. ErrNotExpired while the lease is
+	// live, *ClaimedError if it is finished, ErrNotFound if never claimed.
+	// A retry by the same owner nonce returns the same grant.
+	Reclaim(ctx context.Context, req ClaimRequest) (Grant, Run, error)
+	// Abandon marks a running occurrence whose runner's lease expired as
+	// Abandoned (crash policy skip). ErrNotExpired while the lease is live.
+	Abandon(ctx context.Context, job string, scheduledAt time.Time) (Run, error)
+	// GetRun returns one occurrence's record, or ErrNotFound.
+	GetRun(ctx context.Context, job string, scheduledAt time.Time) (Run, error)
+	// HighWater returns the latest ScheduledAt ever claimed for job and the
+	// spec version of that claim; zero time if none. It is kept apart from
+	// history: Prune never lowers it.
+	HighWater(ctx context.Context, job string) (time.Time, string, error)
+	// ListRuns returns history, newest ScheduledAt first.
+	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
+	// Prune deletes at most batch finished runs that finished before
+	// olderThan, returning how many it deleted. Running occurrences, token
+	// counters and high-water marks are never pruned. Callers loop until it
+	// returns fewer than batch, or until their context ends.
+	Prune(ctx context.Context, olderThan time.Time, batch int) (int, error)
+}
+
+// Instant normalises a scheduled instant the way every backend stores it:
+// UTC, truncated to the millisecond.
+func Instant(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }

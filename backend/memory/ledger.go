@@ -1,0 +1,288 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+func (b *Backend) jobLocked(name string) *job {
+	j := b.jobs[name]
+	if j == nil {
+		j = &job{}
+		b.jobs[name] = j
+	}
+	return j
+}
+
+func (b *Backend) view(r *run, now time.Time) backend.Run {
+	rec := r.rec
+	rec.Expired = rec.State == backend.Running && !now.Before(r.expires)
+	return rec
+}
+
+func (b *Backend) runningLocked(jobName string, now time.Time) int {
+	n := 0
+	for k, r := range b.runs {
+		if k.job == jobName && r.rec.State == backend.Running && now.Before(r.expires) {
+			n++
+		}
+	}
+	return n
+}
+
+// Claim implements backend.Ledger.
+func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	if err := backend.CheckClaim(req, MinTTL); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := b.lock(); err != nil {
+		return backend.Grant{}, err
+	}
+	defer b.mu.Unlock()
+	at := backend.Instant(req.ScheduledAt)
+	now := b.now()
+	k := runKey{req.Job, at.UnixMilli()}
+	if r := b.runs[k]; r != nil {
+		if r.rec.Owner == req.Owner && r.rec.State == backend.Running {
+			return backend.Grant{Token: r.rec.Token, TTL: req.TTL}, nil
+		}
+		return backend.Grant{}, &backend.ClaimedError{Run: b.view(r, now)}
+	}
+	if at.After(now.Add(req.MaxEarly)) {
+		return backend.Grant{}, fmt.Errorf("%w: job %q at %s, backend clock %s, max early %v",
+			backend.ErrTooEarly, req.Job, at.Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
+	}
+	if req.MaxRunning > 0 {
+		if n := b.runningLocked(req.Job, now); n >= req.MaxRunning {
+			return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, n, req.MaxRunning)
+		}
+	}
+	j := b.jobLocked(req.Job)
+	j.counter++
+	if at.After(j.high) {
+		j.high, j.highVersion = at, req.SpecVersion
+	}
+	b.runs[k] = &run{
+		rec: backend.Run{
+			Job: req.Job, ScheduledAt: at, SpecVersion: req.SpecVersion, Owner: req.Owner,
+			Token: j.counter, Attempt: 1, State: backend.Running, ClaimedAt: now.UTC().Round(0),
+		},
+		expires: now.Add(req.TTL),
+	}
+	return backend.Grant{Token: j.counter, TTL: req.TTL}, nil
+}
+
+// held returns the running occurrence held by owner+token, or ErrLeaseLost.
+func (b *Backend) held(job string, at time.Time, owner backend.Owner, token uint64, now time.Time) (*run, error) {
+	r := b.runs[runKey{job, backend.Instant(at).UnixMilli()}]
+	if r == nil || r.rec.State != backend.Running || r.rec.Owner != owner || r.rec.Token != token || !now.Before(r.expires) {
+		return nil, fmt.Errorf("%w: job %q at %s, token %d", backend.ErrLeaseLost, job, backend.Instant(at).Format(time.RFC3339Nano), token)
+	}
+	return r, nil
+}
+
+func checkHeld(job string, at time.Time, owner backend.Owner, token uint64) error {
+	if err := backend.CheckKey("job", job); err != nil {
+		return err
+	}
+	if err := backend.CheckInstant(at); err != nil {
+		return err
+	}
+	if err := backend.CheckOwner(owner); err != nil {
+		return err
+	}
+	return backend.CheckToken(token)
+}
+
+// Heartbeat implements backend.Ledger.
+func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
+	if err := checkHeld(job, at, owner, token); err != nil {
+		return err
+	}
+	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
+		return err
+	}
+	if err := b.lock(); err != nil {
+		return err
+	}
+	defer b.mu.Unlock()
+	now := b.now()
+	r, err := b.held(job, at, owner, token, now)
+	if err != nil {
+		return err
+	}
+	r.expires = now.Add(ttl)
+	return nil
+}
+
+// Finish implements backend.Ledger.
+func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
+	if err := checkHeld(job, at, owner, token); err != nil {
+		return err
+	}
+	out, err := backend.CheckOutcome(out)
+	if err != nil {
+		return err
+	}
+	if err := b.lock(); err != nil {
+		return err
+	}
+	defer b.mu.Unlock()
+	now := b.now()
+	r, err := b.held(job, at, owner, token, now)
+	if err != nil {
+		return err
+	}
+	r.rec.State, r.rec.Duration, r.rec.Result, r.rec.Error = out.State, out.Duration, out.Result, out.Error
+	r.rec.FinishedAt = now.UTC().Round(0)
+	return nil
+}
+
+// Reclaim implements backend.Ledger.
+func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
+	if err := backend.CheckClaim(req, MinTTL); err != nil {
+		return backend.Grant{}, backend.Run{}, err
+	}
+	if err := b.lock(); err != nil {
+		return backend.Grant{}, backend.Run{}, err
+	}
+	defer b.mu.Unlock()
+	at := backend.Instant(req.ScheduledAt)
+	now := b.now()
+	r := b.runs[runKey{req.Job, at.UnixMilli()}]
+	switch {
+	case r == nil:
+		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s was never claimed", backend.ErrNotFound, req.Job, at.Format(time.RFC3339Nano))
+	case r.rec.State == backend.Running && r.rec.Owner == req.Owner:
+		return backend.Grant{Token: r.rec.Token, TTL: req.TTL}, b.view(r, now), nil // retry
+	case r.rec.State.Finished():
+		return backend.Grant{}, backend.Run{}, &backend.ClaimedError{Run: b.view(r, now)}
+	case now.Before(r.expires):
+		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrNotExpired, req.Job, at.Format(time.RFC3339Nano), r.rec.Owner.Instance)
+	}
+	j := b.jobLocked(req.Job)
+	j.counter++
+	r.rec.Owner, r.rec.Token, r.rec.Attempt = req.Owner, j.counter, r.rec.Attempt+1
+	r.rec.SpecVersion, r.rec.ClaimedAt = req.SpecVersion, now.UTC().Round(0)
+	r.expires = now.Add(req.TTL)
+	return backend.Grant{Token: j.counter, TTL: req.TTL}, b.view(r, now), nil
+}
+
+// Abandon implements backend.Ledger.
+func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return backend.Run{}, err
+	}
+	if err := backend.CheckInstant(at); err != nil {
+		return backend.Run{}, err
+	}
+	if err := b.lock(); err != nil {
+		return backend.Run{}, err
+	}
+	defer b.mu.Unlock()
+	now := b.now()
+	at = backend.Instant(at)
+	r := b.runs[runKey{job, at.UnixMilli()}]
+	switch {
+	case r == nil:
+		return backend.Run{}, fmt.Errorf("%w: job %q at %s was never claimed", backend.ErrNotFound, job, at.Format(time.RFC3339Nano))
+	case r.rec.State.Finished():
+		return backend.Run{}, &backend.ClaimedError{Run: b.view(r, now)}
+	case now.Before(r.expires):
+		return backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrNotExpired, job, at.Format(time.RFC3339Nano), r.rec.Owner.Instance)
+	}
+	r.rec.State, r.rec.FinishedAt = backend.Abandoned, now.UTC().Round(0)
+	return b.view(r, now), nil
+}
+
+// GetRun implements backend.Ledger.
+func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return backend.Run{}, err
+	}
+	if err := b.lock(); err != nil {
+		return backend.Run{}, err
+	}
+	defer b.mu.Unlock()
+	r := b.runs[runKey{job, backend.Instant(at).UnixMilli()}]
+	if r == nil {
+		return backend.Run{}, fmt.Errorf("%w: job %q at %s", backend.ErrNotFound, job, backend.Instant(at).Format(time.RFC3339Nano))
+	}
+	return b.view(r, b.now()), nil
+}
+
+// HighWater implements backend.Ledger.
+func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return time.Time{}, "", err
+	}
+	if err := b.lock(); err != nil {
+		return time.Time{}, "", err
+	}
+	defer b.mu.Unlock()
+	if j := b.jobs[job]; j != nil {
+		return j.high, j.highVersion, nil
+	}
+	return time.Time{}, "", nil
+}
+
+// ListRuns implements backend.Ledger.
+func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
+	if err := b.lock(); err != nil {
+		return nil, err
+	}
+	defer b.mu.Unlock()
+	now := b.now()
+	var out []backend.Run
+	for _, r := range b.runs {
+		rec := r.rec
+		if (f.Job != "" && rec.Job != f.Job) || (f.State != "" && rec.State != f.State) ||
+			(!f.Since.IsZero() && rec.ScheduledAt.Before(f.Since)) || (!f.Before.IsZero() && !rec.ScheduledAt.Before(f.Before)) {
+			continue
+		}
+		out = append(out, b.view(r, now))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].ScheduledAt.Equal(out[j].ScheduledAt) {
+			return out[i].ScheduledAt.After(out[j].ScheduledAt)
+		}
+		return out[i].Job < out[j].Job
+	})
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Prune implements backend.Ledger.
+func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
+	if err := backend.CheckPrune(olderThan, batch); err != nil {
+		return 0, err
+	}
+	if err := b.lock(); err != nil {
+		return 0, err
+	}
+	defer b.mu.Unlock()
+	n := 0
+	for k, r := range b.runs {
+		if n == batch {
+			break
+		}
+		if r.rec.State.Finished() && r.rec.FinishedAt.Before(olderThan) {
+			delete(b.runs, k)
+			n++
+		}
+	}
+	return n, nil
+}
