@@ -1,0 +1,211 @@
+// Package conformance is the one test suite every leasehold backend must
+// pass, run from each backend's own _test.go:
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, conformance.Harness{
+//			New:  func(t testing.TB) backend.Backend { return newBackend(t) },
+//			Want: backend.Capabilities{Name: "mine", ...},
+//		})
+//	}
+//
+// It checks the semantics in DESIGN.md ("Semantics that must hold") against
+// the real backend: grant exclusion, fencing tokens, owner guards, idempotent
+// retries, expiry, the holder's send-time deadline under delayed replies
+// (through a fault-injecting wrapper), elections, the run ledger and bad
+// input. It asserts the capabilities a backend declares, including the ones
+// it declares it lacks. The suite is itself tested: run against a
+// deliberately broken backend it must fail (see NegativeControl).
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// Harness tells the suite how to get the backend under test.
+type Harness struct {
+	// New returns a fresh, empty backend isolated from every other New (its
+	// own file, database, key prefix...). The suite closes it.
+	New func(t testing.TB) backend.Backend
+	// Want is what the backend declares. The suite asserts Capabilities()
+	// equals it and tests each declared property.
+	Want backend.Capabilities
+	// Reopen, required when Want.DurableFencing, closes b and returns a new
+	// backend over the same data (after a restart of the server where there
+	// is one). The suite checks that tokens keep increasing across it.
+	Reopen func(t testing.TB, b backend.Backend) backend.Backend
+	// UnsafeFencing, required when !Want.SafeFencing, must demonstrate the
+	// declared anomaly: it returns two tokens granted on one key in grant
+	// order where the second is not greater than the first.
+	UnsafeFencing func(t testing.TB) (first, second uint64)
+}
+
+// T is the part of testing.T the checks use, so that the negative control
+// can run them against a recorder and see them fail.
+type T interface {
+	Helper()
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Failed() bool
+}
+
+// env is what one check gets: a way to make backends for this check.
+type env struct {
+	h    Harness
+	tb   testing.TB
+	wrap func(backend.Backend) backend.Backend // negative control; nil = none
+}
+
+// new returns a fresh backend under test (wrapped for the negative control).
+func (e *env) new() backend.Backend {
+	b := e.h.New(e.tb)
+	e.tb.Cleanup(func() { _ = b.Close() })
+	if e.wrap != nil {
+		return e.wrap(b)
+	}
+	return b
+}
+
+// ttl returns the shortest TTL at least d that the backend grants exactly or
+// rounds to its granularity.
+func (e *env) ttl(d time.Duration) time.Duration {
+	d = max(d, e.h.Want.MinTTL)
+	if g := e.h.Want.TTLGranularity; g > 0 {
+		d = (d + g - 1) / g * g
+	}
+	return d
+}
+
+type check struct {
+	name string
+	fn   func(t T, e *env)
+}
+
+func checks() []check {
+	var cs []check
+	cs = append(cs, leaseChecks()...)
+	cs = append(cs, ledgerChecks()...)
+	cs = append(cs, libraryChecks()...)
+	return cs
+}
+
+// Run runs the whole suite against the backend h describes.
+func Run(t *testing.T, h Harness) {
+	if h.New == nil {
+		t.Fatal("conformance: Harness.New is nil")
+	}
+	if h.Want.DurableFencing && h.Reopen == nil {
+		t.Fatal("conformance: Want.DurableFencing is declared but Harness.Reopen is nil: a durability claim must be tested")
+	}
+	if !h.Want.SafeFencing && h.UnsafeFencing == nil {
+		t.Fatal("conformance: Want.SafeFencing is false but Harness.UnsafeFencing is nil: the declared anomaly must be shown")
+	}
+	for _, c := range checks() {
+		t.Run(c.name, func(t *testing.T) {
+			c.fn(t, &env{h: h, tb: t})
+		})
+	}
+}
+
+// recorder is a T that records failures instead of failing a test; Fatalf
+// ends the check's goroutine like testing.T does.
+type recorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *recorder) Helper()                   {}
+func (r *recorder) Logf(string, ...any)       {}
+func (r *recorder) Errorf(f string, a ...any) { r.add(f, a...) }
+func (r *recorder) Fatalf(f string, a ...any) {
+	r.add(f, a...)
+	runtime.Goexit()
+}
+func (r *recorder) add(f string, a ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, fmt.Sprintf(f, a...))
+}
+func (r *recorder) Failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.msgs) > 0
+}
+
+// NegativeControl runs the named checks against h's backends wrapped by
+// wrap (a deliberately broken backend) and fails t for every named check
+// that passes: a suite that cannot fail proves nothing.
+func NegativeControl(t *testing.T, h Harness, wrap func(backend.Backend) backend.Backend, names ...string) {
+	byName := map[string]check{}
+	for _, c := range checks() {
+		byName[c.name] = c
+	}
+	for _, n := range names {
+		c, ok := byName[n]
+		if !ok {
+			t.Fatalf("conformance: no check named %q", n)
+		}
+		t.Run(n, func(t *testing.T) {
+			r := &recorder{}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				c.fn(r, &env{h: h, tb: t, wrap: wrap})
+			}()
+			<-done
+			if !r.Failed() {
+				t.Errorf("check %q passed against a broken backend; it must fail", n)
+				return
+			}
+			t.Logf("check %q failed as it must: %s", n, strings.Join(r.msgs, "; "))
+		})
+	}
+}
+
+// --- helpers shared by the checks ---
+
+// ctx returns a context that bounds a check which would otherwise hang.
+func (e *env) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	e.tb.Cleanup(cancel)
+	return ctx
+}
+
+func owner(name string) backend.Owner {
+	return backend.Owner{Instance: name, Nonce: backend.NewNonce()}
+}
+
+// eventually polls cond until it is true or the deadline passes.
+func eventually(t T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true within %v", what, within)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func mustNil(t T, err error, what string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func mustIs(t T, err, target error, what string) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: got error %v, want %v", what, err, target)
+	}
+}

@@ -1,0 +1,435 @@
+package conformance
+
+import (
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+func leaseChecks() []check {
+	return []check{
+		{"Capabilities", checkCapabilities},
+		{"AcquireHeldGet", checkAcquireHeldGet},
+		{"TokensIncreaseOver1000Handovers", checkTokens1000},
+		{"TokensIncreaseAcrossReleasePruneExpiry", checkTokensAcrossPrune},
+		{"RenewKeepsToken", checkRenewKeepsToken},
+		{"StaleHolderCannotRenewOrRelease", checkStaleHolder},
+		{"SameInstanceNameOtherNonce", checkSameName},
+		{"RetriedAcquireAnswersYours", checkRetryYours},
+		{"ExpiryLetsNextHolderIn", checkExpiry},
+		{"ExclusionUnder64Goroutines", checkExclusion64},
+		{"BadInputChangesNothing", checkBadInput},
+		{"PushEvents", checkPushEvents},
+		{"DurableFencing", checkDurable},
+	}
+}
+
+func checkCapabilities(t T, e *env) {
+	b := e.new()
+	got := b.Capabilities()
+	if got != e.h.Want {
+		t.Fatalf("Capabilities() = %+v, declared %+v", got, e.h.Want)
+	}
+	if !got.SafeFencing {
+		first, second := e.h.UnsafeFencing(e.tb)
+		if second > first {
+			t.Errorf("SafeFencing=false declared, but the demonstration gave increasing tokens %d then %d", first, second)
+		}
+		t.Logf("declared unsafe fencing shown: token %d granted after %d", second, first)
+	}
+	if got.MinTTL > time.Microsecond {
+		_, err := b.Acquire(e.ctx(), "cap/min", owner("a"), got.MinTTL/2)
+		mustIs(t, err, backend.ErrInvalid, "Acquire below MinTTL")
+	}
+	if got.TTLGranularity > 0 {
+		g, err := b.Acquire(e.ctx(), "cap/gran", owner("a"), got.MinTTL+1)
+		mustNil(t, err, "Acquire")
+		if g.TTL < got.MinTTL+1 || g.TTL%got.TTLGranularity != 0 {
+			t.Errorf("granted TTL %v for %v is not rounded up to granularity %v", g.TTL, got.MinTTL+1, got.TTLGranularity)
+		}
+	}
+}
+
+func checkAcquireHeldGet(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	a, c := owner("alpha"), owner("beta")
+	ttl := e.ttl(30 * time.Second)
+	g, err := b.Acquire(ctx, "ns/lock/k1", a, ttl)
+	mustNil(t, err, "first Acquire")
+	if g.Token == 0 || g.TTL < ttl {
+		t.Fatalf("grant %+v: want token > 0 and TTL ≥ %v", g, ttl)
+	}
+	_, err = b.Acquire(ctx, "ns/lock/k1", c, ttl)
+	var held *backend.HeldError
+	if !errors.As(err, &held) || !errors.Is(err, backend.ErrHeld) {
+		t.Fatalf("second Acquire: got %v, want *HeldError", err)
+	}
+	if held.Holder.Owner != a || held.Holder.Token != g.Token || held.Holder.Key != "ns/lock/k1" {
+		t.Errorf("HeldError holder = %+v, want owner %v token %d", held.Holder, a, g.Token)
+	}
+	l, err := b.Get(ctx, "ns/lock/k1")
+	mustNil(t, err, "Get")
+	if l.Owner != a || l.Token != g.Token || l.Remaining <= 0 || l.Remaining > g.TTL {
+		t.Errorf("Get = %+v, want owner %v token %d and 0 < remaining ≤ %v", l, a, g.Token, g.TTL)
+	}
+	_, err = b.Get(ctx, "ns/lock/other")
+	mustIs(t, err, backend.ErrNotFound, "Get of a free key")
+	_, err = b.Acquire(ctx, "ns/lock/k2", c, ttl)
+	mustNil(t, err, "Acquire k2")
+	_, err = b.Acquire(ctx, "other/lock/k3", c, ttl)
+	mustNil(t, err, "Acquire other/k3")
+	ls, err := b.List(ctx, "ns/", 0)
+	mustNil(t, err, "List")
+	if len(ls) != 2 || ls[0].Key != "ns/lock/k1" || ls[1].Key != "ns/lock/k2" {
+		t.Errorf("List(ns/) = %+v, want k1 and k2 in key order", ls)
+	}
+	ls, err = b.List(ctx, "", 1)
+	mustNil(t, err, "List limit 1")
+	if len(ls) != 1 {
+		t.Errorf("List limit 1 returned %d leases", len(ls))
+	}
+	mustNil(t, b.Release(ctx, "ns/lock/k1", a, g.Token), "Release")
+	_, err = b.Get(ctx, "ns/lock/k1")
+	mustIs(t, err, backend.ErrNotFound, "Get after Release")
+}
+
+func checkTokens1000(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	ttl := e.ttl(30 * time.Second)
+	var last uint64
+	for i := range 1000 {
+		o := owner([]string{"a", "b", "c"}[i%3])
+		g, err := b.Acquire(ctx, "tok/k", o, ttl)
+		mustNil(t, err, "Acquire")
+		if g.Token <= last {
+			t.Fatalf("handover %d: token %d not greater than previous %d", i, g.Token, last)
+		}
+		last = g.Token
+		mustNil(t, b.Release(ctx, "tok/k", o, g.Token), "Release")
+	}
+}
+
+func checkTokensAcrossPrune(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	ttl := e.ttl(30 * time.Second)
+	a := owner("a")
+	g1, err := b.Acquire(ctx, "prune/k", a, ttl)
+	mustNil(t, err, "Acquire")
+	mustNil(t, b.Release(ctx, "prune/k", a, g1.Token), "Release")
+	for {
+		n, err := b.Prune(ctx, time.Now().Add(time.Hour), 1000)
+		mustNil(t, err, "Prune")
+		if n < 1000 {
+			break
+		}
+	}
+	g2, err := b.Acquire(ctx, "prune/k", owner("b"), e.ttl(200*time.Millisecond))
+	mustNil(t, err, "Acquire after release and prune")
+	if g2.Token <= g1.Token {
+		t.Fatalf("token after release+prune %d not greater than %d", g2.Token, g1.Token)
+	}
+	// Let it expire without release, prune again, and acquire once more.
+	c := owner("c")
+	var g3 backend.Grant
+	eventually(t, 10*time.Second+g2.TTL, "Acquire after expiry", func() bool {
+		g3, err = b.Acquire(ctx, "prune/k", c, ttl)
+		return err == nil
+	})
+	if g3.Token <= g2.Token {
+		t.Fatalf("token after expiry %d not greater than %d", g3.Token, g2.Token)
+	}
+}
+
+func checkRenewKeepsToken(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	a := owner("a")
+	ttl := e.ttl(30 * time.Second)
+	g, err := b.Acquire(ctx, "renew/k", a, ttl)
+	mustNil(t, err, "Acquire")
+	for range 5 {
+		r, err := b.Renew(ctx, "renew/k", a, g.Token, ttl)
+		mustNil(t, err, "Renew")
+		if r.Token != g.Token || r.TTL < ttl {
+			t.Fatalf("Renew = %+v, want token %d and TTL ≥ %v", r, g.Token, ttl)
+		}
+	}
+	l, err := b.Get(ctx, "renew/k")
+	mustNil(t, err, "Get")
+	if l.Token != g.Token || l.Owner != a {
+		t.Errorf("Get after renewals = %+v, want token %d owner %v", l, g.Token, a)
+	}
+}
+
+func checkStaleHolder(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	a, c := owner("a"), owner("b")
+	short := e.ttl(200 * time.Millisecond)
+	ga, err := b.Acquire(ctx, "stale/k", a, short)
+	mustNil(t, err, "Acquire a")
+	var gb backend.Grant
+	eventually(t, 10*time.Second+short, "b acquires after a's lease expired", func() bool {
+		gb, err = b.Acquire(ctx, "stale/k", c, e.ttl(30*time.Second))
+		return err == nil
+	})
+	if gb.Token <= ga.Token {
+		t.Fatalf("b's token %d not greater than a's %d", gb.Token, ga.Token)
+	}
+	_, err = b.Renew(ctx, "stale/k", a, ga.Token, short)
+	mustIs(t, err, backend.ErrLeaseLost, "stale Renew")
+	_, err = b.Renew(ctx, "stale/k", a, gb.Token, short)
+	mustIs(t, err, backend.ErrLeaseLost, "Renew with the new token but the stale owner")
+	mustIs(t, b.Release(ctx, "stale/k", a, ga.Token), backend.ErrLeaseLost, "stale Release")
+	mustIs(t, b.Release(ctx, "stale/k", a, gb.Token), backend.ErrLeaseLost, "Release with the new token but the stale owner")
+	_, err = b.Renew(ctx, "stale/k", c, ga.Token, short)
+	mustIs(t, err, backend.ErrLeaseLost, "Renew by the holder with a stale token")
+	l, err := b.Get(ctx, "stale/k")
+	mustNil(t, err, "Get")
+	if l.Owner != c || l.Token != gb.Token {
+		t.Fatalf("after stale calls the holder is %+v, want b with token %d", l, gb.Token)
+	}
+}
+
+func checkSameName(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	first := owner("twin")
+	second := backend.Owner{Instance: "twin", Nonce: backend.NewNonce()}
+	ttl := e.ttl(30 * time.Second)
+	g, err := b.Acquire(ctx, "twin/k", first, ttl)
+	mustNil(t, err, "Acquire")
+	_, err = b.Acquire(ctx, "twin/k", second, ttl)
+	mustIs(t, err, backend.ErrHeld, "Acquire by the same instance name with another nonce (not re-entrant)")
+	_, err = b.Renew(ctx, "twin/k", second, g.Token, ttl)
+	mustIs(t, err, backend.ErrLeaseLost, "Renew by the same instance name with another nonce")
+	mustIs(t, b.Release(ctx, "twin/k", second, g.Token), backend.ErrLeaseLost, "Release by the same instance name with another nonce")
+	l, err := b.Get(ctx, "twin/k")
+	mustNil(t, err, "Get")
+	if l.Owner != first {
+		t.Fatalf("holder is %v, want %v", l.Owner, first)
+	}
+}
+
+func checkRetryYours(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	a := owner("a")
+	ttl := e.ttl(30 * time.Second)
+	g1, err := b.Acquire(ctx, "retry/k", a, ttl)
+	mustNil(t, err, "Acquire")
+	g2, err := b.Acquire(ctx, "retry/k", a, ttl)
+	mustNil(t, err, "retried Acquire with the same nonce")
+	if g2.Token != g1.Token {
+		t.Fatalf("retried Acquire answered token %d, want the same grant %d", g2.Token, g1.Token)
+	}
+	mustNil(t, b.Release(ctx, "retry/k", a, g1.Token), "Release")
+	g3, err := b.Acquire(ctx, "retry/k", owner("b"), ttl)
+	mustNil(t, err, "Acquire after release")
+	if g3.Token != g1.Token+1 && g3.Token <= g1.Token {
+		t.Fatalf("token after the retried grant %d, want > %d", g3.Token, g1.Token)
+	}
+}
+
+func checkExpiry(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	short := e.ttl(150 * time.Millisecond)
+	ga, err := b.Acquire(ctx, "exp/k", owner("a"), short)
+	mustNil(t, err, "Acquire")
+	start := time.Now()
+	_, err = b.Acquire(ctx, "exp/k", owner("b"), short)
+	if err == nil && time.Since(start) < short/2 {
+		t.Fatalf("second Acquire succeeded while the first lease (TTL %v) was live", short)
+	}
+	c := owner("c")
+	var gc backend.Grant
+	eventually(t, 10*time.Second+short, "Acquire after expiry", func() bool {
+		gc, err = b.Acquire(ctx, "exp/k", c, e.ttl(30*time.Second))
+		return err == nil
+	})
+	if gc.Token <= ga.Token {
+		t.Fatalf("token after expiry %d not greater than %d", gc.Token, ga.Token)
+	}
+	_, err = b.Get(ctx, "exp/k")
+	mustNil(t, err, "Get")
+}
+
+func checkExclusion64(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	ttl := e.ttl(30 * time.Second)
+	const workers, rounds = 64, 8
+	var (
+		mu     sync.Mutex
+		inside int
+		tokens []uint64
+		wg     sync.WaitGroup
+		errs   = make(chan error, workers)
+	)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				o := owner("w" + string(rune('a'+w%26)))
+				var g backend.Grant
+				for {
+					var err error
+					g, err = b.Acquire(ctx, "excl/k", o, ttl)
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, backend.ErrHeld) {
+						errs <- err
+						return
+					}
+					if ctx.Err() != nil {
+						errs <- ctx.Err()
+						return
+					}
+					time.Sleep(time.Millisecond) // retry backoff
+				}
+				mu.Lock()
+				inside++
+				if inside != 1 {
+					errs <- errors.New("two holders inside the critical section")
+				}
+				tokens = append(tokens, g.Token)
+				mu.Unlock()
+				runtime.Gosched() // give an overlapping holder the chance to show
+				mu.Lock()
+				inside--
+				mu.Unlock()
+				if err := b.Release(ctx, "excl/k", o, g.Token); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("worker: %v", err)
+	}
+	if len(tokens) != workers*rounds {
+		t.Fatalf("%d grants, want %d", len(tokens), workers*rounds)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("grant %d got token %d after %d", i, tokens[i], tokens[i-1])
+		}
+	}
+}
+
+func checkBadInput(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	a := owner("a")
+	ttl := e.ttl(30 * time.Second)
+	long := strings.Repeat("k", backend.MaxKeyLen+1)
+	cases := []struct {
+		name, field string
+		call        func() error
+	}{
+		{"empty key", "key", func() error { _, err := b.Acquire(ctx, "", a, ttl); return err }},
+		{"oversized key", "key", func() error { _, err := b.Acquire(ctx, long, a, ttl); return err }},
+		{"control char in key", "key", func() error { _, err := b.Acquire(ctx, "bad\x00key", a, ttl); return err }},
+		{"invalid utf-8 key", "key", func() error { _, err := b.Acquire(ctx, "bad\xffkey", a, ttl); return err }},
+		{"zero ttl", "ttl", func() error { _, err := b.Acquire(ctx, "bad/k", a, 0); return err }},
+		{"negative ttl", "ttl", func() error { _, err := b.Acquire(ctx, "bad/k", a, -time.Second); return err }},
+		{"absurd ttl", "ttl", func() error { _, err := b.Acquire(ctx, "bad/k", a, backend.MaxTTL+time.Second); return err }},
+		{"empty instance", "instance", func() error {
+			_, err := b.Acquire(ctx, "bad/k", backend.Owner{Nonce: backend.NewNonce()}, ttl)
+			return err
+		}},
+		{"zero nonce", "nonce", func() error { _, err := b.Acquire(ctx, "bad/k", backend.Owner{Instance: "a"}, ttl); return err }},
+		{"renew token 0", "token", func() error { _, err := b.Renew(ctx, "bad/k", a, 0, ttl); return err }},
+		{"release token 0", "token", func() error { return b.Release(ctx, "bad/k", a, 0) }},
+		{"claim empty job", "job", func() error {
+			_, err := b.Claim(ctx, backend.ClaimRequest{ScheduledAt: time.Now(), Owner: a, TTL: ttl})
+			return err
+		}},
+		{"claim zero instant", "instant", func() error {
+			_, err := b.Claim(ctx, backend.ClaimRequest{Job: "bad", Owner: a, TTL: ttl})
+			return err
+		}},
+		{"claim zero ttl", "ttl", func() error {
+			_, err := b.Claim(ctx, backend.ClaimRequest{Job: "bad", ScheduledAt: time.Now(), Owner: a})
+			return err
+		}},
+		{"finish bad state", "state", func() error {
+			return b.Finish(ctx, "bad", time.Now(), a, 1, backend.Outcome{State: "exploded"})
+		}},
+		{"prune zero batch", "batch", func() error { _, err := b.Prune(ctx, time.Now(), 0); return err }},
+	}
+	if mt := e.h.Want.MinTTL; mt > time.Microsecond {
+		cases = append(cases, struct {
+			name, field string
+			call        func() error
+		}{"ttl below minimum", "ttl", func() error { _, err := b.Acquire(ctx, "bad/k", a, mt/2); return err }})
+	}
+	for _, c := range cases {
+		err := c.call()
+		if !errors.Is(err, backend.ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", c.name, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: error %q does not name the field %q", c.name, err, c.field)
+		}
+	}
+	ls, err := b.List(ctx, "", 0)
+	mustNil(t, err, "List")
+	runs, err := b.ListRuns(ctx, backend.RunFilter{})
+	mustNil(t, err, "ListRuns")
+	if len(ls) != 0 || len(runs) != 0 {
+		t.Errorf("rejected calls changed the backend: %d leases, %d runs", len(ls), len(runs))
+	}
+}
+
+func checkPushEvents(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	n, ok := b.(backend.Notifier)
+	if !e.h.Want.PushEvents {
+		t.Logf("backend declares no push events (implements Notifier: %v); waiters poll", ok)
+		return
+	}
+	if !ok {
+		t.Fatalf("PushEvents declared but %T does not implement backend.Notifier", b)
+	}
+	a := owner("a")
+	g, err := b.Acquire(ctx, "push/k", a, e.ttl(time.Minute))
+	mustNil(t, err, "Acquire")
+	ch, err := n.Wait(ctx, "push/k")
+	mustNil(t, err, "Wait")
+	select {
+	case <-ch:
+		t.Fatalf("Wait fired while the key was still held and not released")
+	default:
+	}
+	mustNil(t, b.Release(ctx, "push/k", a, g.Token), "Release")
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no release event within 10s")
+	}
+}
+
+func checkDurable(t T, e *env) {
+	if !e.h.Want.DurableFencing {
+		t.Logf("backend declares no durable fencing")
+		return
+	}
+	b := e.new()
+	ctx := e.ctx()
+	a := owner("a")
+	g, err := b.Acquire(ctx, "dur/k", a, e.ttl(30*time.Second))
+	mustNil(t, err, "Acquire")
+	mustNil(t, b.Release(ctx, "dur/k", a, g.Token), "Release")
+	b2 := e.h.Reopen(e.tb, b)
+	e.tb.Cleanup(func() { _ = b2.Close() })
+	g2, err := b2.Acquire(ctx, "dur/k", owner("b"), e.ttl(30*time.Second))
+	mustNil(t, err, "Acquire after reopen")
+	if g2.Token <= g.Token {
+		t.Fatalf("token after reopen %d not greater than %d", g2.Token, g.Token)
+	}
+}

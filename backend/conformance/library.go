@@ -1,0 +1,338 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+)
+
+// Checks of the root package's Locker and Elector over the backend under
+// test: what users see, including the holder's deadline.
+func libraryChecks() []check {
+	return []check{
+		{"LockTryAcquireHeld", checkTryAcquireHeld},
+		{"LockWatchdogKeepsLeaseAlive", checkWatchdog},
+		{"LockDeadlineCountsFromSendTimeUnderDelayedReplies", checkDelayedReplies},
+		{"LockRetryAfterLostReplyAnswersYours", checkLostAck},
+		{"LockDoSerialisesAndReportsLoss", checkDo},
+		{"LockBadInputAndNilFuncs", checkLibraryBadInput},
+		{"ElectionHandOverOnResign", checkResign},
+		{"ElectionHandOverOnHolderDeath", checkHolderDeath},
+	}
+}
+
+// libTTL is the lock TTL of the library checks: short, so that expiry tests
+// are quick, and long enough for renewals on a loaded 2-core machine.
+func (e *env) libTTL() time.Duration { return e.ttl(1200 * time.Millisecond) }
+
+func (e *env) locker(t T, b backend.Backend, name string, opts ...leasehold.Option) *leasehold.Locker {
+	t.Helper()
+	opts = append([]leasehold.Option{
+		leasehold.WithInstance(name), leasehold.WithTTL(e.libTTL()), leasehold.WithBackoff(time.Millisecond, 50*time.Millisecond),
+	}, opts...)
+	lk, err := leasehold.NewLocker(b, opts...)
+	mustNil(t, err, "NewLocker")
+	return lk
+}
+
+func checkTryAcquireHeld(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	l, err := e.locker(t, b, "a").TryAcquire(ctx, "svc/res")
+	mustNil(t, err, "TryAcquire")
+	defer l.Release(ctx)
+	_, err = e.locker(t, b, "b").TryAcquire(ctx, "svc/res")
+	var held *backend.HeldError
+	if !errors.Is(err, leasehold.ErrNotAcquired) || !errors.As(err, &held) || held.Holder.Owner.Instance != "a" {
+		t.Fatalf("TryAcquire of a held key: got %v, want ErrNotAcquired naming holder a", err)
+	}
+	_, err = e.locker(t, b, "a").TryAcquire(ctx, "svc/res")
+	mustIs(t, err, leasehold.ErrNotAcquired, "TryAcquire by the same instance name (not re-entrant)")
+}
+
+func checkWatchdog(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	ttl := e.libTTL()
+	l, err := e.locker(t, b, "a").Acquire(ctx, "svc/long")
+	mustNil(t, err, "Acquire")
+	hold := time.NewTimer(3 * ttl)
+	select {
+	case <-l.Done():
+		t.Fatalf("lock lost after %v of a 3×TTL hold: %v", ttl, context.Cause(l.Context()))
+	case <-hold.C:
+	}
+	got, err := b.Get(ctx, "default/lock/svc/long")
+	mustNil(t, err, "Get while held")
+	if got.Token != uint64(l.Token()) {
+		t.Fatalf("backend token %d, lock token %d", got.Token, l.Token())
+	}
+	mustNil(t, l.Release(ctx), "Release")
+	if !errors.Is(context.Cause(l.Context()), leasehold.ErrReleased) {
+		t.Errorf("cause after Release = %v, want ErrReleased", context.Cause(l.Context()))
+	}
+	mustNil(t, l.Release(ctx), "second Release")
+	_, err = b.Get(ctx, "default/lock/svc/long")
+	mustIs(t, err, backend.ErrNotFound, "Get after Release")
+	l2, err := e.locker(t, b, "b").TryAcquire(ctx, "svc/long")
+	mustNil(t, err, "TryAcquire after Release")
+	if l2.Token() <= l.Token() {
+		t.Errorf("next token %d not greater than %d", l2.Token(), l.Token())
+	}
+	_ = l2.Release(ctx)
+}
+
+// checkDelayedReplies delays every renew reply by 0.6×TTL after the backend
+// applied it. A holder that counts its deadline from a reply's arrival keeps
+// believing it holds the lease past the backend's expiry; one that counts
+// from the send time gives up in time. The check: the lock's context must be
+// done no later than the latest send time of an applied acquire/renew plus
+// the TTL granted — the earliest the backend may expire the lease.
+func checkDelayedReplies(t T, e *env) {
+	f := newFaulty(e.new())
+	ctx := e.ctx()
+	ttl := e.libTTL()
+	l, err := e.locker(t, f, "a").TryAcquire(ctx, "svc/slow")
+	mustNil(t, err, "TryAcquire")
+	defer l.Release(ctx)
+	f.setRenewDelay(ttl * 6 / 10)
+	var doneAt time.Time
+	select {
+	case <-l.Done():
+		doneAt = time.Now()
+	case <-time.After(20 * ttl):
+		t.Fatalf("lock context still alive after %v of renew replies delayed by %v (TTL %v): the deadline is not counted from send time",
+			20*ttl, ttl*6/10, ttl)
+	}
+	if !errors.Is(context.Cause(l.Context()), leasehold.ErrLeaseLost) {
+		t.Errorf("cause = %v, want ErrLeaseLost", context.Cause(l.Context()))
+	}
+	var expiry time.Time // earliest possible backend expiry of the latest applied grant
+	for _, c := range f.history() {
+		if c.applied && c.entered.Before(doneAt) {
+			if x := c.entered.Add(c.granted); x.After(expiry) {
+				expiry = x
+			}
+		}
+	}
+	if doneAt.After(expiry) {
+		t.Fatalf("holder's context outlived the lease: done %v after the earliest possible expiry", doneAt.Sub(expiry))
+	}
+	t.Logf("context done %v before the earliest possible expiry", expiry.Sub(doneAt))
+}
+
+func checkLostAck(t T, e *env) {
+	f := newFaulty(e.new())
+	ctx := e.ctx()
+	f.loseAcquireAcks(1)
+	l, err := e.locker(t, f, "a").TryAcquire(ctx, "svc/ack")
+	mustNil(t, err, "TryAcquire whose first reply was lost")
+	defer l.Release(ctx)
+	got, err := f.Backend.Get(ctx, "default/lock/svc/ack")
+	mustNil(t, err, "Get")
+	if got.Token != uint64(l.Token()) || got.Owner.Instance != "a" {
+		t.Fatalf("backend holds %+v, lock has token %d", got, l.Token())
+	}
+	var applied int
+	for _, c := range f.history() {
+		if c.op == "acquire" && c.applied {
+			applied++
+		}
+	}
+	if applied != 2 {
+		t.Fatalf("%d applied acquires, want 2 (the lost one and its retry answering yours)", applied)
+	}
+}
+
+func checkDo(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	var inside, max atomic.Int32
+	var wg sync.WaitGroup
+	var tokens sync.Map
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lk := e.locker(t, b, "w"+string(rune('0'+i)))
+			for range 5 {
+				err := lk.Do(ctx, "svc/do", func(ctx context.Context, tok leasehold.Token) error {
+					if n := inside.Add(1); n > max.Load() {
+						max.Store(n)
+					}
+					tokens.Store(tok, true)
+					time.Sleep(time.Millisecond) // work inside the critical section
+					inside.Add(-1)
+					return nil
+				})
+				if err != nil {
+					t.Errorf("Do: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	n := 0
+	tokens.Range(func(any, any) bool { n++; return true })
+	if max.Load() != 1 || n != 20 {
+		t.Fatalf("Do: %d at once at most (want 1), %d distinct tokens (want 20)", max.Load(), n)
+	}
+	// A lock lost while fn runs is reported even if fn returns nil.
+	f := newFaulty(b)
+	err := e.locker(t, f, "loser").Do(ctx, "svc/do-lost", func(ctx context.Context, _ leasehold.Token) error {
+		f.partition(true)
+		<-ctx.Done()
+		return nil
+	})
+	mustIs(t, err, leasehold.ErrLeaseLost, "Do whose lock was lost")
+}
+
+func checkLibraryBadInput(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	lk := e.locker(t, b, "a")
+	for _, key := range []string{"", "/a", "a/", "a//b", "a/../b", "a b", "ключ"} {
+		_, err := lk.TryAcquire(ctx, key)
+		mustIs(t, err, leasehold.ErrInvalid, "TryAcquire("+key+")")
+	}
+	mustIs(t, lk.Do(ctx, "svc/x", nil), leasehold.ErrInvalid, "Do with nil fn")
+	el, err := leasehold.NewElector(b, "role", leasehold.Callbacks{}, leasehold.WithTTL(e.libTTL()))
+	mustNil(t, err, "NewElector")
+	mustIs(t, el.Run(ctx, nil), leasehold.ErrInvalid, "Run with nil fn")
+	_, err = leasehold.NewLocker(b, leasehold.WithTTL(e.libTTL()), leasehold.WithRenewDeadline(2*e.libTTL()))
+	mustIs(t, err, leasehold.ErrInvalid, "renew deadline ≥ TTL")
+	_, err = leasehold.NewLocker(nil)
+	mustIs(t, err, leasehold.ErrInvalid, "nil backend")
+	ls, err := b.List(ctx, "", 0)
+	mustNil(t, err, "List")
+	if len(ls) != 0 {
+		t.Errorf("rejected calls left %d leases", len(ls))
+	}
+}
+
+type events struct {
+	mu  sync.Mutex
+	log []string
+	at  map[string]time.Time
+}
+
+func (ev *events) add(s string) {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	ev.log = append(ev.log, s)
+	if ev.at == nil {
+		ev.at = map[string]time.Time{}
+	}
+	if _, ok := ev.at[s]; !ok {
+		ev.at[s] = time.Now()
+	}
+}
+
+func (ev *events) has(s string) bool {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	_, ok := ev.at[s]
+	return ok
+}
+
+func (ev *events) when(s string) time.Time {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	return ev.at[s]
+}
+
+func (e *env) elector(t T, b backend.Backend, name string, ev *events, tokens *sync.Map) *leasehold.Elector {
+	t.Helper()
+	el, err := leasehold.NewElector(b, "svc/leader", leasehold.Callbacks{
+		OnElected:   func(tok leasehold.Token) { tokens.Store(name, tok); ev.add(name + " elected") },
+		OnDemoted:   func() { ev.add(name + " demoted") },
+		OnNewLeader: func(id string) { ev.add(name + " sees " + id) },
+	}, leasehold.WithInstance(name), leasehold.WithTTL(e.libTTL()), leasehold.WithBackoff(time.Millisecond, 50*time.Millisecond))
+	mustNil(t, err, "NewElector")
+	return el
+}
+
+// runElector runs el until ctx ends; the returned channel yields Run's error.
+func runElector(ctx context.Context, el *leasehold.Elector, name string, ev *events) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		out <- el.Run(ctx, func(lctx context.Context) error {
+			ev.add(name + " working")
+			<-lctx.Done()
+			ev.add(name + " stopped")
+			return nil
+		})
+	}()
+	return out
+}
+
+func checkResign(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	ev, tokens := &events{}, &sync.Map{}
+	a, bb := e.elector(t, b, "A", ev, tokens), e.elector(t, b, "B", ev, tokens)
+	actx, acancel := context.WithCancel(ctx)
+	defer acancel()
+	aDone := runElector(actx, a, "A", ev)
+	eventually(t, 10*time.Second, "A elected", func() bool { return ev.has("A working") })
+	bctx, bcancel := context.WithCancel(ctx)
+	defer bcancel()
+	bDone := runElector(bctx, bb, "B", ev)
+	eventually(t, 10*time.Second, "B observes A as leader", func() bool { return ev.has("B sees A") })
+	ld, err := bb.Leader(ctx)
+	mustNil(t, err, "Leader")
+	if ld.Identity != "A" {
+		t.Fatalf("Leader = %+v, want A", ld)
+	}
+	mustNil(t, a.Resign(ctx), "Resign")
+	if !ev.has("A stopped") || !ev.has("A demoted") {
+		t.Fatalf("Resign returned before A's work stopped and A was demoted: %v", ev.log)
+	}
+	mustNil(t, <-aDone, "A's Run after Resign")
+	eventually(t, 10*time.Second, "B elected after A resigned", func() bool { return ev.has("B working") })
+	if ev.when("B elected").Before(ev.when("A stopped")) {
+		t.Fatalf("B was elected before A's work stopped: %v", ev.log)
+	}
+	ta, _ := tokens.Load("A")
+	tb, _ := tokens.Load("B")
+	if tb.(leasehold.Token) <= ta.(leasehold.Token) {
+		t.Fatalf("B's token %v not greater than A's %v", tb, ta)
+	}
+	bcancel()
+	mustNil(t, <-bDone, "B's Run after its context ended")
+	eventually(t, 10*time.Second, "B demoted", func() bool { return ev.has("B demoted") })
+	_, err = bb.Leader(ctx)
+	mustIs(t, err, leasehold.ErrNoLeader, "Leader after everyone left")
+}
+
+func checkHolderDeath(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	f := newFaulty(b)
+	ev, tokens := &events{}, &sync.Map{}
+	a, bb := e.elector(t, f, "A", ev, tokens), e.elector(t, b, "B", ev, tokens)
+	actx, acancel := context.WithCancel(ctx)
+	defer acancel()
+	aDone := runElector(actx, a, "A", ev)
+	eventually(t, 10*time.Second, "A elected", func() bool { return ev.has("A working") })
+	bctx, bcancel := context.WithCancel(ctx)
+	defer bcancel()
+	bDone := runElector(bctx, bb, "B", ev)
+	f.partition(true) // A can no longer reach the backend: to the cluster, A is dead
+	eventually(t, 20*e.libTTL(), "B elected after A's lease expired", func() bool { return ev.has("B working") })
+	if !ev.has("A stopped") {
+		t.Fatalf("B leads but A's work was not stopped: %v", ev.log)
+	}
+	if ev.when("A stopped").After(ev.when("B elected")) {
+		t.Fatalf("A's work stopped after B was elected: %v", ev.log)
+	}
+	ta, _ := tokens.Load("A")
+	tb, _ := tokens.Load("B")
+	if tb.(leasehold.Token) <= ta.(leasehold.Token) {
+		t.Fatalf("B's token %v not greater than A's %v", tb, ta)
+	}
+	acancel()
+	bcancel()
+	mustNil(t, <-aDone, "A's Run")
+	mustNil(t, <-bDone, "B's Run")
+}

@@ -1,0 +1,18 @@
+package memory_test
+
+import (
+	"testing"
+
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/conformance"
+	"github.com/leasehold/leasehold/backend/memory"
+)
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, conformance.Harness{
+		New: func(testing.TB) backend.Backend { return memory.New() },
+		Want: backend.Capabilities{
+			Name: "memory", ServerClock: true, SafeFencing: true, PushEvents: true, MinTTL: memory.MinTTL,
+		},
+	})
+}

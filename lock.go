@@ -1,0 +1,362 @@
+package leasehold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// Locker hands out locks on keys of one namespace of a backend.
+type Locker struct {
+	b   backend.Leases
+	cfg config
+}
+
+// NewLocker returns a Locker over b. Options are validated here; see
+// Option for the defaults.
+func NewLocker(b backend.Leases, opts ...Option) (*Locker, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: backend is nil", ErrInvalid)
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if min := b.Capabilities().MinTTL; cfg.ttl < min {
+		return nil, fmt.Errorf("%w: ttl %v is below backend %s's minimum of %v", ErrInvalid, cfg.ttl, b.Capabilities().Name, min)
+	}
+	return &Locker{b: b, cfg: cfg}, nil
+}
+
+// Instance returns the instance name this Locker acquires under.
+func (lk *Locker) Instance() string { return lk.cfg.instance }
+
+// Namespace returns the Locker's namespace.
+func (lk *Locker) Namespace() string { return lk.cfg.namespace }
+
+// Lock is a held lease on a key. Its Context is cancelled when the lease is
+// lost, when it can no longer be known to be held, or on Release.
+type Lock struct {
+	lk    *Locker
+	key   string // user path
+	bkey  string // backend key
+	owner backend.Owner
+	token Token
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time
+	expiry   *time.Timer // cancels ctx at deadline
+
+	stop      chan struct{} // closed by Release: the watchdog exits
+	watchDone chan struct{}
+	release   sync.Once
+	relErr    error
+}
+
+// Key returns the lock's key (without the namespace).
+func (l *Lock) Key() string { return l.key }
+
+// Token returns the fencing token of this grant.
+func (l *Lock) Token() Token { return l.token }
+
+// Context is cancelled when the lock is lost or released;
+// context.Cause tells which (ErrLeaseLost or ErrReleased). It carries the
+// values of the context Acquire was called with, not its cancellation.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// Done is Context().Done().
+func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Deadline returns the holder's current deadline: the instant (on the local
+// monotonic clock) at which the lock's context is cancelled unless a renewal
+// sent before then succeeds.
+func (l *Lock) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// TryAcquire acquires key if it is free, and fails at once with an error
+// wrapping ErrNotAcquired (and backend.ErrHeld, whose *backend.HeldError
+// names the holder) if it is held.
+func (lk *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
+	return lk.acquire(ctx, kindLock, "key", key, false, nil)
+}
+
+// Acquire blocks until key is acquired or ctx ends. Between attempts it
+// waits with jittered exponential backoff, and wakes at once when the
+// backend pushes a release event.
+func (lk *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
+	return lk.acquire(ctx, kindLock, "key", key, true, nil)
+}
+
+// Do acquires key (blocking), runs fn with a context that is cancelled when
+// ctx ends or the lock is lost, and releases the lock. If fn returns nil but
+// the lock was lost while it ran, Do returns an error wrapping ErrLeaseLost:
+// fn's effects may have overlapped with the next holder's unless they were
+// written through a sink that checks the token.
+func (lk *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context, token Token) error) error {
+	if fn == nil {
+		return fmt.Errorf("%w: fn is nil", ErrInvalid)
+	}
+	l, err := lk.Acquire(ctx, key)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(l.Context())
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	err = fn(fctx, l.token)
+	stop()
+	lost := context.Cause(l.Context())
+	cancel(nil)
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), lk.cfg.renewDeadline)
+	relErr := l.Release(rctx)
+	rcancel()
+	if err != nil {
+		return err
+	}
+	if lost != nil {
+		return fmt.Errorf("key %q, token %d: %w", key, l.token, lost)
+	}
+	return relErr
+}
+
+// maxUnknownRetries bounds how often TryAcquire retries a request whose
+// outcome is unknown before it reports ErrIndeterminate.
+const maxUnknownRetries = 3
+
+// acquire acquires the backend key <namespace>/<kind>/<key>. observe, if
+// not nil, is told the holder each time the key is found held.
+func (lk *Locker) acquire(ctx context.Context, kind, field, key string, wait bool, observe func(backend.Lease)) (*Lock, error) {
+	if err := ValidatePath(field, key); err != nil {
+		return nil, err
+	}
+	bkey := backendKey(lk.cfg.namespace, kind, key)
+	// One nonce for the whole call: a retry of an attempt that was applied
+	// answers "yours" instead of leaving an orphaned grant.
+	owner := backend.Owner{Instance: lk.cfg.instance, Nonce: backend.NewNonce()}
+	var (
+		firstUnknown time.Time // send time of the oldest attempt whose outcome is unknown
+		unknown      int
+		backoff      = lk.cfg.backoffMin
+		lastErr      error
+	)
+	for {
+		sent := time.Now()
+		g, err := lk.b.Acquire(ctx, bkey, owner, lk.cfg.ttl)
+		if err == nil {
+			// If an earlier attempt may have been applied, this success may
+			// be that grant answering "yours": count from the earlier send.
+			if !firstUnknown.IsZero() {
+				sent = firstUnknown
+			}
+			return lk.hold(ctx, key, bkey, owner, g, sent), nil
+		}
+		var held *backend.HeldError
+		switch {
+		case errors.As(err, &held):
+			firstUnknown, unknown = time.Time{}, 0 // none of our attempts holds it
+			if observe != nil {
+				observe(held.Holder)
+			}
+			if !wait {
+				return nil, fmt.Errorf("%w: %w", ErrNotAcquired, err)
+			}
+			if werr := lk.wait(ctx, bkey, backoff, held.Holder.Remaining); werr != nil {
+				return nil, werr
+			}
+			backoff = min(backoff*2, lk.cfg.backoffMax)
+			continue
+		case errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):
+			return nil, err
+		}
+		// Timed out, connection lost, ...: the attempt may have been applied.
+		if firstUnknown.IsZero() {
+			firstUnknown = sent
+		}
+		unknown++
+		lastErr = err
+		if ctx.Err() != nil || (!wait && unknown > maxUnknownRetries) {
+			return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, lastErr)
+		}
+		lk.cfg.logger.Warn("acquire failed, retrying", "key", key, "err", err)
+		if werr := sleep(ctx, jitter(backoff)); werr != nil {
+			return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, lastErr)
+		}
+		backoff = min(backoff*2, lk.cfg.backoffMax)
+	}
+}
+
+// wait sleeps before the next attempt: a jittered backoff, shortened to the
+// holder's remaining time, cut short by a pushed release event.
+func (lk *Locker) wait(ctx context.Context, bkey string, backoff, remaining time.Duration) error {
+	d := jitter(backoff)
+	if remaining > 0 && remaining < d {
+		d = remaining + time.Millisecond
+	}
+	n, ok := lk.b.(backend.Notifier)
+	if !ok {
+		return sleep(ctx, d)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := n.Wait(wctx, bkey)
+	if err != nil {
+		return sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ch:
+	case <-t.C:
+	}
+	return nil
+}
+
+// jitter returns a duration uniformly in [d/2, d].
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// hold builds the Lock for a grant and starts its watchdog.
+func (lk *Locker) hold(ctx context.Context, key, bkey string, owner backend.Owner, g backend.Grant, sent time.Time) *Lock {
+	lctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	l := &Lock{
+		lk: lk, key: key, bkey: bkey, owner: owner, token: Token(g.Token),
+		ctx: lctx, cancel: cancel,
+		stop: make(chan struct{}), watchDone: make(chan struct{}),
+	}
+	l.deadline = sent.Add(lk.cfg.safeSpan(g.TTL))
+	l.expiry = time.AfterFunc(time.Until(l.deadline), l.expire)
+	go l.watch(sent)
+	return l
+}
+
+// expire runs when the holder's deadline passes without a confirmed renewal.
+func (l *Lock) expire() {
+	l.cancel(fmt.Errorf("%w: key %q, token %d: deadline passed without a confirmed renewal", ErrLeaseLost, l.key, l.token))
+}
+
+// extend moves the deadline after a renewal sent at sent succeeded. If the
+// old deadline already fired, the lock stays lost: once the holder could not
+// be sure, it must not act again under this grant.
+func (l *Lock) extend(sent time.Time, granted time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.expiry.Stop() {
+		return false
+	}
+	l.deadline = sent.Add(l.lk.cfg.safeSpan(granted))
+	l.expiry = time.AfterFunc(time.Until(l.deadline), l.expire)
+	return true
+}
+
+// watch is the watchdog: it renews every renewEvery (counted from the send
+// time of the last successful renewal), retries failures every renewEvery/4
+// until the deadline, and stops when the lock is lost or released.
+func (l *Lock) watch(lastSent time.Time) {
+	defer close(l.watchDone)
+	cfg := &l.lk.cfg
+	next := time.NewTimer(time.Until(lastSent.Add(cfg.renewEvery)))
+	defer next.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-l.ctx.Done():
+			if errors.Is(context.Cause(l.ctx), ErrLeaseLost) {
+				l.bestEffortRelease()
+			}
+			return
+		case <-next.C:
+		}
+		sent := time.Now()
+		rdl := sent.Add(cfg.renewDeadline)
+		if d := l.Deadline(); d.Before(rdl) {
+			rdl = d
+		}
+		rctx, cancel := context.WithDeadline(l.ctx, rdl)
+		g, err := l.lk.b.Renew(rctx, l.bkey, l.owner, uint64(l.token), cfg.ttl)
+		cancel()
+		switch {
+		case err == nil:
+			if !l.extend(sent, g.TTL) {
+				continue // deadline fired meanwhile; ctx is cancelled
+			}
+			next.Reset(time.Until(sent.Add(cfg.renewEvery)))
+		case errors.Is(err, backend.ErrLeaseLost):
+			l.cancel(fmt.Errorf("key %q, token %d: %w", l.key, l.token, err))
+			return
+		default:
+			cfg.logger.Warn("renew failed, retrying", "key", l.key, "token", uint64(l.token), "err", err)
+			next.Reset(jitter(max(cfg.renewEvery/4, time.Millisecond)))
+		}
+	}
+}
+
+// bestEffortRelease frees a lease whose holder gave up on it (its deadline
+// passed) so the next holder need not wait for the backend's expiry.
+func (l *Lock) bestEffortRelease() {
+	ctx, cancel := context.WithTimeout(context.Background(), l.lk.cfg.renewDeadline)
+	defer cancel()
+	_ = l.lk.b.Release(ctx, l.bkey, l.owner, uint64(l.token))
+}
+
+// Release cancels the lock's context first, stops the watchdog, then
+// releases the lease on the backend, retrying until ctx ends. A lease that is
+// no longer held by this grant counts as released. If the backend cannot be
+// reached before ctx ends the error wraps ErrIndeterminate; the lease then
+// expires on its own within its TTL. Release is idempotent.
+func (l *Lock) Release(ctx context.Context) error {
+	l.release.Do(func() {
+		l.cancel(ErrReleased)
+		close(l.stop)
+		<-l.watchDone
+		l.mu.Lock()
+		l.expiry.Stop()
+		l.mu.Unlock()
+		l.relErr = l.releaseBackend(ctx)
+	})
+	return l.relErr
+}
+
+func (l *Lock) releaseBackend(ctx context.Context) error {
+	backoff := l.lk.cfg.backoffMin
+	for {
+		err := l.lk.b.Release(ctx, l.bkey, l.owner, uint64(l.token))
+		if err == nil || errors.Is(err, backend.ErrLeaseLost) {
+			return nil
+		}
+		if errors.Is(err, backend.ErrInvalid) || errors.Is(err, backend.ErrClosed) {
+			return err
+		}
+		if serr := sleep(ctx, jitter(backoff)); serr != nil {
+			return fmt.Errorf("%w: release %q token %d: %w", ErrIndeterminate, l.key, l.token, err)
+		}
+		backoff = min(backoff*2, l.lk.cfg.backoffMax)
+	}
+}
