@@ -185,13 +185,27 @@ func (lk *Locker) acquire(ctx context.Context, kind, field, key string, wait boo
 		unknown++
 		lastErr = err
 		if ctx.Err() != nil || (!wait && unknown > maxUnknownRetries) {
+			lk.cleanup(bkey, owner)
 			return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, lastErr)
 		}
 		lk.cfg.logger.Warn("acquire failed, retrying", "key", key, "err", err)
 		if werr := sleep(ctx, jitter(backoff)); werr != nil {
+			lk.cleanup(bkey, owner)
 			return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, lastErr)
 		}
 		backoff = min(backoff*2, lk.cfg.backoffMax)
+	}
+}
+
+// cleanup is called when Acquire gives up after attempts whose outcome is
+// unknown: if one of them was applied, the grant is ours and nobody would
+// release it before its TTL ran out, so look and release it. Bounded; on
+// failure the lease expires on its own.
+func (lk *Locker) cleanup(bkey string, owner backend.Owner) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(lk.cfg.renewDeadline, 2*time.Second))
+	defer cancel()
+	if l, err := lk.b.Get(ctx, bkey); err == nil && l.Owner == owner {
+		_ = lk.b.Release(ctx, bkey, owner, l.Token)
 	}
 }
 

@@ -19,6 +19,7 @@ func libraryChecks() []check {
 		{"LockWatchdogKeepsLeaseAlive", checkWatchdog},
 		{"LockDeadlineCountsFromSendTimeUnderDelayedReplies", checkDelayedReplies},
 		{"LockRetryAfterLostReplyAnswersYours", checkLostAck},
+		{"LockIndeterminateAcquireIsReportedAndCleanedUp", checkIndeterminate},
 		{"LockDoSerialisesAndReportsLoss", checkDo},
 		{"LockBadInputAndNilFuncs", checkLibraryBadInput},
 		{"ElectionHandOverOnResign", checkResign},
@@ -145,6 +146,16 @@ func checkLostAck(t T, e *env) {
 	if applied != 2 {
 		t.Fatalf("%d applied acquires, want 2 (the lost one and its retry answering yours)", applied)
 	}
+}
+
+func checkIndeterminate(t T, e *env) {
+	f := newFaulty(e.new())
+	ctx := e.ctx()
+	f.loseAcquireAcks(1000) // every reply is lost after the write was applied
+	_, err := e.locker(t, f, "a").TryAcquire(ctx, "svc/unknown")
+	mustIs(t, err, leasehold.ErrIndeterminate, "TryAcquire whose replies are all lost")
+	_, err = f.Backend.Get(ctx, "default/lock/svc/unknown")
+	mustIs(t, err, backend.ErrNotFound, "Get after the library gave up (the applied grant must be released, not orphaned)")
 }
 
 func checkDo(t T, e *env) {
