@@ -1,0 +1,158 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// loop is one job's timer: it computes the job's instants and claims each
+// as it comes due. It never takes s.mu (Replace waits for it under s.mu).
+func (s *Scheduler) loop(ctx context.Context, e *entry) {
+	log := s.cfg.logger.With("job", e.job.Name)
+	cursor := s.cfg.clock.Now()
+	if e.job.Mode != EveryInstance {
+		if err := s.ensureVersion(ctx, e); err != nil {
+			log.Error("recording the schedule version failed; claims wait for it", "err", err)
+		}
+		s.catchUp(ctx, e, cursor)
+	}
+	for {
+		at := e.spec.Next(cursor)
+		if at.IsZero() {
+			log.Warn("schedule has no further occurrences")
+			return
+		}
+		if !s.sleepUntil(ctx, at) {
+			return
+		}
+		cursor = at
+		switch {
+		case e.job.Mode == EveryInstance:
+			s.local(e, at)
+		case e.job.Mode == Leader && !s.leading.is():
+			// only the leader claims
+		default:
+			s.runs.Add(1)
+			go func() { defer s.runs.Done(); s.occur(ctx, e, at) }()
+		}
+	}
+}
+
+// occur claims the occurrence at and runs it if the claim is won.
+func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
+	log := s.cfg.logger.With("job", e.job.Name, "at", at)
+	if e.job.Jitter > 0 { // delays the run, never the key
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.cfg.clock.After(rand.N(e.job.Jitter)):
+		}
+	}
+	if ok, err := s.versionAllows(ctx, e, at); err != nil || !ok {
+		if err != nil {
+			log.Warn("schedule version unknown; not claiming", "err", err)
+		}
+		return
+	}
+	owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
+	req := backend.ClaimRequest{
+		Job: e.job.Name, ScheduledAt: at, SpecVersion: e.spec.Version(), Owner: owner,
+		TTL: e.job.LeaseTTL, MaxEarly: s.cfg.tolerance, MaxRunning: e.job.MaxConcurrent,
+	}
+	backoff := 10 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		sent := s.cfg.clock.Now()
+		g, err := s.b.Claim(ctx, req)
+		var claimed *backend.ClaimedError
+		switch {
+		case err == nil:
+			s.execute(e, Run{Job: e.job.Name, ScheduledAt: backend.Instant(at), Attempt: 1, Instance: s.cfg.instance}, owner, g, sent)
+			return
+		case errors.As(err, &claimed):
+			if claimed.Run.State == backend.Running && claimed.Run.Expired {
+				s.recoverRun(ctx, e, claimed.Run)
+			}
+			return
+		case errors.Is(err, backend.ErrOverlap):
+			log.Info("occurrence skipped: the job is already running at its concurrency limit", "err", err)
+			return
+		case errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):
+			log.Error("claim rejected", "err", err)
+			return
+		case errors.Is(err, backend.ErrTooEarly):
+			// This host's clock runs ahead of the backend's; try again soon.
+		default:
+			// Unknown outcome: retry with the same nonce ("yours" if applied).
+		}
+		if attempt >= 10 || ctx.Err() != nil {
+			log.Error("claim failed; misfire policy decides on recovery", "err", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.cfg.clock.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// catchUp handles occurrences that passed while no instance claimed them,
+// by the job's misfire policy. It reads the job's high-water mark (latest
+// claimed instant), which pruning history never lowers.
+func (s *Scheduler) catchUp(ctx context.Context, e *entry, now time.Time) {
+	if e.job.Misfire == MisfireSkip {
+		return
+	}
+	hw, _, err := s.b.HighWater(ctx, e.job.Name)
+	if err != nil {
+		s.cfg.logger.Warn("reading the high-water mark failed; no catch-up", "job", e.job.Name, "err", err)
+		return
+	}
+	if hw.IsZero() {
+		return // never ran anywhere: nothing was missed
+	}
+	from := hw
+	if w := now.Add(-e.job.MisfireWindow); w.After(from) {
+		from = w
+	}
+	var missed []time.Time
+	for at := e.spec.Next(from); !at.IsZero() && !at.After(now); at = e.spec.Next(at) {
+		missed = append(missed, at)
+		if len(missed) > e.job.MaxCatchUp {
+			missed = missed[1:] // keep the latest
+		}
+	}
+	if len(missed) == 0 {
+		return
+	}
+	if e.job.Misfire == MisfireRunOnce {
+		missed = missed[len(missed)-1:]
+	}
+	s.runs.Add(1)
+	go func() {
+		defer s.runs.Done()
+		for _, at := range missed { // one after another: the rate bound
+			if ctx.Err() != nil {
+				return
+			}
+			s.cfg.logger.Info("catching up a missed occurrence", "job", e.job.Name, "at", at)
+			s.occur(ctx, e, at)
+		}
+	}()
+}
+
+// local runs an every-instance occurrence with no claim.
+func (s *Scheduler) local(e *entry, at time.Time) {
+	s.runs.Add(1)
+	go func() {
+		defer s.runs.Done()
+		ctx, cancel := s.runContext(e)
+		defer cancel(nil)
+		_ = safeCall(ctx, e.job.Func, Run{Job: e.job.Name, ScheduledAt: backend.Instant(at), Attempt: 1, Instance: s.cfg.instance})
+	}()
+}

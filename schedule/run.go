@@ -1,0 +1,206 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+)
+
+// ErrTimeout is the cause of a run's context when the job's Timeout passed.
+var ErrTimeout = errors.New("leasehold/schedule: job timed out")
+
+// Heartbeat timing, as for locks: renew every TTL/3; the run's context is
+// cancelled at the send time of the last successful claim/heartbeat + TTL ×
+// (1 − drift) − margin.
+const drift = 0.01
+
+func safeSpan(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*(1-drift)) - min(ttl/20, 500*time.Millisecond)
+}
+
+func (s *Scheduler) runContext(e *entry) (context.Context, context.CancelCauseFunc) {
+	ctx, cancel := context.WithCancelCause(s.jobCtx)
+	if e.job.Timeout > 0 {
+		t := time.AfterFunc(e.job.Timeout, func() { cancel(ErrTimeout) })
+		context.AfterFunc(ctx, func() { t.Stop() })
+	}
+	return ctx, cancel
+}
+
+// safeCall runs fn, turning a panic into an error.
+func safeCall(ctx context.Context, fn Func, r Run) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("job %q panicked: %v", r.Job, p)
+		}
+	}()
+	return fn(ctx, r)
+}
+
+// execute runs a won claim: heartbeats keep its lease while the job runs,
+// and the outcome is recorded with Finish.
+func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Grant, sent time.Time) {
+	r.Token = leasehold.Token(g.Token)
+	log := s.cfg.logger.With("job", r.Job, "at", r.ScheduledAt, "token", g.Token, "attempt", r.Attempt)
+	ctx, cancel := s.runContext(e)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		s.heartbeat(ctx, cancel, r, owner, g, sent)
+	}()
+	start := time.Now()
+	err := safeCall(ctx, e.job.Func, r)
+	took := time.Since(start)
+	lost := errors.Is(context.Cause(ctx), leasehold.ErrLeaseLost)
+	cancel(nil)
+	<-hbDone
+
+	out := backend.Outcome{State: backend.Succeeded, Duration: took}
+	if err != nil {
+		out.State, out.Error = backend.Failed, err.Error()
+	}
+	fctx, fcancel := context.WithTimeout(context.Background(), e.job.LeaseTTL)
+	defer fcancel()
+	for attempt := 0; ; attempt++ {
+		ferr := s.b.Finish(fctx, r.Job, r.ScheduledAt, owner, g.Token, out)
+		switch {
+		case ferr == nil:
+			log.Info("run finished", "state", out.State, "took", took, "err", err)
+			return
+		case errors.Is(ferr, backend.ErrLeaseLost):
+			lost = true
+		case attempt < 5 && fctx.Err() == nil:
+			time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond) // retry backoff
+			continue
+		default:
+			log.Error("recording the outcome failed", "err", ferr)
+		}
+		break
+	}
+	if lost {
+		log.Warn("run's lease was lost; another instance may run this occurrence again (crash policy)")
+		if e.job.OnLost != nil {
+			e.job.OnLost(r)
+		}
+	}
+}
+
+// heartbeat renews the run's lease until ctx ends, and cancels ctx with
+// ErrLeaseLost when the lease is lost or its deadline passes unconfirmed.
+func (s *Scheduler) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, r Run, owner backend.Owner, g backend.Grant, sent time.Time) {
+	ttl := g.TTL
+	every := ttl / 3
+	lostErr := func(why string) error {
+		return fmt.Errorf("%w: job %q at %s token %d: %s", leasehold.ErrLeaseLost, r.Job, r.ScheduledAt.Format(time.RFC3339Nano), g.Token, why)
+	}
+	deadline := time.NewTimer(time.Until(sent.Add(safeSpan(ttl))))
+	defer deadline.Stop()
+	next := time.NewTimer(time.Until(sent.Add(every)))
+	defer next.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			cancel(lostErr("deadline passed without a confirmed heartbeat"))
+			return
+		case <-next.C:
+		}
+		hsent := time.Now()
+		hctx, hcancel := context.WithTimeout(ctx, every)
+		err := s.b.Heartbeat(hctx, r.Job, r.ScheduledAt, owner, g.Token, ttl)
+		hcancel()
+		switch {
+		case err == nil:
+			if !deadline.Stop() {
+				cancel(lostErr("deadline passed without a confirmed heartbeat"))
+				return
+			}
+			deadline.Reset(time.Until(hsent.Add(safeSpan(ttl))))
+			next.Reset(time.Until(hsent.Add(every)))
+		case errors.Is(err, backend.ErrLeaseLost):
+			cancel(lostErr(err.Error()))
+			return
+		default:
+			next.Reset(every / 4)
+		}
+	}
+}
+
+// recoverRun applies the crash policy to a running occurrence whose
+// runner's lease expired.
+func (s *Scheduler) recoverRun(ctx context.Context, e *entry, r backend.Run) {
+	log := s.cfg.logger.With("job", r.Job, "at", r.ScheduledAt, "attempt", r.Attempt, "dead runner", r.Owner.Instance)
+	if e.job.Crash == CrashSkip || r.Attempt >= e.job.MaxAttempts {
+		if _, err := s.b.Abandon(ctx, r.Job, r.ScheduledAt); err == nil {
+			log.Warn("occurrence abandoned: its runner died", "policy", e.job.Crash)
+		}
+		return
+	}
+	owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
+	req := backend.ClaimRequest{Job: r.Job, ScheduledAt: r.ScheduledAt, SpecVersion: e.spec.Version(), Owner: owner, TTL: e.job.LeaseTTL}
+	sent := time.Now()
+	g, rr, err := s.b.Reclaim(ctx, req)
+	if err != nil {
+		return // someone else reclaimed it, or it finished meanwhile
+	}
+	log.Warn("reclaimed an occurrence whose runner died", "token", g.Token, "attempt", rr.Attempt)
+	s.execute(e, Run{Job: r.Job, ScheduledAt: r.ScheduledAt, Attempt: rr.Attempt, Instance: s.cfg.instance}, owner, g, sent)
+}
+
+// sweepLoop looks for occurrences whose runner died and applies the crash
+// policy, every sweepEvery.
+func (s *Scheduler) sweepLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.cfg.clock.After(s.cfg.sweepEvery):
+		}
+		s.mu.Lock()
+		entries := make([]*entry, 0, len(s.jobs))
+		for _, e := range s.jobs {
+			if e.job.Mode != EveryInstance {
+				entries = append(entries, e)
+			}
+		}
+		s.mu.Unlock()
+		for _, e := range entries {
+			runs, err := s.b.ListRuns(ctx, backend.RunFilter{Job: e.job.Name, State: backend.Running, Limit: 100})
+			if err != nil {
+				continue
+			}
+			for _, r := range runs {
+				if r.Expired {
+					s.runs.Add(1)
+					go func() { defer s.runs.Done(); s.recoverRun(ctx, e, r) }()
+				}
+			}
+		}
+	}
+}
+
+// pruneLoop deletes history older than the retention at start-up and then
+// hourly, in batches, for at most 10 s each time.
+func (s *Scheduler) pruneLoop(ctx context.Context) {
+	for {
+		budget, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cutoff := s.cfg.clock.Now().Add(-s.cfg.retention)
+		for {
+			n, err := s.b.Prune(budget, cutoff, 1000)
+			if err != nil || n < 1000 {
+				break
+			}
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.cfg.clock.After(time.Hour):
+		}
+	}
+}

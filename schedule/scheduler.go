@@ -1,0 +1,310 @@
+// Package schedule runs cron jobs on many instances so that each occurrence
+// of a job — job name + scheduled instant — is claimed by exactly one
+// instance through the backend's run ledger.
+//
+// What is guaranteed, precisely: the claim of an occurrence is unique (the
+// first claim wins; every later one is told who holds it). Execution is
+// at-least-once under CrashRetry (a runner that dies is replaced, with a
+// greater token and attempt+1) or at-most-once under CrashSkip (the
+// occurrence is marked abandoned). A job's effects are exactly-once only when
+// it writes them through a sink that rejects stale fencing tokens
+// (Run.Token) or is idempotent by Job+ScheduledAt.
+//
+// Every instance computes the same instants (see Spec). A change of a job's
+// schedule during a rolling deploy takes effect at a switch instant recorded
+// in the ledger: instants before it are claimed only by instances running
+// the old spec, instants from it on only by the new one, so the two
+// versions' instants never both run.
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+)
+
+// Clock is the scheduler's source of time. Tests inject one; the default is
+// the system clock.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Option configures a Scheduler.
+type Option func(*config)
+
+type config struct {
+	instance   string
+	namespace  string
+	clock      Clock
+	logger     *slog.Logger
+	grace      time.Duration
+	tolerance  time.Duration
+	retention  time.Duration
+	sweepEvery time.Duration
+	settle     time.Duration
+}
+
+// WithInstance names this instance (default: host name).
+func WithInstance(name string) Option { return func(c *config) { c.instance = name } }
+
+// WithNamespace sets the namespace of the scheduler's leader election
+// (default "default").
+func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
+
+// WithClock injects the clock (default: system clock).
+func WithClock(cl Clock) Option { return func(c *config) { c.clock = cl } }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithGrace sets how long Shutdown lets running jobs finish before
+// cancelling them (default 30 s).
+func WithGrace(d time.Duration) Option { return func(c *config) { c.grace = d } }
+
+// WithClaimTolerance sets how early, by the backend's clock, an occurrence
+// may be claimed (default 1 s): an instance whose clock runs ahead cannot
+// claim earlier than that.
+func WithClaimTolerance(d time.Duration) Option { return func(c *config) { c.tolerance = d } }
+
+// WithRetention sets how long finished runs are kept in history (default 7
+// days; pruned at start-up and hourly in bounded batches). Every job's
+// misfire window must be shorter.
+func WithRetention(d time.Duration) Option { return func(c *config) { c.retention = d } }
+
+// WithSweepEvery sets how often the scheduler looks for occurrences whose
+// runner died (default 5 s).
+func WithSweepEvery(d time.Duration) Option { return func(c *config) { c.sweepEvery = d } }
+
+// WithVersionSettle sets how far ahead a new schedule version's switch
+// instant is placed, so that instances still running the old version learn
+// of it before it arrives (default 10 s).
+func WithVersionSettle(d time.Duration) Option { return func(c *config) { c.settle = d } }
+
+// Scheduler runs registered jobs. Create it with New, register jobs, Start
+// it, and Shutdown it.
+type Scheduler struct {
+	b   backend.Backend
+	cfg config
+
+	mu      sync.Mutex
+	jobs    map[string]*entry
+	started bool
+	loopCtx context.Context // parent of per-job loops; cancelled by Shutdown
+	stop    context.CancelFunc
+	jobCtx  context.Context // parent of running job functions; cancelled after the grace period
+	kill    context.CancelCauseFunc
+	loops   sync.WaitGroup
+	runs    sync.WaitGroup
+	leading leaderState
+}
+
+type entry struct {
+	job    Job
+	spec   *Spec
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a Scheduler over b.
+func New(b backend.Backend, opts ...Option) (*Scheduler, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: backend is nil", leasehold.ErrInvalid)
+	}
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	c := config{
+		instance: host, namespace: leasehold.DefaultNamespace, clock: systemClock{},
+		logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		grace:  30 * time.Second, tolerance: time.Second, retention: 7 * 24 * time.Hour,
+		sweepEvery: 5 * time.Second, settle: 10 * time.Second,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	switch {
+	case c.instance == "" || len(c.instance) > backend.MaxInstanceLen:
+		return nil, fmt.Errorf("%w: instance %q must be 1–%d bytes", leasehold.ErrInvalid, c.instance, backend.MaxInstanceLen)
+	case c.clock == nil || c.logger == nil:
+		return nil, fmt.Errorf("%w: clock and logger must not be nil", leasehold.ErrInvalid)
+	case c.grace < 0:
+		return nil, fmt.Errorf("%w: grace %v is negative", leasehold.ErrInvalid, c.grace)
+	case c.tolerance < 0:
+		return nil, fmt.Errorf("%w: claim tolerance %v is negative", leasehold.ErrInvalid, c.tolerance)
+	case c.retention <= 0:
+		return nil, fmt.Errorf("%w: retention %v is not positive", leasehold.ErrInvalid, c.retention)
+	case c.sweepEvery <= 0:
+		return nil, fmt.Errorf("%w: sweep every %v is not positive", leasehold.ErrInvalid, c.sweepEvery)
+	case c.settle <= c.tolerance:
+		return nil, fmt.Errorf("%w: version settle %v must exceed the claim tolerance %v", leasehold.ErrInvalid, c.settle, c.tolerance)
+	}
+	if err := leasehold.ValidatePath("namespace", c.namespace); err != nil {
+		return nil, err
+	}
+	return &Scheduler{b: b, cfg: c, jobs: map[string]*entry{}}, nil
+}
+
+// Register adds a job. A name registered before is rejected with
+// ErrDuplicateJob; use Replace to change a job.
+func (s *Scheduler) Register(j Job) error { return s.put(j, false) }
+
+// Replace registers j, replacing a job of the same name if there is one.
+// The old job's timer is stopped before the new one starts, so there are
+// never two timers for one name; runs of the old job already started go on.
+func (s *Scheduler) Replace(j Job) error { return s.put(j, true) }
+
+func (s *Scheduler) put(j Job, replace bool) error {
+	j, spec, err := j.withDefaults(s.cfg.retention)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.jobs[j.Name]
+	if old != nil && !replace {
+		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.Name)
+	}
+	if old != nil {
+		s.stopEntry(old)
+	}
+	e := &entry{job: j, spec: spec}
+	s.jobs[j.Name] = e
+	if s.started {
+		s.startEntry(e)
+	}
+	return nil
+}
+
+// Remove unregisters a job; its runs already started go on.
+func (s *Scheduler) Remove(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.jobs[name]
+	if e == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownJob, name)
+	}
+	s.stopEntry(e)
+	delete(s.jobs, name)
+	return nil
+}
+
+// Jobs returns the registered jobs' names and next instants after now.
+func (s *Scheduler) Jobs() map[string]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]time.Time{}
+	now := s.cfg.clock.Now()
+	for n, e := range s.jobs {
+		out[n] = e.spec.Next(now)
+	}
+	return out
+}
+
+// stopEntry stops e's loop and waits for it; s.mu is held.
+func (s *Scheduler) stopEntry(e *entry) {
+	if e.cancel != nil {
+		e.cancel()
+		<-e.done
+		e.cancel = nil
+	}
+}
+
+func (s *Scheduler) startEntry(e *entry) {
+	ctx, cancel := context.WithCancel(s.loopCtx)
+	e.cancel, e.done = cancel, make(chan struct{})
+	s.loops.Add(1)
+	go func() {
+		defer s.loops.Done()
+		defer close(e.done)
+		s.loop(ctx, e)
+	}()
+	if e.job.Mode == Leader {
+		s.leading.start(s, ctx)
+	}
+}
+
+// Start starts the registered jobs' timers, the crash sweeper and the
+// history pruner. It returns at once; ctx ends them like Shutdown without
+// grace.
+func (s *Scheduler) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return fmt.Errorf("%w: scheduler already started", leasehold.ErrInvalid)
+	}
+	s.started = true
+	s.loopCtx, s.stop = context.WithCancel(ctx)
+	s.jobCtx, s.kill = context.WithCancelCause(context.WithoutCancel(ctx))
+	context.AfterFunc(ctx, func() { s.kill(context.Cause(ctx)) })
+	for _, e := range s.jobs {
+		s.startEntry(e)
+	}
+	s.loops.Add(2)
+	go func() { defer s.loops.Done(); s.sweepLoop(s.loopCtx) }()
+	go func() { defer s.loops.Done(); s.pruneLoop(s.loopCtx) }()
+	return nil
+}
+
+// ErrShutdown is the cause of a running job's context when Shutdown's grace
+// period ran out.
+var ErrShutdown = errors.New("leasehold/schedule: shut down")
+
+// Shutdown stops claiming, lets running jobs finish within the grace period
+// (or until ctx ends), then cancels them and waits for them to return and
+// record their outcome.
+func (s *Scheduler) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.started {
+		s.mu.Unlock()
+		return nil
+	}
+	s.stop()
+	s.mu.Unlock()
+	s.loops.Wait()
+	finished := make(chan struct{})
+	go func() { s.runs.Wait(); close(finished) }()
+	grace := s.cfg.clock.After(s.cfg.grace)
+	select {
+	case <-finished:
+		return nil
+	case <-grace:
+	case <-ctx.Done():
+	}
+	s.kill(ErrShutdown)
+	select {
+	case <-finished:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("leasehold/schedule: jobs still running at shutdown: %w", ctx.Err())
+	}
+}
+
+// sleepUntil waits until the clock reaches t or ctx ends.
+func (s *Scheduler) sleepUntil(ctx context.Context, t time.Time) bool {
+	for {
+		d := t.Sub(s.cfg.clock.Now())
+		if d <= 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-s.cfg.clock.After(d):
+		}
+	}
+}

@@ -1,0 +1,199 @@
+package schedule
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	_ "time/tzdata" // every host resolves zones from the same embedded database
+
+	"github.com/robfig/cron/v3"
+)
+
+// ErrInvalidSpec: a schedule spec or time zone could not be parsed.
+var ErrInvalidSpec = errors.New("leasehold/schedule: invalid schedule")
+
+// MinEvery is the shortest @every interval.
+const MinEvery = 10 * time.Millisecond
+
+// parser accepts 5 fields, an optional leading seconds field, and the
+// @hourly/@daily/@weekly/@monthly/@yearly descriptors. @every is parsed by
+// Parse itself: robfig counts it from process start, which would make
+// instances disagree.
+var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// Spec is a parsed schedule. Every instance that parses the same spec and
+// zone computes the same instants: they are UTC at millisecond precision,
+// @every is anchored to the Unix epoch, and zones come from the embedded
+// time/tzdata.
+//
+// Across daylight-saving changes, for cron specs in a zone:
+//   - a local time that is skipped (spring forward) runs once, at the first
+//     valid instant after the gap;
+//   - a local time that repeats (fall back) runs once, at its first
+//     occurrence — unless the spec fires every hour (hour field "*"), in
+//     which case it runs in both repeated hours.
+type Spec struct {
+	raw      string
+	zone     *time.Location
+	cron     *cron.SpecSchedule // nil for @every
+	every    time.Duration
+	allHours bool
+	version  string
+}
+
+// Parse parses spec in the time zone zone (an IANA name; "" means UTC). A
+// "CRON_TZ=Zone " or "TZ=Zone " prefix in spec sets the zone too; giving a
+// different zone in both is an error.
+func Parse(spec, zone string) (*Spec, error) {
+	s := strings.TrimSpace(spec)
+	if s == "" {
+		return nil, fmt.Errorf("%w: schedule is empty", ErrInvalidSpec)
+	}
+	if len(s) > 256 {
+		return nil, fmt.Errorf("%w: schedule %.40q… is longer than 256 bytes", ErrInvalidSpec, s)
+	}
+	for _, p := range []string{"CRON_TZ=", "TZ="} {
+		if rest, ok := strings.CutPrefix(s, p); ok {
+			name, tail, _ := strings.Cut(rest, " ")
+			if zone != "" && zone != name {
+				return nil, fmt.Errorf("%w: schedule %q names zone %q but the job's zone is %q", ErrInvalidSpec, spec, name, zone)
+			}
+			zone, s = name, strings.TrimSpace(tail)
+		}
+	}
+	loc := time.UTC
+	if zone != "" {
+		l, err := time.LoadLocation(zone)
+		if err != nil || zone == "Local" {
+			return nil, fmt.Errorf("%w: time zone %q is not an IANA zone name", ErrInvalidSpec, zone)
+		}
+		loc = l
+	}
+	out := &Spec{raw: s, zone: loc}
+	if rest, ok := strings.CutPrefix(s, "@every "); ok {
+		d, err := time.ParseDuration(strings.TrimSpace(rest))
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("%w: schedule %q: %v", ErrInvalidSpec, spec, err)
+		case d < MinEvery:
+			return nil, fmt.Errorf("%w: schedule %q: interval %v is shorter than %v", ErrInvalidSpec, spec, d, MinEvery)
+		case d%time.Millisecond != 0:
+			return nil, fmt.Errorf("%w: schedule %q: interval %v is not a whole number of milliseconds", ErrInvalidSpec, spec, d)
+		case d > 366*24*time.Hour:
+			return nil, fmt.Errorf("%w: schedule %q: interval %v is longer than a year", ErrInvalidSpec, spec, d)
+		}
+		out.every = d
+	} else {
+		sched, err := parser.Parse(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: schedule %q: %v", ErrInvalidSpec, spec, err)
+		}
+		cs, ok := sched.(*cron.SpecSchedule)
+		if !ok {
+			return nil, fmt.Errorf("%w: schedule %q is not a cron spec", ErrInvalidSpec, spec)
+		}
+		c := *cs
+		c.Location = time.UTC // we iterate civil (wall-clock) times; see Next
+		out.cron = &c
+		out.allHours = c.Hour&(1<<24-1) == 1<<24-1
+		if c.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
+			return nil, fmt.Errorf("%w: schedule %q never fires", ErrInvalidSpec, spec)
+		}
+	}
+	sum := sha256.Sum256([]byte(out.raw + "\x00" + loc.String()))
+	out.version = hex.EncodeToString(sum[:8])
+	return out, nil
+}
+
+// String returns the spec as parsed (without a zone prefix).
+func (s *Spec) String() string { return s.raw }
+
+// Zone returns the spec's time zone.
+func (s *Spec) Zone() *time.Location { return s.zone }
+
+// Version is a short hash of the spec and zone, stored with every claim so
+// that instances running different versions of a job can tell.
+func (s *Spec) Version() string { return s.version }
+
+// maxShift bounds how far a zone's offset changes at one transition (the
+// largest DST shift in use is 2 h); civil times further apart than this keep
+// their order as instants.
+const maxShift = 3 * time.Hour
+
+// Next returns the first occurrence strictly after after, in UTC at
+// millisecond precision, or the zero time if there is none within five years.
+func (s *Spec) Next(after time.Time) time.Time {
+	after = after.UTC()
+	if s.cron == nil {
+		ms := s.every.Milliseconds()
+		k := after.UnixMilli()/ms + 1
+		return time.UnixMilli(k * ms).UTC()
+	}
+	// Walk civil times (the zone's wall clock, represented in UTC) from a
+	// little before after's civil time, map each to its instants by the DST
+	// rules, and keep the earliest instant after after. Once civil times
+	// are more than maxShift past the best found, nothing later can beat it.
+	c := civil(after, s.zone).Add(-maxShift).Truncate(time.Second)
+	var best time.Time
+	for i := 0; i < 1_000_000; i++ {
+		c = s.cron.Next(c.Add(-time.Second)) // first match ≥ c
+		if c.IsZero() {
+			return best
+		}
+		if !best.IsZero() && c.After(civil(best, s.zone).Add(maxShift)) {
+			return best
+		}
+		for _, inst := range s.instants(c) {
+			if inst.After(after) && (best.IsZero() || inst.Before(best)) {
+				best = inst
+			}
+		}
+		c = c.Add(time.Second)
+	}
+	return best
+}
+
+// civil returns t's wall-clock time in loc as a UTC time.
+func civil(t time.Time, loc *time.Location) time.Time {
+	y, mo, d := t.In(loc).Date()
+	h, mi, sec := t.In(loc).Clock()
+	return time.Date(y, mo, d, h, mi, sec, t.Nanosecond(), time.UTC)
+}
+
+// instants maps a civil time to the instants it denotes in the spec's zone:
+// one normally; in a gap, the instant the gap ends; in an overlap, the first
+// occurrence, or both if the spec fires every hour.
+func (s *Spec) instants(c time.Time) []time.Time {
+	var found []time.Time
+	for _, probe := range []time.Duration{-14 * time.Hour, 0, 14 * time.Hour} {
+		_, off := c.Add(probe).In(s.zone).Zone()
+		inst := c.Add(-time.Duration(off) * time.Second)
+		if _, o := inst.In(s.zone).Zone(); o == off && civil(inst, s.zone).Equal(c) {
+			dup := false
+			for _, f := range found {
+				dup = dup || f.Equal(inst)
+			}
+			if !dup {
+				found = append(found, inst)
+			}
+		}
+	}
+	switch {
+	case len(found) == 0: // a gap: run at its end
+		_, off := c.Add(14 * time.Hour).In(s.zone).Zone() // the offset after the gap
+		_, end := c.Add(-time.Duration(off) * time.Second).In(s.zone).ZoneBounds()
+		if end.IsZero() {
+			return nil
+		}
+		return []time.Time{end.UTC()}
+	case len(found) > 1 && !s.allHours: // an overlap: the first occurrence only
+		if found[1].Before(found[0]) {
+			found[0] = found[1]
+		}
+		return found[:1]
+	}
+	return found
+}

@@ -1,0 +1,137 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+)
+
+// Schedule versions. Each job's spec has a version (a hash). The ledger
+// keeps, under the reserved job name "<job>!version", one record per version
+// switch: ScheduledAt is the instant from which the version applies and
+// SpecVersion the version. The first version of a job applies from the
+// epoch; a later one from the first of its instants at least the settle time
+// after it was registered, so instances still running the previous version
+// see the switch before it arrives. An occurrence at instant t may be
+// claimed only by an instance whose version is the one applying at t.
+
+const versionSuffix = "!version"
+
+// epochStart is where a job's first version applies from.
+var epochStart = time.UnixMilli(1).UTC()
+
+type span struct {
+	from    time.Time
+	version string
+}
+
+// spans returns the version switches of a job, oldest first, with runs of
+// one version collapsed to their first record.
+func (s *Scheduler) spans(ctx context.Context, job string) ([]span, error) {
+	recs, err := s.b.ListRuns(ctx, backend.RunFilter{Job: job + versionSuffix, Limit: 20})
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 { // history pruned (or never written): the mark remains
+		hw, ver, err := s.b.HighWater(ctx, job+versionSuffix)
+		if err != nil || hw.IsZero() {
+			return nil, err
+		}
+		return []span{{hw, ver}}, nil
+	}
+	var out []span
+	for i := len(recs) - 1; i >= 0; i-- { // ListRuns is newest first
+		r := recs[i]
+		if len(out) > 0 && out[len(out)-1].version == r.SpecVersion {
+			continue
+		}
+		out = append(out, span{r.ScheduledAt, r.SpecVersion})
+	}
+	return out, nil
+}
+
+// ensureVersion records e's version as the job's current one if it is not.
+func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
+	sp, err := s.spans(ctx, e.job.Name)
+	if err != nil {
+		return err
+	}
+	if len(sp) > 0 && sp[len(sp)-1].version == e.spec.Version() {
+		return nil
+	}
+	from := epochStart
+	if len(sp) > 0 {
+		from = e.spec.Next(s.cfg.clock.Now().Add(s.cfg.settle))
+		if last := sp[len(sp)-1].from; !from.After(last) {
+			from = e.spec.Next(last)
+		}
+	}
+	owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
+	req := backend.ClaimRequest{
+		Job: e.job.Name + versionSuffix, ScheduledAt: from, SpecVersion: e.spec.Version(),
+		Owner: owner, TTL: time.Minute, MaxEarly: 100 * 365 * 24 * time.Hour, // a switch may lie weeks ahead
+	}
+	g, err := s.b.Claim(ctx, req)
+	var claimed *backend.ClaimedError
+	switch {
+	case errors.As(err, &claimed):
+		if claimed.Run.SpecVersion != e.spec.Version() {
+			return fmt.Errorf("job %q: version %s and %s both switch at %s; re-register to retry", e.job.Name, e.spec.Version(), claimed.Run.SpecVersion, from)
+		}
+		return nil
+	case err != nil:
+		return err
+	}
+	s.cfg.logger.Info("schedule version recorded", "job", e.job.Name, "version", e.spec.Version(), "from", from)
+	return s.b.Finish(ctx, req.Job, from, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: e.spec.String()})
+}
+
+// versionAllows reports whether e's version applies at instant at.
+func (s *Scheduler) versionAllows(ctx context.Context, e *entry, at time.Time) (bool, error) {
+	sp, err := s.spans(ctx, e.job.Name)
+	if err != nil {
+		return false, err
+	}
+	at = backend.Instant(at)
+	for i := len(sp) - 1; i >= 0; i-- {
+		if !at.Before(sp[i].from) {
+			return sp[i].version == e.spec.Version(), nil
+		}
+	}
+	return false, nil
+}
+
+// leaderState runs the scheduler's leader election once some job needs it.
+type leaderState struct {
+	once sync.Once
+	flag atomic.Bool
+}
+
+func (l *leaderState) is() bool { return l.flag.Load() }
+
+func (l *leaderState) start(s *Scheduler, _ context.Context) {
+	l.once.Do(func() {
+		el, err := leasehold.NewElector(s.b, "schedule/leader", leasehold.Callbacks{},
+			leasehold.WithInstance(s.cfg.instance), leasehold.WithNamespace(s.cfg.namespace), leasehold.WithLogger(s.cfg.logger))
+		if err != nil {
+			s.cfg.logger.Error("leader election unavailable", "err", err)
+			return
+		}
+		s.loops.Add(1)
+		go func() {
+			defer s.loops.Done()
+			_ = el.Run(s.loopCtx, func(lctx context.Context) error {
+				l.flag.Store(true)
+				<-lctx.Done()
+				l.flag.Store(false)
+				return nil
+			})
+		}()
+	})
+}
