@@ -50,7 +50,7 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		s.heartbeat(ctx, cancel, r, owner, g, sent)
+		heartbeat(ctx, cancel, s.b, r, owner, g, sent)
 	}()
 	start := time.Now()
 	err := safeCall(ctx, e.job.Func, r)
@@ -91,7 +91,7 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 
 // heartbeat renews the run's lease until ctx ends, and cancels ctx with
 // ErrLeaseLost when the lease is lost or its deadline passes unconfirmed.
-func (s *Scheduler) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, r Run, owner backend.Owner, g backend.Grant, sent time.Time) {
+func heartbeat(ctx context.Context, cancel context.CancelCauseFunc, b backend.Ledger, r Run, owner backend.Owner, g backend.Grant, sent time.Time) {
 	ttl := g.TTL
 	every := ttl / 3
 	lostErr := func(why string) error {
@@ -112,7 +112,7 @@ func (s *Scheduler) heartbeat(ctx context.Context, cancel context.CancelCauseFun
 		}
 		hsent := time.Now()
 		hctx, hcancel := context.WithTimeout(ctx, every)
-		err := s.b.Heartbeat(hctx, r.Job, r.ScheduledAt, owner, g.Token, ttl)
+		err := b.Heartbeat(hctx, r.Job, r.ScheduledAt, owner, g.Token, ttl)
 		hcancel()
 		switch {
 		case err == nil:

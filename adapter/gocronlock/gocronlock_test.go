@@ -1,0 +1,171 @@
+package gocronlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/adapter/gocronlock"
+	"github.com/leasehold/leasehold/backend/memory"
+)
+
+// slow delays Lock like a scheduler whose timer fires late (GC, load).
+type slow struct {
+	gocron.Locker
+	d time.Duration
+}
+
+func (s slow) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	time.Sleep(s.d) // the late timer being simulated
+	return s.Locker.Lock(ctx, key)
+}
+
+// byName is the naive locker gocron users write: a lock on the job name,
+// released when the job returns. It is the control that shows the hole.
+type byName struct{ lk *leasehold.Locker }
+
+func (n byName) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	l, err := n.lk.TryAcquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return release{l}, nil
+}
+
+type release struct{ l *leasehold.Lock }
+
+func (r release) Unlock(ctx context.Context) error { return r.l.Release(ctx) }
+
+// runCluster runs 3 gocron schedulers, started 170 ms apart, each firing a
+// fast per-second cron job; the third scheduler's timer is 300 ms late. It
+// returns how many times each second's occurrence ran.
+func runCluster(t *testing.T, locker func(i int) gocron.Locker) map[int64]int {
+	t.Helper()
+	var mu sync.Mutex
+	ran := map[int64]int{}
+	var scheds []gocron.Scheduler
+	for i := range 3 {
+		l := locker(i)
+		if i == 2 {
+			l = slow{l, 300 * time.Millisecond}
+		}
+		s, err := gocron.NewScheduler(gocron.WithDistributedLocker(l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.NewJob(gocron.CronJob("* * * * * *", true), gocron.NewTask(func() {
+			mu.Lock()
+			ran[time.Now().Add(-400*time.Millisecond).Round(time.Second).Unix()]++
+			mu.Unlock()
+		}), gocron.WithName("report"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		scheds = append(scheds, s)
+		time.Sleep(170 * time.Millisecond) // skewed start times are the point of the test
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(ran)
+		mu.Unlock()
+		if n >= 5 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, s := range scheds {
+		_ = s.Shutdown()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return ran
+}
+
+func TestOccurrenceLockerRunsEachOnce(t *testing.T) {
+	b := memory.New()
+	ran := runCluster(t, func(i int) gocron.Locker {
+		l, err := gocronlock.NewLocker(b, "node"+string(rune('a'+i)), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	})
+	if len(ran) < 5 {
+		t.Fatalf("only %d occurrences ran", len(ran))
+	}
+	for sec, n := range ran {
+		if n != 1 {
+			t.Fatalf("occurrence %v ran %d times", time.Unix(sec, 0).UTC(), n)
+		}
+	}
+}
+
+func TestNameLockerRunsTwice(t *testing.T) {
+	b := memory.New()
+	ran := runCluster(t, func(i int) gocron.Locker {
+		lk, err := leasehold.NewLocker(b, leasehold.WithInstance("node"+string(rune('a'+i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return byName{lk}
+	})
+	dups := 0
+	for _, n := range ran {
+		if n > 1 {
+			dups++
+		}
+	}
+	if dups == 0 {
+		t.Fatalf("the name-keyed control showed no duplicate (%v): the test cannot see the hole it claims to close", ran)
+	}
+	t.Logf("name-keyed lock: %d of %d occurrences ran more than once", dups, len(ran))
+}
+
+func TestElector(t *testing.T) {
+	b := memory.New()
+	ctx := context.Background()
+	a, err := gocronlock.NewElector(ctx, b, "gocron", leasehold.WithInstance("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for a.IsLeader(ctx) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a never led")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c, _ := gocronlock.NewElector(ctx, b, "gocron", leasehold.WithInstance("c"))
+	if err := c.IsLeader(ctx); !errors.Is(err, gocronlock.ErrNotLeader) {
+		t.Fatalf("c.IsLeader = %v while a leads", err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for c.IsLeader(ctx) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("c never took over")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = c.Close(ctx)
+}
+
+func ExampleNewLocker() {
+	b := memory.New() // in production: a backend the instances share (sqlite, redis, ...)
+	l, _ := gocronlock.NewLocker(b, "web-1", time.Minute)
+	s, _ := gocron.NewScheduler(gocron.WithDistributedLocker(l))
+	j, err := s.NewJob(gocron.CronJob("0 2 * * *", false), gocron.NewTask(func() { /* the 2 a.m. report */ }), gocron.WithName("report"))
+	fmt.Println(j.Name(), err)
+	s.Start()
+	_ = s.Shutdown()
+	// Output: report <nil>
+}

@@ -1,0 +1,102 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+)
+
+// Claim is a won claim of one occurrence, held by heartbeats until Finish.
+// It is the building block for running occurrences from another scheduler
+// (see the gocron and robfig/cron adapters); Scheduler uses the same rules.
+type Claim struct {
+	b      backend.Ledger
+	run    Run
+	owner  backend.Owner
+	token  uint64
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	hb     chan struct{}
+	start  time.Time
+	once   sync.Once
+	err    error
+}
+
+// ClaimOptions tune ClaimOccurrence. Zero values take the defaults.
+type ClaimOptions struct {
+	Instance string        // default: "leasehold"
+	TTL      time.Duration // the runner's lease (default 30 s)
+	MaxEarly time.Duration // how early by the backend's clock (default 1 s)
+}
+
+// ClaimOccurrence claims the occurrence (job, at) in the ledger b. It
+// returns a *backend.ClaimedError (errors.Is backend.ErrClaimed) if another
+// claim came first — including one that already finished: an occurrence is
+// claimed once. The claim's Context is cancelled if its lease is lost.
+func ClaimOccurrence(ctx context.Context, b backend.Ledger, job string, at time.Time, o ClaimOptions) (*Claim, error) {
+	if o.Instance == "" {
+		o.Instance = "leasehold"
+	}
+	if o.TTL == 0 {
+		o.TTL = 30 * time.Second
+	}
+	if o.MaxEarly == 0 {
+		o.MaxEarly = time.Second
+	}
+	owner := backend.Owner{Instance: o.Instance, Nonce: backend.NewNonce()}
+	at = backend.Instant(at)
+	req := backend.ClaimRequest{Job: job, ScheduledAt: at, Owner: owner, TTL: o.TTL, MaxEarly: o.MaxEarly}
+	var (
+		g    backend.Grant
+		err  error
+		sent time.Time
+	)
+	for attempt := 0; attempt < 3; attempt++ { // retries reuse the nonce: an applied claim answers "yours"
+		sent = time.Now()
+		g, err = b.Claim(ctx, req)
+		if err == nil || errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrInvalid) ||
+			errors.Is(err, backend.ErrTooEarly) || errors.Is(err, backend.ErrOverlap) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	c := &Claim{
+		b: b, owner: owner, token: g.Token, hb: make(chan struct{}), start: time.Now(),
+		run: Run{Job: job, ScheduledAt: at, Attempt: 1, Token: leasehold.Token(g.Token), Instance: o.Instance},
+	}
+	c.ctx, c.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	go func() {
+		defer close(c.hb)
+		heartbeat(c.ctx, c.cancel, b, c.run, owner, g, sent)
+	}()
+	return c, nil
+}
+
+// Run describes the claimed occurrence, with its fencing token.
+func (c *Claim) Run() Run { return c.run }
+
+// Context is cancelled when the claim's lease is lost or the claim is
+// finished.
+func (c *Claim) Context() context.Context { return c.ctx }
+
+// Finish stops the heartbeats and records the outcome: succeeded if runErr
+// is nil, failed otherwise. ErrLeaseLost if the claim was lost meanwhile.
+// Finish is idempotent.
+func (c *Claim) Finish(ctx context.Context, runErr error) error {
+	c.once.Do(func() {
+		c.cancel(errors.New("finished"))
+		<-c.hb
+		out := backend.Outcome{State: backend.Succeeded, Duration: time.Since(c.start)}
+		if runErr != nil {
+			out.State, out.Error = backend.Failed, runErr.Error()
+		}
+		c.err = c.b.Finish(ctx, c.run.Job, c.run.ScheduledAt, c.owner, c.token, out)
+	})
+	return c.err
+}
