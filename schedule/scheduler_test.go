@@ -140,7 +140,7 @@ func TestEachOccurrenceOnceAcrossInstances(t *testing.T) {
 	var scheds []*schedule.Scheduler
 	for i := range 5 {
 		s := newScheduler(t, b, fmt.Sprintf("inst-%d", i))
-		err := s.Register(schedule.Job{Name: "tick", Schedule: "@every 10ms", LeaseTTL: 2 * time.Second,
+		err := s.Register(schedule.Job{Name: "tick", Schedule: "@every 10ms", LeaseTTL: 30 * time.Second,
 			Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }})
 		if err != nil {
 			t.Fatal(err)
