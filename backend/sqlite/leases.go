@@ -1,0 +1,293 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// leaseRow is one row of the leases table.
+type leaseRow struct {
+	owner   backend.Owner
+	token   uint64
+	expires int64 // CLOCK_BOOTTIME ns
+	bootID  string
+}
+
+// live reports whether the lease is unexpired at now during this boot.
+func (b *Backend) liveLease(r *leaseRow, now int64) bool {
+	return r.bootID == b.bootID && r.expires > now
+}
+
+func (r *leaseRow) view(key string, now int64) backend.Lease {
+	return backend.Lease{Key: key, Owner: r.owner, Token: r.token, Remaining: time.Duration(r.expires - now)}
+}
+
+// scanner is *sql.Row or *sql.Rows.
+type scanner interface{ Scan(...any) error }
+
+func scanLease(s scanner, key *string) (*leaseRow, error) {
+	var r leaseRow
+	var nonce []byte
+	var token int64
+	dst := []any{&r.owner.Instance, &nonce, &token, &r.expires, &r.bootID}
+	if key != nil {
+		dst = append([]any{key}, dst...)
+	}
+	if err := s.Scan(dst...); err != nil {
+		return nil, err
+	}
+	if err := setNonce(&r.owner.Nonce, nonce); err != nil {
+		return nil, err
+	}
+	r.token = uint64(token)
+	return &r, nil
+}
+
+func setNonce(n *backend.Nonce, b []byte) error {
+	if len(b) != len(n) {
+		return fmt.Errorf("stored nonce has %d bytes, want %d", len(b), len(n))
+	}
+	copy(n[:], b)
+	return nil
+}
+
+// leaseCols are the columns scanLease reads.
+const leaseCols = `instance, nonce, token, expires_ns, boot_id`
+
+// Acquire implements backend.Leases. In one immediate transaction it reads
+// the lease on key; if it is live it answers the same owner with the
+// existing grant and anyone else with a *backend.HeldError; otherwise it
+// increments the key's counter and writes the new lease.
+func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
+	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
+		return backend.Grant{}, err
+	}
+	what := fmt.Sprintf("acquire key %q", key)
+	var g backend.Grant
+	err := b.write(ctx, what, func(tx *sql.Tx) error {
+		now, err := b.now(what)
+		if err != nil {
+			return err
+		}
+		cur, err := scanLease(tx.StmtContext(ctx, b.stmts[stSelectLease]).QueryRowContext(ctx, key), nil)
+		switch {
+		case err == nil && b.liveLease(cur, now):
+			if cur.owner == owner { // a retry of a request that was applied
+				g = backend.Grant{Token: cur.token, TTL: ttl}
+				return nil
+			}
+			return &backend.HeldError{Holder: cur.view(key, now)}
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return dbErr(ctx, what, err)
+		}
+		var token int64
+		if err := tx.StmtContext(ctx, b.stmts[stBumpCounter]).QueryRowContext(ctx, key).Scan(&token); err != nil {
+			return dbErr(ctx, what, err)
+		}
+		if _, err := tx.StmtContext(ctx, b.stmts[stUpsertLease]).ExecContext(ctx, key, owner.Instance, owner.Nonce[:], token, now+int64(ttl), b.bootID); err != nil {
+			return dbErr(ctx, what, err)
+		}
+		g = backend.Grant{Token: uint64(token), TTL: ttl}
+		return nil
+	})
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	return g, nil
+}
+
+// Statements of the lease hot path, prepared once at Open.
+const (
+	stSelectLease = iota
+	stBumpCounter
+	stUpsertLease
+	stRenewLease
+	stReleaseLease
+	numStmts
+)
+
+// leaseGuard is the WHERE clause shared by Renew and Release: the lease is
+// held by owner+token and live during this boot. Arguments: key, instance,
+// nonce, token, boot id, now.
+const leaseGuard = `key = ? AND instance = ? AND nonce = ? AND token = ? AND boot_id = ? AND expires_ns > ?`
+
+var stmtSQL = [numStmts]string{
+	stSelectLease: `SELECT ` + leaseCols + ` FROM leases WHERE key = ?`,
+	// The key's counter: never deleted, so tokens only grow.
+	stBumpCounter: `INSERT INTO counters (key, token) VALUES (?, 1)
+		ON CONFLICT (key) DO UPDATE SET token = token + 1 RETURNING token`,
+	stUpsertLease: `INSERT INTO leases (key, instance, nonce, token, expires_ns, boot_id) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET instance = excluded.instance, nonce = excluded.nonce,
+			token = excluded.token, expires_ns = excluded.expires_ns, boot_id = excluded.boot_id`,
+	stRenewLease:   `UPDATE leases SET expires_ns = ? WHERE ` + leaseGuard,
+	stReleaseLease: `DELETE FROM leases WHERE ` + leaseGuard,
+}
+
+// prepare prepares the hot-path statements (after the schema exists).
+func (b *Backend) prepare(ctx context.Context) error {
+	for i, q := range stmtSQL {
+		st, err := b.db.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("leasehold/sqlite: prepare statement %d: %w", i, err)
+		}
+		b.stmts[i] = st
+	}
+	return nil
+}
+
+// Renew implements backend.Leases.
+func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
+	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := backend.CheckToken(token); err != nil {
+		return backend.Grant{}, err
+	}
+	what := fmt.Sprintf("renew key %q", key)
+	err := b.write(ctx, what, func(tx *sql.Tx) error {
+		now, err := b.now(what)
+		if err != nil {
+			return err
+		}
+		res, err := tx.StmtContext(ctx, b.stmts[stRenewLease]).ExecContext(ctx, now+int64(ttl), key, owner.Instance, owner.Nonce[:], int64(token), b.bootID, now)
+		return b.guarded(ctx, what, res, err, func() error {
+			return fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
+		})
+	})
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	return backend.Grant{Token: token, TTL: ttl}, nil
+}
+
+// Release implements backend.Leases. The key's counter is kept.
+func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
+	if err := backend.CheckKey("key", key); err != nil {
+		return err
+	}
+	if err := backend.CheckOwner(owner); err != nil {
+		return err
+	}
+	if err := backend.CheckToken(token); err != nil {
+		return err
+	}
+	what := fmt.Sprintf("release key %q", key)
+	return b.write(ctx, what, func(tx *sql.Tx) error {
+		now, err := b.now(what)
+		if err != nil {
+			return err
+		}
+		res, err := tx.StmtContext(ctx, b.stmts[stReleaseLease]).ExecContext(ctx, key, owner.Instance, owner.Nonce[:], int64(token), b.bootID, now)
+		return b.guarded(ctx, what, res, err, func() error {
+			return fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
+		})
+	})
+}
+
+// guarded turns the result of a guarded UPDATE or DELETE into nil (one row
+// changed), lost() (no row matched) or a wrapped database error.
+func (b *Backend) guarded(ctx context.Context, what string, res sql.Result, err error, lost func() error) error {
+	if err != nil {
+		return dbErr(ctx, what, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return dbErr(ctx, what, err)
+	}
+	if n == 0 {
+		return lost()
+	}
+	return nil
+}
+
+// Get implements backend.Leases.
+func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
+	if err := backend.CheckKey("key", key); err != nil {
+		return backend.Lease{}, err
+	}
+	if err := b.enter(); err != nil {
+		return backend.Lease{}, err
+	}
+	defer b.mu.RUnlock()
+	what := fmt.Sprintf("get key %q", key)
+	now, err := b.now(what)
+	if err != nil {
+		return backend.Lease{}, err
+	}
+	r, err := scanLease(b.db.QueryRowContext(ctx, `SELECT `+leaseCols+` FROM leases
+		WHERE key = ? AND boot_id = ? AND expires_ns > ?`, key, b.bootID, now), nil)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
+	case err != nil:
+		return backend.Lease{}, dbErr(ctx, what, err)
+	}
+	return r.view(key, now), nil
+}
+
+// List implements backend.Leases: the unexpired leases whose keys start with
+// prefix (byte-wise, like strings.HasPrefix), in key order.
+func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.mu.RUnlock()
+	if strings.IndexByte(prefix, 0) >= 0 {
+		return nil, nil // no valid key contains NUL
+	}
+	what := fmt.Sprintf("list prefix %q", prefix)
+	now, err := b.now(what)
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	// Keys compare with memcmp (BINARY collation), so the keys starting with
+	// prefix are exactly those in [prefix, prefixEnd(prefix)).
+	q := `SELECT key, ` + leaseCols + ` FROM leases WHERE key >= ? AND boot_id = ? AND expires_ns > ?`
+	args := []any{prefix, b.bootID, now}
+	if end, ok := prefixEnd(prefix); ok {
+		q += ` AND key < ?`
+		args = append(args, end)
+	}
+	q += ` ORDER BY key LIMIT ?`
+	args = append(args, limit)
+	rows, err := b.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, dbErr(ctx, what, err)
+	}
+	defer rows.Close()
+	var out []backend.Lease
+	for rows.Next() {
+		var key string
+		r, err := scanLease(rows, &key)
+		if err != nil {
+			return nil, dbErr(ctx, what, err)
+		}
+		out = append(out, r.view(key, now))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr(ctx, what, err)
+	}
+	return out, nil
+}
+
+// prefixEnd returns the least string greater than every string that starts
+// with p, or false if there is none (p is empty or all 0xff bytes).
+func prefixEnd(p string) (string, bool) {
+	b := []byte(p)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1]), true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,425 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// runRow is one row of the runs table.
+type runRow struct {
+	rec     backend.Run
+	expires int64 // runner's lease, CLOCK_BOOTTIME ns
+	bootID  string
+}
+
+// runCols are the columns scanRun reads, in order.
+const runCols = `job, scheduled_ms, spec_version, instance, nonce, token, attempt, state,
+	claimed_at_ms, finished_at_ms, duration_ns, result, error, expires_ns, boot_id`
+
+func scanRun(s scanner) (*runRow, error) {
+	var r runRow
+	var at, claimed, token, dur int64
+	var finished sql.NullInt64
+	var nonce []byte
+	var state string
+	if err := s.Scan(&r.rec.Job, &at, &r.rec.SpecVersion, &r.rec.Owner.Instance, &nonce, &token,
+		&r.rec.Attempt, &state, &claimed, &finished, &dur, &r.rec.Result, &r.rec.Error, &r.expires, &r.bootID); err != nil {
+		return nil, err
+	}
+	if err := setNonce(&r.rec.Owner.Nonce, nonce); err != nil {
+		return nil, err
+	}
+	r.rec.ScheduledAt = fromMs(at)
+	r.rec.Token = uint64(token)
+	r.rec.State = backend.RunState(state)
+	r.rec.ClaimedAt = fromMs(claimed)
+	if finished.Valid {
+		r.rec.FinishedAt = fromMs(finished.Int64)
+	}
+	r.rec.Duration = time.Duration(dur)
+	return &r, nil
+}
+
+// liveRun reports whether the runner's lease is unexpired at now during this
+// boot.
+func (b *Backend) liveRun(r *runRow, now int64) bool {
+	return r.bootID == b.bootID && r.expires > now
+}
+
+// view returns the record as callers see it, with Expired computed.
+func (b *Backend) view(r *runRow, now int64) backend.Run {
+	rec := r.rec
+	rec.Expired = rec.State == backend.Running && !b.liveRun(r, now)
+	return rec
+}
+
+// queryer is *sql.DB or *sql.Tx.
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func getRun(ctx context.Context, q queryer, job string, atMs int64) (*runRow, error) {
+	return scanRun(q.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE job = ? AND scheduled_ms = ?`, job, atMs))
+}
+
+func occurrence(job string, at time.Time) string {
+	return fmt.Sprintf("job %q at %s", job, at.Format(time.RFC3339Nano))
+}
+
+// Claim implements backend.Ledger.
+func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	if err := backend.CheckClaim(req, MinTTL); err != nil {
+		return backend.Grant{}, err
+	}
+	at := backend.Instant(req.ScheduledAt)
+	what := "claim " + occurrence(req.Job, at)
+	var g backend.Grant
+	err := b.write(ctx, what, func(tx *sql.Tx) error {
+		now, err := b.now(what)
+		if err != nil {
+			return err
+		}
+		wall := b.wall()
+		r, err := getRun(ctx, tx, req.Job, at.UnixMilli())
+		switch {
+		case err == nil:
+			if r.rec.Owner == req.Owner && r.rec.State == backend.Running {
+				g = backend.Grant{Token: r.rec.Token, TTL: req.TTL} // a retry
+				return nil
+			}
+			return &backend.ClaimedError{Run: b.view(r, now)}
+		case !errors.Is(err, sql.ErrNoRows):
+			return dbErr(ctx, what, err)
+		}
+		if at.After(wall.Add(req.MaxEarly)) {
+			return fmt.Errorf("%w: %s, backend clock %s, max early %v",
+				backend.ErrTooEarly, occurrence(req.Job, at), wall.UTC().Format(time.RFC3339Nano), req.MaxEarly)
+		}
+		if req.MaxRunning > 0 {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM runs
+				WHERE job = ? AND state = 'running' AND boot_id = ? AND expires_ns > ?`,
+				req.Job, b.bootID, now).Scan(&n); err != nil {
+				return dbErr(ctx, what, err)
+			}
+			if n >= req.MaxRunning {
+				return fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, n, req.MaxRunning)
+			}
+		}
+		// The per-job counter and the high-water mark, in one statement.
+		// (SET expressions see the row's values before the update.)
+		var token int64
+		if err := tx.QueryRowContext(ctx, `INSERT INTO jobs (job, counter, high_ms, high_version) VALUES (?, 1, ?, ?)
+			ON CONFLICT (job) DO UPDATE SET counter = counter + 1,
+				high_version = CASE WHEN high_ms IS NULL OR excluded.high_ms > high_ms THEN excluded.high_version ELSE high_version END,
+				high_ms = CASE WHEN high_ms IS NULL OR excluded.high_ms > high_ms THEN excluded.high_ms ELSE high_ms END
+			RETURNING counter`, req.Job, at.UnixMilli(), req.SpecVersion).Scan(&token); err != nil {
+			return dbErr(ctx, what, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO runs (job, scheduled_ms, spec_version, instance, nonce, token,
+			attempt, state, claimed_at_ms, expires_ns, boot_id) VALUES (?, ?, ?, ?, ?, ?, 1, 'running', ?, ?, ?)`,
+			req.Job, at.UnixMilli(), req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:], token,
+			wall.UnixMilli(), now+int64(req.TTL), b.bootID); err != nil {
+			return dbErr(ctx, what, err)
+		}
+		g = backend.Grant{Token: uint64(token), TTL: req.TTL}
+		return nil
+	})
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	return g, nil
+}
+
+// runGuard is the WHERE clause of Heartbeat and Finish: the occurrence is
+// running, held by owner+token, and its lease is live during this boot.
+// Arguments: job, scheduled ms, instance, nonce, token, boot id, now.
+const runGuard = `job = ? AND scheduled_ms = ? AND state = 'running' AND instance = ? AND nonce = ?
+	AND token = ? AND boot_id = ? AND expires_ns > ?`
+
+func checkHeld(job string, at time.Time, owner backend.Owner, token uint64) error {
+	if err := backend.CheckKey("job", job); err != nil {
+		return err
+	}
+	if err := backend.CheckInstant(at); err != nil {
+		return err
+	}
+	if err := backend.CheckOwner(owner); err != nil {
+		return err
+	}
+	return backend.CheckToken(token)
+}
+
+func lostRun(job string, at time.Time, token uint64) func() error {
+	return func() error {
+		return fmt.Errorf("%w: %s, token %d", backend.ErrLeaseLost, occurrence(job, at), token)
+	}
+}
+
+// Heartbeat implements backend.Ledger.
+func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
+	if err := checkHeld(job, at, owner, token); err != nil {
+		return err
+	}
+	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
+		return err
+	}
+	at = backend.Instant(at)
+	what := "heartbeat " + occurrence(job, at)
+	return b.write(ctx, what, func(tx *sql.Tx) error {
+		now, err := b.now(what)
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE runs SET expires_ns = ? WHERE `+runGuard,
+			now+int64(ttl), job, at.UnixMilli(), owner.Instance, owner.Nonce[:], int64(token), b.bootID, now)
+		return b.guarded(ctx, what, res, err, lostRun(job, at, token))
+	})
+}
+
+// Finish implements backend.Ledger.
+func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
+	if err := checkHeld(job, at, owner, token); err != nil {
+		return err
+	}
+	out, err := backend.CheckOutcome(out)
+	if err != nil {
+		return err
+	}
+	at = backend.Instant(at)
+	what := "finish " + occurrence(job, at)
+	return b.write(ctx, what, func(tx *sql.Tx) error {
+		now, err := b.now(what)
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE runs SET state = ?, finished_at_ms = ?, duration_ns = ?, result = ?, error = ?
+			WHERE `+runGuard,
+			string(out.State), b.wall().UnixMilli(), int64(out.Duration), out.Result, out.Error,
+			job, at.UnixMilli(), owner.Instance, owner.Nonce[:], int64(token), b.bootID, now)
+		return b.guarded(ctx, what, res, err, lostRun(job, at, token))
+	})
+}
+
+// Reclaim implements backend.Ledger.
+func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
+	if err := backend.CheckClaim(req, MinTTL); err != nil {
+		return backend.Grant{}, backend.Run{}, err
+	}
+	at := backend.Instant(req.ScheduledAt)
+	what := "reclaim " + occurrence(req.Job, at)
+	var g backend.Grant
+	var run backend.Run
+	err := b.write(ctx, what, func(tx *sql.Tx) error {
+		now, err := b.now(what)
+		if err != nil {
+			return err
+		}
+		r, err := getRun(ctx, tx, req.Job, at.UnixMilli())
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("%w: %s was never claimed", backend.ErrNotFound, occurrence(req.Job, at))
+		case err != nil:
+			return dbErr(ctx, what, err)
+		case r.rec.State == backend.Running && r.rec.Owner == req.Owner: // a retry
+			g, run = backend.Grant{Token: r.rec.Token, TTL: req.TTL}, b.view(r, now)
+			return nil
+		case r.rec.State.Finished():
+			return &backend.ClaimedError{Run: b.view(r, now)}
+		case b.liveRun(r, now):
+			return fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(req.Job, at), r.rec.Owner.Instance)
+		}
+		var token int64
+		if err := tx.QueryRowContext(ctx, `INSERT INTO jobs (job, counter) VALUES (?, 1)
+			ON CONFLICT (job) DO UPDATE SET counter = counter + 1 RETURNING counter`, req.Job).Scan(&token); err != nil {
+			return dbErr(ctx, what, err)
+		}
+		wall := b.wall()
+		r.rec.Owner, r.rec.Token, r.rec.Attempt = req.Owner, uint64(token), r.rec.Attempt+1
+		r.rec.SpecVersion, r.rec.ClaimedAt = req.SpecVersion, fromMs(wall.UnixMilli())
+		r.expires, r.bootID = now+int64(req.TTL), b.bootID
+		if _, err := tx.ExecContext(ctx, `UPDATE runs SET instance = ?, nonce = ?, token = ?, attempt = ?,
+			spec_version = ?, claimed_at_ms = ?, expires_ns = ?, boot_id = ? WHERE job = ? AND scheduled_ms = ?`,
+			req.Owner.Instance, req.Owner.Nonce[:], token, r.rec.Attempt, req.SpecVersion, wall.UnixMilli(),
+			r.expires, r.bootID, req.Job, at.UnixMilli()); err != nil {
+			return dbErr(ctx, what, err)
+		}
+		g, run = backend.Grant{Token: uint64(token), TTL: req.TTL}, b.view(r, now)
+		return nil
+	})
+	if err != nil {
+		return backend.Grant{}, backend.Run{}, err
+	}
+	return g, run, nil
+}
+
+// Abandon implements backend.Ledger.
+func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return backend.Run{}, err
+	}
+	if err := backend.CheckInstant(at); err != nil {
+		return backend.Run{}, err
+	}
+	at = backend.Instant(at)
+	what := "abandon " + occurrence(job, at)
+	var run backend.Run
+	err := b.write(ctx, what, func(tx *sql.Tx) error {
+		now, err := b.now(what)
+		if err != nil {
+			return err
+		}
+		r, err := getRun(ctx, tx, job, at.UnixMilli())
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("%w: %s was never claimed", backend.ErrNotFound, occurrence(job, at))
+		case err != nil:
+			return dbErr(ctx, what, err)
+		case r.rec.State.Finished():
+			return &backend.ClaimedError{Run: b.view(r, now)}
+		case b.liveRun(r, now):
+			return fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(job, at), r.rec.Owner.Instance)
+		}
+		finished := b.wall().UnixMilli()
+		if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = 'abandoned', finished_at_ms = ? WHERE job = ? AND scheduled_ms = ?`,
+			finished, job, at.UnixMilli()); err != nil {
+			return dbErr(ctx, what, err)
+		}
+		r.rec.State, r.rec.FinishedAt = backend.Abandoned, fromMs(finished)
+		run = b.view(r, now)
+		return nil
+	})
+	if err != nil {
+		return backend.Run{}, err
+	}
+	return run, nil
+}
+
+// GetRun implements backend.Ledger.
+func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return backend.Run{}, err
+	}
+	if err := b.enter(); err != nil {
+		return backend.Run{}, err
+	}
+	defer b.mu.RUnlock()
+	at = backend.Instant(at)
+	what := "get run " + occurrence(job, at)
+	now, err := b.now(what)
+	if err != nil {
+		return backend.Run{}, err
+	}
+	r, err := getRun(ctx, b.db, job, at.UnixMilli())
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return backend.Run{}, fmt.Errorf("%w: %s", backend.ErrNotFound, occurrence(job, at))
+	case err != nil:
+		return backend.Run{}, dbErr(ctx, what, err)
+	}
+	return b.view(r, now), nil
+}
+
+// HighWater implements backend.Ledger.
+func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return time.Time{}, "", err
+	}
+	if err := b.enter(); err != nil {
+		return time.Time{}, "", err
+	}
+	defer b.mu.RUnlock()
+	var high sql.NullInt64
+	var version string
+	err := b.db.QueryRowContext(ctx, `SELECT high_ms, high_version FROM jobs WHERE job = ?`, job).Scan(&high, &version)
+	switch {
+	case errors.Is(err, sql.ErrNoRows) || (err == nil && !high.Valid):
+		return time.Time{}, "", nil
+	case err != nil:
+		return time.Time{}, "", dbErr(ctx, fmt.Sprintf("high-water mark of job %q", job), err)
+	}
+	return fromMs(high.Int64), version, nil
+}
+
+// ListRuns implements backend.Ledger: newest ScheduledAt first, then by job.
+func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.mu.RUnlock()
+	now, err := b.now("list runs")
+	if err != nil {
+		return nil, err
+	}
+	var where []string
+	var args []any
+	if f.Job != "" {
+		where, args = append(where, "job = ?"), append(args, f.Job)
+	}
+	if f.State != "" {
+		where, args = append(where, "state = ?"), append(args, string(f.State))
+	}
+	if !f.Since.IsZero() { // ScheduledAt >= Since
+		where, args = append(where, "scheduled_ms >= ?"), append(args, ceilMs(f.Since))
+	}
+	if !f.Before.IsZero() { // ScheduledAt < Before
+		where, args = append(where, "scheduled_ms < ?"), append(args, ceilMs(f.Before))
+	}
+	q := `SELECT ` + runCols + ` FROM runs`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	q += ` ORDER BY scheduled_ms DESC, job LIMIT ?`
+	args = append(args, limit)
+	rows, err := b.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, dbErr(ctx, "list runs", err)
+	}
+	defer rows.Close()
+	var out []backend.Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, dbErr(ctx, "list runs", err)
+		}
+		out = append(out, b.view(r, now))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr(ctx, "list runs", err)
+	}
+	return out, nil
+}
+
+// Prune implements backend.Ledger: it deletes at most batch finished runs
+// whose FinishedAt is before olderThan. Running occurrences, counters and
+// high-water marks are never touched.
+func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
+	if err := backend.CheckPrune(olderThan, batch); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := b.write(ctx, "prune runs", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE rowid IN (
+			SELECT rowid FROM runs WHERE state IN ('succeeded', 'failed', 'abandoned') AND finished_at_ms < ? LIMIT ?)`,
+			ceilMs(olderThan), batch)
+		if err != nil {
+			return dbErr(ctx, "prune runs", err)
+		}
+		n, err = res.RowsAffected()
+		if err != nil {
+			return dbErr(ctx, "prune runs", err)
+		}
+		return nil
+	})
+	return int(n), err
+}

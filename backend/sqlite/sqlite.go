@@ -1,0 +1,412 @@
+// Package sqlite is the embedded leasehold backend: leases and the run ledger
+// in one SQLite database file that many processes on one host share, with no
+// server to run. It uses modernc.org/sqlite (pure Go, no cgo).
+//
+// What it guarantees, and why:
+//
+//   - Grant exclusion. Every write is an IMMEDIATE transaction, so writers
+//     from every process are serialised by SQLite's file locks; a grant reads
+//     the current lease and writes the new one under that one lock. The
+//     database is in WAL mode, and Open checks that it really is.
+//   - One clock for every process. Expiry is judged on the host's
+//     CLOCK_BOOTTIME, which all processes on the host share, which never
+//     jumps when NTP or an operator steps the wall clock, and which keeps
+//     counting through suspend. Each lease also records the kernel's boot id
+//     (/proc/sys/kernel/random/boot_id): a lease written during another boot
+//     is expired, so a reboot expires every lease.
+//   - Fencing. Tokens come from a per-key counter table that release never
+//     touches, and claim tokens from a per-job counter; both survive releases,
+//     pruning and restarts of every process, because they are in the file.
+//   - Durability. With synchronous=FULL (the default, see
+//     WithSynchronousFull) every commit is on stable storage before the call
+//     returns, so a token is never handed out twice even across a power loss.
+//     Capabilities().DurableFencing is computed from the synchronous setting
+//     read back from the database, never assumed.
+//   - Local files only. SQLite's WAL relies on shared memory and POSIX locks
+//     that network filesystems do not provide faithfully; Open refuses a
+//     database whose directory is on NFS, SMB/CIFS, Ceph, 9p, AFS, Lustre,
+//     GFS2 or OCFS2, and refuses ":memory:" (use backend/memory instead).
+//
+// Nothing here can make a paused process stop acting on a lease that has
+// expired: holders must check their deadline and resources should check the
+// fencing token. There is no push of release events between processes;
+// waiters poll with Acquire.
+//
+// A program that uses this backend must not open the database file itself
+// (os.Open and Close on it would drop SQLite's POSIX locks held by the
+// process). The backend runs on Linux only; Open fails elsewhere.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// MinTTL is the shortest lease the SQLite backend grants.
+const MinTTL = time.Millisecond
+
+// schemaVersion is the version of the schema this code creates and reads.
+const schemaVersion = 1
+
+// Errors returned by Open, in addition to backend.ErrInvalid.
+var (
+	// ErrNetworkFS: the database's directory is on a network filesystem,
+	// where SQLite's WAL locking is unsafe.
+	ErrNetworkFS = errors.New("leasehold/sqlite: database on a network filesystem")
+	// ErrSchemaTooNew: the database was written by a newer leasehold whose
+	// schema this code does not know.
+	ErrSchemaTooNew = errors.New("leasehold/sqlite: database schema is newer than this code")
+)
+
+// Option configures Open.
+type Option func(*config) error
+
+type config struct {
+	busyTimeout time.Duration
+	syncFull    bool
+	bootID      string                // test hook: overrides the kernel's boot id
+	mono        func() (int64, error) // test hook: CLOCK_BOOTTIME in ns
+	wall        func() time.Time      // test hook: wall clock
+}
+
+// WithBusyTimeout sets how long a call waits for another process's write
+// transaction before failing with SQLITE_BUSY (default 10s). It must be
+// between 1ms and 10 minutes; it is rounded up to whole milliseconds.
+func WithBusyTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond || d > 10*time.Minute {
+			return fmt.Errorf("%w: sqlite busy timeout %v is not in 1ms..10m", backend.ErrInvalid, d)
+		}
+		c.busyTimeout = d
+		return nil
+	}
+}
+
+// WithSynchronousFull selects PRAGMA synchronous=FULL (true, the default:
+// every commit is synced, tokens are durable) or NORMAL (false: faster, but
+// the last commits can be lost on power failure, so DurableFencing is false).
+// The setting belongs to each process's connection: every process sharing
+// the file must keep the default for grants to be durable whoever commits
+// them.
+func WithSynchronousFull(full bool) Option {
+	return func(c *config) error {
+		c.syncFull = full
+		return nil
+	}
+}
+
+// withBootID overrides the boot id read from the kernel (tests only).
+func withBootID(id string) Option {
+	return func(c *config) error {
+		if id == "" {
+			return fmt.Errorf("%w: boot id is empty", backend.ErrInvalid)
+		}
+		c.bootID = id
+		return nil
+	}
+}
+
+// withClocks overrides the monotonic and wall clocks (tests only).
+func withClocks(mono func() (int64, error), wall func() time.Time) Option {
+	return func(c *config) error {
+		c.mono, c.wall = mono, wall
+		return nil
+	}
+}
+
+// Backend is the SQLite backend. Create it with Open; it is safe for
+// concurrent use by many goroutines, and any number of processes on the host
+// may open the same file.
+type Backend struct {
+	mu      sync.RWMutex // write-locked only by Close
+	closed  bool
+	db      *sql.DB
+	path    string
+	bootID  string
+	mono    func() (int64, error)
+	wall    func() time.Time
+	durable bool
+	stmts   [numStmts]*sql.Stmt
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Open opens (creating if needed) the database file at path and returns a
+// backend using it. The file's directory must exist and be on a local
+// filesystem.
+func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
+	cfg := config{busyTimeout: 10 * time.Second, syncFull: true, mono: bootTime, wall: time.Now}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil sqlite option", backend.ErrInvalid)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case path == "":
+		return nil, fmt.Errorf("%w: sqlite database path is empty", backend.ErrInvalid)
+	case path == ":memory:":
+		return nil, fmt.Errorf("%w: sqlite database path %q is in memory; this backend is for files shared by processes (use backend/memory)", backend.ErrInvalid, path)
+	case strings.HasPrefix(path, "file:"):
+		return nil, fmt.Errorf("%w: sqlite database path %q is a URI; give a filesystem path", backend.ErrInvalid, path)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("leasehold/sqlite: database path %q: %w", path, err)
+	}
+	if err := checkLocalFS(abs); err != nil {
+		return nil, err
+	}
+	if cfg.bootID == "" {
+		if cfg.bootID, err = readBootID(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := cfg.mono(); err != nil {
+		return nil, err
+	}
+
+	syncMode := "NORMAL"
+	if cfg.syncFull {
+		syncMode = "FULL"
+	}
+	ms := (cfg.busyTimeout + time.Millisecond - 1) / time.Millisecond
+	u := url.URL{Scheme: "file", Path: abs}
+	dsn := u.String() + fmt.Sprintf("?_txlock=immediate&_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(%s)", ms, syncMode)
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("leasehold/sqlite: open %s: %w", abs, err)
+	}
+	// One connection per process: in-process writers queue in database/sql
+	// rather than on SQLite's busy handler; other processes are handled by
+	// busy_timeout.
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	b := &Backend{db: db, path: abs, bootID: cfg.bootID, mono: cfg.mono, wall: cfg.wall}
+	if err := b.init(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// init checks the live journal mode and synchronous setting and creates or
+// checks the schema.
+func (b *Backend) init(ctx context.Context) error {
+	var mode string
+	if err := b.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("leasehold/sqlite: open %s: %w", b.path, err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("leasehold/sqlite: open %s: journal_mode is %q, not wal", b.path, mode)
+	}
+	var syncLevel int
+	if err := b.db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&syncLevel); err != nil {
+		return fmt.Errorf("leasehold/sqlite: open %s: %w", b.path, err)
+	}
+	b.durable = syncLevel >= 2 // FULL (2) or EXTRA (3)
+	if err := b.migrate(ctx); err != nil {
+		return err
+	}
+	return b.prepare(ctx)
+}
+
+// schema is version 1 of the database layout.
+var schema = []string{
+	// Lease rows are deleted on release; counters never are.
+	`CREATE TABLE IF NOT EXISTS leases (
+		key        TEXT PRIMARY KEY,
+		instance   TEXT NOT NULL,
+		nonce      BLOB NOT NULL,
+		token      INTEGER NOT NULL,
+		expires_ns INTEGER NOT NULL,
+		boot_id    TEXT NOT NULL
+	) WITHOUT ROWID`,
+	`CREATE TABLE IF NOT EXISTS counters (
+		key   TEXT PRIMARY KEY,
+		token INTEGER NOT NULL
+	) WITHOUT ROWID`,
+	// Per-job claim counter and high-water mark, kept apart from history.
+	`CREATE TABLE IF NOT EXISTS jobs (
+		job          TEXT PRIMARY KEY,
+		counter      INTEGER NOT NULL,
+		high_ms      INTEGER,
+		high_version TEXT NOT NULL DEFAULT ''
+	) WITHOUT ROWID`,
+	`CREATE TABLE IF NOT EXISTS runs (
+		job            TEXT NOT NULL,
+		scheduled_ms   INTEGER NOT NULL,
+		spec_version   TEXT NOT NULL,
+		instance       TEXT NOT NULL,
+		nonce          BLOB NOT NULL,
+		token          INTEGER NOT NULL,
+		attempt        INTEGER NOT NULL,
+		state          TEXT NOT NULL,
+		claimed_at_ms  INTEGER NOT NULL,
+		finished_at_ms INTEGER,
+		duration_ns    INTEGER NOT NULL DEFAULT 0,
+		result         TEXT NOT NULL DEFAULT '',
+		error          TEXT NOT NULL DEFAULT '',
+		expires_ns     INTEGER NOT NULL,
+		boot_id        TEXT NOT NULL,
+		PRIMARY KEY (job, scheduled_ms)
+	)`,
+	`CREATE INDEX IF NOT EXISTS runs_by_time ON runs (scheduled_ms DESC, job)`,
+	`CREATE INDEX IF NOT EXISTS runs_by_finish ON runs (state, finished_at_ms)`,
+	`CREATE INDEX IF NOT EXISTS runs_running ON runs (job) WHERE state = 'running'`,
+}
+
+// migrate creates the schema in an immediate transaction, or checks the
+// version of an existing one.
+func (b *Backend) migrate(ctx context.Context) error {
+	fail := func(err error) error { return fmt.Errorf("leasehold/sqlite: schema of %s: %w", b.path, err) }
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID`); err != nil {
+		return fail(err)
+	}
+	var v int
+	err = tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE name = 'schema_version'`).Scan(&v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		v = 0
+	case err != nil:
+		return fail(err)
+	}
+	if v > schemaVersion {
+		return fmt.Errorf("%w: %s has schema version %d, this code knows up to %d; upgrade leasehold", ErrSchemaTooNew, b.path, v, schemaVersion)
+	}
+	if v == schemaVersion {
+		return nil
+	}
+	for _, s := range schema {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return fail(err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO meta (name, value) VALUES ('schema_version', ?)
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value`, schemaVersion); err != nil {
+		return fail(err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// Capabilities reports the backend's guarantees. DurableFencing reflects the
+// synchronous setting read back from the database at Open.
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{
+		Name:           "sqlite",
+		ServerClock:    true, // CLOCK_BOOTTIME, shared by every process on the host
+		SafeFencing:    true,
+		DurableFencing: b.durable,
+		PushEvents:     false,
+		MultiProcess:   true,
+		MinTTL:         MinTTL,
+	}
+}
+
+// Path returns the absolute path of the database file.
+func (b *Backend) Path() string { return b.path }
+
+// Close closes the database. Leases stay in the file until they expire or
+// are released through another Backend; later calls fail with ErrClosed.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	for _, st := range b.stmts {
+		if st != nil {
+			st.Close()
+		}
+	}
+	return b.db.Close()
+}
+
+// enter takes the read side of the close lock; callers defer b.mu.RUnlock().
+func (b *Backend) enter() error {
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		return backend.ErrClosed
+	}
+	return nil
+}
+
+// write runs fn in one immediate transaction, committing if fn returns nil.
+// Errors from fn are returned as they are; errors from the database are
+// wrapped with what (which names the key or job).
+func (b *Backend) write(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.mu.RUnlock()
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return dbErr(ctx, what, err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return dbErr(ctx, what, err)
+	}
+	return nil
+}
+
+// dbErr wraps a database error, adding the context's error when the
+// context ended (so errors.Is(err, context.Canceled) works).
+func dbErr(ctx context.Context, what string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("leasehold/sqlite: %s: %w (%w)", what, err, cerr)
+	}
+	return fmt.Errorf("leasehold/sqlite: %s: %w", what, err)
+}
+
+// now reads the monotonic clock, wrapping a failure.
+func (b *Backend) now(what string) (int64, error) {
+	n, err := b.mono()
+	if err != nil {
+		return 0, fmt.Errorf("leasehold/sqlite: %s: %w", what, err)
+	}
+	return n, nil
+}
+
+// ceilMs returns the smallest whole millisecond m with m ms ≥ t, so that
+// "ms-precision value < t" is "value < ceilMs(t)".
+func ceilMs(t time.Time) int64 {
+	ms := t.UnixMilli() // floor: Nanosecond() is never negative
+	if t.Nanosecond()%int(time.Millisecond) != 0 {
+		ms++
+	}
+	return ms
+}
+
+// fromMs converts stored milliseconds to a UTC time.
+func fromMs(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
