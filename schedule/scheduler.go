@@ -308,3 +308,43 @@ func (s *Scheduler) sleepUntil(ctx context.Context, t time.Time) bool {
 		}
 	}
 }
+
+// Trigger runs job now, once across the cluster per idempotency key: the
+// trigger is claimed in the ledger like an occurrence (under the reserved
+// name "<job>!trigger!<key>"), so a retried or repeated Trigger with the
+// same key does nothing. It returns backend.ErrClaimed (wrapped) if the key
+// was used before. The run happens in the background; Shutdown waits for it.
+func (s *Scheduler) Trigger(ctx context.Context, job, key string) error {
+	if err := leasehold.ValidatePath("trigger key", key); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	e := s.jobs[job]
+	started := s.started
+	s.mu.Unlock()
+	if e == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownJob, job)
+	}
+	if !started {
+		return fmt.Errorf("%w: scheduler not started", leasehold.ErrInvalid)
+	}
+	now := backend.Instant(s.cfg.clock.Now())
+	c, err := ClaimOccurrence(ctx, s.b, job+"!trigger!"+key, epochStart,
+		ClaimOptions{Instance: s.cfg.instance, TTL: e.job.LeaseTTL, MaxEarly: s.cfg.tolerance})
+	if err != nil {
+		return fmt.Errorf("trigger %q of job %q: %w", key, job, err)
+	}
+	r := c.Run()
+	r.Job, r.ScheduledAt = job, now
+	s.runs.Add(1)
+	go func() {
+		defer s.runs.Done()
+		rctx, cancel := s.runContext(e)
+		defer cancel(nil)
+		stop := context.AfterFunc(c.Context(), func() { cancel(context.Cause(c.Context())) })
+		err := safeCall(rctx, e.job.Func, r)
+		stop()
+		_ = c.Finish(context.WithoutCancel(ctx), err)
+	}()
+	return nil
+}

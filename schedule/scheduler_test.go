@@ -399,3 +399,80 @@ func TestModes(t *testing.T) {
 		t.Fatalf("leader-mode runs on %v, want one leader", leaders)
 	}
 }
+
+func TestTriggerIsIdempotentPerKey(t *testing.T) {
+	b := memory.New()
+	fx := newEffects()
+	var scheds []*schedule.Scheduler
+	for i := range 2 {
+		s := newScheduler(t, b, fmt.Sprint("n", i))
+		_ = s.Register(schedule.Job{Name: "report", Schedule: "@yearly", Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }})
+		start(t, s)
+		scheds = append(scheds, s)
+	}
+	ctx := context.Background()
+	if err := scheds[0].Trigger(ctx, "report", "deploy-42"); err != nil {
+		t.Fatal(err)
+	}
+	if err := scheds[1].Trigger(ctx, "report", "deploy-42"); !errors.Is(err, backend.ErrClaimed) {
+		t.Fatalf("second trigger with the same key = %v, want ErrClaimed", err)
+	}
+	if err := scheds[1].Trigger(ctx, "report", "deploy-43"); err != nil {
+		t.Fatal(err)
+	}
+	if err := scheds[1].Trigger(ctx, "nope", "k"); !errors.Is(err, schedule.ErrUnknownJob) {
+		t.Fatalf("trigger of an unknown job = %v", err)
+	}
+	waitFor(t, 5*time.Second, "two triggered runs", func() bool { return totalRuns(fx) == 2 })
+}
+
+func totalRuns(f *effects) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, rs := range f.runs {
+		n += len(rs)
+	}
+	return n
+}
+
+func TestNoOverlapAcrossInstances(t *testing.T) {
+	b := memory.New()
+	var running, peak, runs atomicCounter
+	var scheds []*schedule.Scheduler
+	for i := range 3 {
+		s := newScheduler(t, b, fmt.Sprint("n", i))
+		_ = s.Register(schedule.Job{Name: "slow", Schedule: "@every 50ms", MaxConcurrent: 1,
+			Func: func(ctx context.Context, r schedule.Run) error {
+				peak.max(running.add(1))
+				defer running.add(-1)
+				runs.add(1)
+				time.Sleep(120 * time.Millisecond) // the job's work, spanning the next occurrences
+				return nil
+			}})
+		start(t, s)
+		scheds = append(scheds, s)
+	}
+	waitFor(t, 10*time.Second, "several runs", func() bool { return runs.get() >= 6 })
+	for _, s := range scheds {
+		_ = s.Shutdown(context.Background())
+	}
+	if peak.get() != 1 {
+		t.Fatalf("%d runs at once across the cluster with MaxConcurrent 1", peak.get())
+	}
+}
+
+type atomicCounter struct {
+	mu sync.Mutex
+	v  int
+}
+
+func (c *atomicCounter) add(d int) int { c.mu.Lock(); defer c.mu.Unlock(); c.v += d; return c.v }
+func (c *atomicCounter) get() int      { c.mu.Lock(); defer c.mu.Unlock(); return c.v }
+func (c *atomicCounter) max(v int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v > c.v {
+		c.v = v
+	}
+}
