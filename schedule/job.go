@@ -60,6 +60,17 @@ type Run struct {
 	// exactly-once.
 	Token    leasehold.Token
 	Instance string
+
+	result *string // set by Report, recorded by the scheduler
+}
+
+// Report sets a short text result for this run (command output, a response
+// status...) that the scheduler records in the run history with the outcome.
+// It is truncated to backend.MaxResultLen.
+func (r Run) Report(result string) {
+	if r.result != nil {
+		*r.result = result
+	}
 }
 
 // Func is a job's body. ctx is cancelled on timeout, on shutdown after the
@@ -102,7 +113,14 @@ var ErrDuplicateJob = errors.New("leasehold/schedule: job already registered")
 // ErrUnknownJob: the named job is not registered.
 var ErrUnknownJob = errors.New("leasehold/schedule: no such job")
 
-// jobDefaults fills defaults and validates; the returned error wraps
+// Validate checks j as Register would with the given history retention,
+// without registering it. The error names the field and the value.
+func Validate(j Job, retention time.Duration) error {
+	_, _, err := j.withDefaults(retention)
+	return err
+}
+
+// withDefaults fills defaults and validates; the returned error wraps
 // leasehold.ErrInvalid (or ErrInvalidSpec) and names the field and value.
 func (j Job) withDefaults(retention time.Duration) (Job, *Spec, error) {
 	if err := leasehold.ValidatePath("job name", j.Name); err != nil {

@@ -45,6 +45,8 @@ func safeCall(ctx context.Context, fn Func, r Run) (err error) {
 // and the outcome is recorded with Finish.
 func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Grant, sent time.Time) {
 	r.Token = leasehold.Token(g.Token)
+	var result string
+	r.result = &result
 	log := s.cfg.logger.With("job", r.Job, "at", r.ScheduledAt, "token", g.Token, "attempt", r.Attempt)
 	ctx, cancel := s.runContext(e)
 	hbDone := make(chan struct{})
@@ -59,7 +61,7 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	cancel(nil)
 	<-hbDone
 
-	out := backend.Outcome{State: backend.Succeeded, Duration: took}
+	out := backend.Outcome{State: backend.Succeeded, Duration: took, Result: result}
 	if err != nil {
 		out.State, out.Error = backend.Failed, err.Error()
 	}

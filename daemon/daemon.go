@@ -1,0 +1,108 @@
+// Package daemon is the long-running `leasehold run` process: it loads a
+// YAML config of jobs (commands run without a shell, HTTP calls) and runs
+// each occurrence once across every daemon sharing the backend, through
+// package schedule. What is guaranteed is the scheduler's: the claim of an
+// occurrence is unique; a job's effects are exactly-once only if the command
+// or endpoint fences them with LEASEHOLD_TOKEN / Leasehold-Token or
+// de-duplicates them by job and instant.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// ErrDuplicateInstance: another daemon with the same instance id holds the
+// backend.
+var ErrDuplicateInstance = errors.New("leasehold/daemon: instance id already running")
+
+// Daemon runs the jobs of one Config.
+type Daemon struct {
+	cfg   *Config
+	b     backend.Backend
+	log   *slog.Logger
+	sched *schedule.Scheduler
+	lk    *leasehold.Locker
+}
+
+// New prepares a daemon for cfg over b. It does not start anything.
+func New(cfg *Config, b backend.Backend, log *slog.Logger) (*Daemon, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	sched, err := schedule.New(b, schedule.WithInstance(cfg.Instance), schedule.WithNamespace(cfg.Namespace),
+		schedule.WithLogger(log), schedule.WithGrace(time.Duration(cfg.Grace)), schedule.WithRetention(time.Duration(cfg.Retention)))
+	if err != nil {
+		return nil, err
+	}
+	client := &http.Client{}
+	for i := range cfg.Jobs {
+		j := &cfg.Jobs[i]
+		fn := httpFunc(j, client)
+		if j.Command != nil {
+			fn = commandFunc(j, cfg.Instance)
+		}
+		sj, err := j.job(fn, time.Duration(cfg.Retention))
+		if err != nil {
+			return nil, cfg.errf(fmt.Sprintf("jobs[%d]", i), "%v", err)
+		}
+		if err := sched.Register(sj); err != nil {
+			return nil, err
+		}
+	}
+	lk, err := leasehold.NewLocker(b, leasehold.WithInstance(cfg.Instance), leasehold.WithNamespace(cfg.Namespace), leasehold.WithLogger(log))
+	if err != nil {
+		return nil, err
+	}
+	return &Daemon{cfg: cfg, b: b, log: log, sched: sched, lk: lk}, nil
+}
+
+// Scheduler returns the daemon's scheduler (for triggers and status).
+func (d *Daemon) Scheduler() *schedule.Scheduler { return d.sched }
+
+// Run claims the instance id, runs the jobs until ctx ends, then shuts down
+// gracefully: stop claiming, let running jobs finish within the grace
+// period, release leases. A second daemon with the same instance id on the
+// same backend gets ErrDuplicateInstance and starts nothing.
+func (d *Daemon) Run(ctx context.Context) error {
+	id, err := d.lk.TryAcquire(ctx, "instances/"+d.cfg.Instance)
+	if errors.Is(err, leasehold.ErrNotAcquired) {
+		return fmt.Errorf("%w: %q on %s: %v", ErrDuplicateInstance, d.cfg.Instance, redactURL(d.cfg.Backend), err)
+	}
+	if err != nil {
+		return fmt.Errorf("claiming instance id %q: %w", d.cfg.Instance, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = id.Release(rctx)
+	}()
+	if err := d.sched.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	d.log.Info("leasehold daemon running", "instance", d.cfg.Instance, "namespace", d.cfg.Namespace,
+		"backend", redactURL(d.cfg.Backend), "jobs", len(d.cfg.Jobs))
+	var runErr error
+	select {
+	case <-ctx.Done():
+		d.log.Info("shutting down: no new claims; running jobs get the grace period", "grace", time.Duration(d.cfg.Grace))
+	case <-id.Done():
+		runErr = fmt.Errorf("instance id lease lost (backend unreachable?): %w", context.Cause(id.Context()))
+		d.log.Error("stopping", "err", runErr)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.cfg.Grace)+10*time.Second)
+	defer cancel()
+	if err := d.sched.Shutdown(sctx); err != nil && runErr == nil {
+		runErr = err
+	}
+	d.log.Info("stopped")
+	return runErr
+}

@@ -1,0 +1,152 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// InstantFormat is how scheduled instants are passed to jobs: RFC 3339 in
+// UTC with milliseconds, the precision of occurrence keys.
+const InstantFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// killGrace is how long a command gets between SIGTERM and SIGKILL.
+const killGrace = 5 * time.Second
+
+// commandFunc runs a command job: argv without a shell, in its own process
+// group, killed (SIGTERM, then SIGKILL) when the run's context ends, and
+// killed by the kernel if the daemon dies (Pdeathsig).
+func commandFunc(j *JobConfig, instance string) schedule.Func {
+	c := j.Command
+	max := c.MaxOutput
+	if max == 0 {
+		max = 4096
+	}
+	return func(ctx context.Context, r schedule.Run) error {
+		cmd := exec.Command(c.Argv[0], c.Argv[1:]...)
+		cmd.Dir = c.Dir
+		cmd.Env = append(os.Environ(),
+			"LEASEHOLD_JOB="+r.Job,
+			"LEASEHOLD_SCHEDULED_AT="+r.ScheduledAt.UTC().Format(InstantFormat),
+			"LEASEHOLD_TOKEN="+r.Token.String(),
+			"LEASEHOLD_ATTEMPT="+strconv.Itoa(r.Attempt),
+			"LEASEHOLD_INSTANCE="+instance,
+		)
+		for k, v := range c.Env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		out := &capped{max: max}
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+
+		// Pdeathsig fires when the thread that forked exits: keep this
+		// goroutine on its thread until the child is gone.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("command %q: %w", c.Argv[0], err)
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
+		var err error
+		select {
+		case err = <-waited:
+		case <-ctx.Done():
+			pgid := cmd.Process.Pid
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			select {
+			case err = <-waited:
+			case <-time.After(killGrace):
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				err = <-waited
+			}
+			err = fmt.Errorf("command %q stopped: %w (%v)", c.Argv[0], context.Cause(ctx), err)
+		}
+		r.Report(out.String())
+		if err != nil {
+			return fmt.Errorf("command %q: %w", c.Argv[0], err)
+		}
+		return nil
+	}
+}
+
+// capped keeps the first max bytes written and counts the rest.
+type capped struct {
+	mu      sync.Mutex
+	max     int
+	buf     bytes.Buffer
+	dropped int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	room := c.max - c.buf.Len()
+	if room > 0 {
+		c.buf.Write(p[:min(room, len(p))])
+	}
+	c.dropped += max(0, len(p)-max(room, 0))
+	return len(p), nil
+}
+
+func (c *capped) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dropped > 0 {
+		return fmt.Sprintf("%s\n[… %d more bytes truncated]", c.buf.String(), c.dropped)
+	}
+	return c.buf.String()
+}
+
+// httpFunc calls an HTTP endpoint. The request carries the occurrence's
+// identity so the endpoint can fence or de-duplicate its effects:
+// Idempotency-Key (job@instant), Leasehold-Token, Leasehold-Scheduled-At,
+// Leasehold-Attempt.
+func httpFunc(j *JobConfig, client *http.Client) schedule.Func {
+	h := j.HTTP
+	return func(ctx context.Context, r schedule.Run) error {
+		var body io.Reader
+		if h.Body != "" {
+			body = strings.NewReader(h.Body)
+		}
+		req, err := http.NewRequestWithContext(ctx, h.Method, h.URL, body)
+		if err != nil {
+			return fmt.Errorf("http job %q: %w", j.Name, err)
+		}
+		for k, v := range h.Headers {
+			req.Header.Set(k, v)
+		}
+		at := r.ScheduledAt.UTC().Format(InstantFormat)
+		req.Header.Set("Idempotency-Key", r.Job+"@"+at)
+		req.Header.Set("Leasehold-Token", r.Token.String())
+		req.Header.Set("Leasehold-Scheduled-At", at)
+		req.Header.Set("Leasehold-Attempt", strconv.Itoa(r.Attempt))
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("http job %q: %s %s: %w", j.Name, h.Method, redactURL(h.URL), err)
+		}
+		defer resp.Body.Close()
+		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		r.Report(fmt.Sprintf("%s\n%s", resp.Status, snippet))
+		ok := resp.StatusCode/100 == 2
+		if h.Expect != 0 {
+			ok = resp.StatusCode == h.Expect
+		}
+		if !ok {
+			return fmt.Errorf("http job %q: %s %s answered %s", j.Name, h.Method, redactURL(h.URL), resp.Status)
+		}
+		return nil
+	}
+}
