@@ -132,6 +132,17 @@ func (s *Spec) Next(after time.Time) time.Time {
 		k := after.UnixMilli()/ms + 1
 		return time.UnixMilli(k * ms).UTC()
 	}
+	// Fast path: no zone transition within maxShift of the answer, so civil
+	// time maps to instants by one fixed offset.
+	local := after.In(s.zone)
+	start, end := local.ZoneBounds()
+	_, off := local.Zone()
+	if c := s.cron.Next(civil(after, s.zone)); !c.IsZero() {
+		inst := c.Add(-time.Duration(off) * time.Second)
+		if (start.IsZero() || !start.After(after.Add(-maxShift))) && (end.IsZero() || inst.Add(maxShift).Before(end)) {
+			return inst
+		}
+	}
 	// Walk civil times (the zone's wall clock, represented in UTC) from a
 	// little before after's civil time, map each to its instants by the DST
 	// rules, and keep the earliest instant after after. Once civil times

@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"errors"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -162,4 +163,56 @@ func FuzzParse(f *testing.F) {
 			at = n
 		}
 	})
+}
+
+// TestNextAgreesWithBruteForce compares Next (fast path and walk) with an
+// exhaustive enumeration of civil seconds around both DST changes of 2026.
+func TestNextAgreesWithBruteForce(t *testing.T) {
+	for _, zone := range []string{"America/New_York", "Australia/Lord_Howe", "Europe/London", ""} {
+		for _, spec := range []string{"30 2 * * *", "0 * * * *", "*/7 15 1-3 * * *", "0 30 1 * * 0"} {
+			s, err := Parse(spec, zone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Around both 2026 transitions of the zone (or any days for UTC).
+			for _, day := range []string{"2026-03-07T00:00:00Z", "2026-03-28T00:00:00Z", "2026-10-03T00:00:00Z", "2026-10-31T00:00:00Z"} {
+				from := utc(day)
+				want := bruteForce(s, from, 30)
+				got := seq(t, s, from, len(want))
+				if len(want) == 0 || strings.Join(got, " ") != strings.Join(want, " ") {
+					t.Fatalf("%s in %q from %s:\n got  %v\n want %v", spec, zone, day, got, want)
+				}
+			}
+		}
+	}
+}
+
+// bruteForce lists the first n instants after from by enumerating every
+// civil second in a window, keeping the ones the cron fields match, and
+// mapping each to instants by the DST rules (instants).
+func bruteForce(s *Spec, from time.Time, n int) []string {
+	var all []time.Time
+	start := civil(from, s.zone).Add(-maxShift).Truncate(time.Second)
+	for c := start; c.Before(start.Add(80 * time.Hour)); c = c.Add(time.Second) {
+		if !s.cron.Next(c.Add(-time.Second)).Equal(c) {
+			continue
+		}
+		for _, inst := range s.instants(c) {
+			if inst.After(from) {
+				all = append(all, inst)
+			}
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Before(all[j]) })
+	var out []string
+	for i, t := range all {
+		if i > 0 && t.Equal(all[i-1]) {
+			continue
+		}
+		if len(out) == n {
+			break
+		}
+		out = append(out, t.Format(time.RFC3339Nano))
+	}
+	return out
 }
