@@ -124,28 +124,33 @@ func validSegment(s string) error {
 	return nil
 }
 
-// Backend key layout: <namespace>/<kind>/<path>. Kinds keep lock keys and
-// election roles apart.
+// Backend key layout: <namespace>:<kind>:<path>. Paths and namespaces
+// cannot contain ':', so the layout is one-to-one: no namespace/key pair can
+// name another pair's lease, and kinds keep lock keys and election roles
+// apart.
 const (
 	kindLock = "lock"
 	kindRole = "role"
 )
 
 func backendKey(namespace, kind, path string) string {
-	return namespace + "/" + kind + "/" + path
+	return namespace + ":" + kind + ":" + path
 }
 
 // LockPrefix returns the backend key prefix under which a namespace's locks
 // live, for listing them with backend.Leases.List.
-func LockPrefix(namespace string) string { return namespace + "/" + kindLock + "/" }
+func LockPrefix(namespace string) string { return namespace + ":" + kindLock + ":" }
+
+// LockKey returns the backend key of lock key in namespace.
+func LockKey(namespace, key string) string { return backendKey(namespace, kindLock, key) }
 
 // SplitKey undoes the backend key layout: it returns the namespace, kind
 // ("lock" or "role") and user path of a backend key, or ok=false.
 func SplitKey(bkey string) (namespace, kind, path string, ok bool) {
-	for _, k := range []string{kindLock, kindRole} {
-		if i := strings.Index(bkey, "/"+k+"/"); i > 0 {
-			return bkey[:i], k, bkey[i+len(k)+2:], true
-		}
+	namespace, rest, ok1 := strings.Cut(bkey, ":")
+	kind, path, ok2 := strings.Cut(rest, ":")
+	if !ok1 || !ok2 || (kind != kindLock && kind != kindRole) {
+		return "", "", "", false
 	}
-	return "", "", "", false
+	return namespace, kind, path, true
 }

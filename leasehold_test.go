@@ -44,8 +44,15 @@ func TestSplitKey(t *testing.T) {
 	if !ok || ns != "prod/billing" || kind != "lock" || path != "reports/daily" {
 		t.Fatalf("SplitKey = %q %q %q %v", ns, kind, path, ok)
 	}
-	if _, _, _, ok := leasehold.SplitKey("no-kind-here"); ok {
-		t.Fatal("SplitKey accepted a key without a kind")
+	for _, bad := range []string{"no-kind-here", "ns:other:k", "ns/lock/k"} {
+		if _, _, _, ok := leasehold.SplitKey(bad); ok {
+			t.Fatalf("SplitKey accepted %q", bad)
+		}
+	}
+	// One-to-one: namespace "a" + key "lock/k" and namespace "a/lock" + key
+	// "k" are different leases.
+	if leasehold.LockKey("a", "lock/k") == leasehold.LockKey("a/lock", "k") {
+		t.Fatal("two namespace/key pairs share a backend key")
 	}
 }
 

@@ -66,7 +66,7 @@ func checkWatchdog(t T, e *env) {
 		t.Fatalf("lock lost after %v of a 3×TTL hold: %v", ttl, context.Cause(l.Context()))
 	case <-hold.C:
 	}
-	got, err := b.Get(ctx, "default/lock/svc/long")
+	got, err := b.Get(ctx, "default:lock:svc/long")
 	mustNil(t, err, "Get while held")
 	if got.Token != uint64(l.Token()) {
 		t.Fatalf("backend token %d, lock token %d", got.Token, l.Token())
@@ -76,7 +76,7 @@ func checkWatchdog(t T, e *env) {
 		t.Errorf("cause after Release = %v, want ErrReleased", context.Cause(l.Context()))
 	}
 	mustNil(t, l.Release(ctx), "second Release")
-	_, err = b.Get(ctx, "default/lock/svc/long")
+	_, err = b.Get(ctx, "default:lock:svc/long")
 	mustIs(t, err, backend.ErrNotFound, "Get after Release")
 	l2, err := e.locker(t, b, "b").TryAcquire(ctx, "svc/long")
 	mustNil(t, err, "TryAcquire after Release")
@@ -132,7 +132,7 @@ func checkLostAck(t T, e *env) {
 	l, err := e.locker(t, f, "a").TryAcquire(ctx, "svc/ack")
 	mustNil(t, err, "TryAcquire whose first reply was lost")
 	defer l.Release(ctx)
-	got, err := f.Backend.Get(ctx, "default/lock/svc/ack")
+	got, err := f.Backend.Get(ctx, "default:lock:svc/ack")
 	mustNil(t, err, "Get")
 	if got.Token != uint64(l.Token()) || got.Owner.Instance != "a" {
 		t.Fatalf("backend holds %+v, lock has token %d", got, l.Token())
@@ -154,7 +154,7 @@ func checkIndeterminate(t T, e *env) {
 	f.loseAcquireAcks(1000) // every reply is lost after the write was applied
 	_, err := e.locker(t, f, "a").TryAcquire(ctx, "svc/unknown")
 	mustIs(t, err, leasehold.ErrIndeterminate, "TryAcquire whose replies are all lost")
-	_, err = f.Backend.Get(ctx, "default/lock/svc/unknown")
+	_, err = f.Backend.Get(ctx, "default:lock:svc/unknown")
 	mustIs(t, err, backend.ErrNotFound, "Get after the library gave up (the applied grant must be released, not orphaned)")
 }
 
