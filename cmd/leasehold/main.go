@@ -1,0 +1,20 @@
+// Command leasehold is the command-line tool of the leasehold library:
+// cluster-wide locks for shell scripts and cron jobs, and a view of the
+// leases a backend holds.
+//
+// Usage:
+//
+//	leasehold lock [flags] KEY -- CMD [ARGS...]   run CMD while holding KEY (flock(1) for a cluster)
+//	leasehold locks [--json]                      list the held locks of a namespace
+//	leasehold version                             print the module and Go versions
+//
+// Every command takes --backend URL (default $LEASEHOLD_BACKEND, else a
+// SQLite file under $XDG_STATE_HOME/leasehold), --namespace and --instance.
+// Run "leasehold help lock" for the exit codes.
+package main
+
+import "os"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
