@@ -144,6 +144,9 @@ func LockPrefix(namespace string) string { return namespace + ":" + kindLock + "
 // LockKey returns the backend key of lock key in namespace.
 func LockKey(namespace, key string) string { return backendKey(namespace, kindLock, key) }
 
+// RoleKey returns the backend key of an election role in namespace.
+func RoleKey(namespace, role string) string { return backendKey(namespace, kindRole, role) }
+
 // SplitKey undoes the backend key layout: it returns the namespace, kind
 // ("lock" or "role") and user path of a backend key, or ok=false.
 func SplitKey(bkey string) (namespace, kind, path string, ok bool) {
