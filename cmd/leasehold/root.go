@@ -116,7 +116,7 @@ func newRootCmd(a *app) *cobra.Command {
 	}
 	root := &cobra.Command{
 		Use:   "leasehold",
-		Short: "Cluster-wide locks with fencing tokens",
+		Short: "Cluster-wide locks with fencing tokens, and cron whose occurrences are claimed once",
 		Long: `leasehold runs commands under cluster-wide locks and shows the leases a
 backend holds.
 
@@ -157,7 +157,7 @@ $XDG_STATE_HOME/leasehold/leasehold.db, or ~/.local/state/leasehold/leasehold.db
 	pf.StringVar(&a.namespace, "namespace", leasehold.DefaultNamespace, "key `namespace`")
 	pf.StringVar(&a.instance, "instance", host, "instance `name` shown as the holder")
 
-	root.AddCommand(newLockCmd(a), newLocksCmd(a), newVersionCmd(a))
+	root.AddCommand(newLockCmd(a), newLocksCmd(a), newRunCmd(a), newJobsCmd(a), newRunsCmd(a), newDemoCmd(a), newDemoJobCmd(a), newVersionCmd(a))
 	return root
 }
 

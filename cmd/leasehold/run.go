@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/signal"
+	"sort"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/daemon"
+	"github.com/leasehold/leasehold/internal/open"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// loadConfig loads --config and applies --backend / --instance /
+// --namespace when they were given on the command line.
+func (a *app) loadConfig(cmd *cobra.Command, path string) (*daemon.Config, error) {
+	if path == "" {
+		return nil, usageErrorf("--config is required")
+	}
+	cfg, err := daemon.Load(path)
+	if err != nil {
+		return nil, &exitError{code: ExitUsage, err: err}
+	}
+	flags := cmd.Flags()
+	if flags.Changed("backend") {
+		cfg.Backend = a.backendURL
+	}
+	if flags.Changed("instance") {
+		cfg.Instance = a.instance
+	}
+	if flags.Changed("namespace") {
+		cfg.Namespace = a.namespace
+	}
+	return cfg, nil
+}
+
+func (a *app) openURL(ctx context.Context, raw string) (backend.Backend, error) {
+	b, err := open.Open(ctx, raw)
+	switch {
+	case errors.Is(err, backend.ErrInvalid):
+		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("backend: %w", err)}
+	case err != nil:
+		return nil, &exitError{code: ExitInternal, err: err}
+	}
+	return b, nil
+}
+
+func newRunCmd(a *app) *cobra.Command {
+	var config string
+	cmd := &cobra.Command{
+		Use:   "run --config leasehold.yaml",
+		Short: "Run the jobs of a config file, each occurrence once across all daemons",
+		Long: `Run the scheduler daemon: every daemon that shares the backend computes the
+same occurrences of each job, and each occurrence is claimed by exactly one of
+them. Execution is at-least-once under crash: retry (a job whose runner died is
+run again elsewhere with a greater token) and at-most-once under crash: skip.
+A job's effects are exactly-once only if it fences them with LEASEHOLD_TOKEN
+or de-duplicates them by LEASEHOLD_JOB + LEASEHOLD_SCHEDULED_AT.
+
+SIGTERM or SIGINT stops claiming, lets running jobs finish within the grace
+period, then stops them. A second daemon with the same instance id on the
+same backend refuses to start.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := a.loadConfig(cmd, config)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			b, err := a.openURL(ctx, cfg.Backend)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			d, err := daemon.New(cfg, b, log)
+			if err != nil {
+				return &exitError{code: ExitUsage, err: err}
+			}
+			return d.Run(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&config, "config", "", "config `file` (YAML)")
+	return cmd
+}
+
+func newJobsCmd(a *app) *cobra.Command {
+	var config string
+	var n int
+	cmd := &cobra.Command{
+		Use:   "jobs --config leasehold.yaml",
+		Short: "Show the jobs of a config file and their next occurrences",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := a.loadConfig(cmd, config)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			b, err := a.openURL(ctx, cfg.Backend)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "JOB\tSCHEDULE\tZONE\tLAST CLAIMED\tNEXT (UTC)")
+			now := time.Now()
+			for _, j := range cfg.Jobs {
+				spec, err := schedule.Parse(j.Schedule, j.Zone)
+				if err != nil {
+					return err
+				}
+				hw, _, err := b.HighWater(ctx, j.Name)
+				if err != nil {
+					return err
+				}
+				last := "-"
+				if !hw.IsZero() {
+					last = hw.Format(daemon.InstantFormat)
+				}
+				var next []string
+				at := now
+				for range n {
+					at = spec.Next(at)
+					next = append(next, at.Format(daemon.InstantFormat))
+				}
+				zone := j.Zone
+				if zone == "" {
+					zone = "UTC"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Name, j.Schedule, zone, last, joinComma(next))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&config, "config", "", "config `file` (YAML)")
+	cmd.Flags().IntVar(&n, "next", 3, "how many next occurrences to show")
+	return cmd
+}
+
+func joinComma(s []string) string {
+	out := ""
+	for i, x := range s {
+		if i > 0 {
+			out += ", "
+		}
+		out += x
+	}
+	return out
+}
+
+// runInfo is one row of "leasehold runs".
+type runInfo struct {
+	Job         string          `json:"job"`
+	ScheduledAt string          `json:"scheduled_at"`
+	State       string          `json:"state"`
+	Instance    string          `json:"instance"`
+	Token       leasehold.Token `json:"token"`
+	Attempt     int             `json:"attempt"`
+	DurationMS  int64           `json:"duration_ms"`
+	Error       string          `json:"error,omitempty"`
+	Result      string          `json:"result,omitempty"`
+}
+
+func newRunsCmd(a *app) *cobra.Command {
+	var job, state string
+	var limit int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "runs [--job NAME]",
+		Short: "Show run history from the ledger, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 1 || limit > 10000 {
+				return usageErrorf("--limit %d: must be in 1..10000", limit)
+			}
+			switch backend.RunState(state) {
+			case "", backend.Running, backend.Succeeded, backend.Failed, backend.Abandoned:
+			default:
+				return usageErrorf("--state %q: must be running, succeeded, failed or abandoned", state)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			b, err := a.openBackend(ctx)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			runs, err := b.ListRuns(ctx, backend.RunFilter{Job: job, State: backend.RunState(state), Limit: limit})
+			if err != nil {
+				return err
+			}
+			rows := make([]runInfo, 0, len(runs))
+			for _, r := range runs {
+				st := string(r.State)
+				if r.State == backend.Running && r.Expired {
+					st = "running (runner's lease expired)"
+				}
+				rows = append(rows, runInfo{Job: r.Job, ScheduledAt: r.ScheduledAt.Format(daemon.InstantFormat), State: st,
+					Instance: r.Owner.Instance, Token: leasehold.Token(r.Token), Attempt: r.Attempt,
+					DurationMS: r.Duration.Milliseconds(), Error: r.Error, Result: r.Result})
+			}
+			sort.SliceStable(rows, func(i, j int) bool { return rows[i].ScheduledAt > rows[j].ScheduledAt })
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rows)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SCHEDULED (UTC)\tJOB\tSTATE\tINSTANCE\tTOKEN\tATTEMPT\tTOOK\tERROR")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", r.ScheduledAt, r.Job, r.State, r.Instance, r.Token, r.Attempt,
+					time.Duration(r.DurationMS)*time.Millisecond, oneLine(r.Error, 60))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&job, "job", "", "only this job")
+	cmd.Flags().StringVar(&state, "state", "", "only runs in this state (running, succeeded, failed, abandoned)")
+	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many runs")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (tokens as strings)")
+	return cmd
+}
+
+func oneLine(s string, n int) string {
+	for i, r := range s {
+		if r == '\n' || i >= n {
+			return s[:i] + "…"
+		}
+	}
+	return s
+}
