@@ -187,8 +187,11 @@ func (a *app) demoReport(ctx context.Context, db, effects string, victim demoLin
 	for _, k := range keys {
 		o := byKey[k]
 		var parts []string
-		for _, r := range o.runs {
+		for i, r := range o.runs {
 			p := fmt.Sprintf("%s (token %d, attempt %d)", r.instance, r.token, r.attempt)
+			if i == 0 && r.attempt > 1 {
+				p = "a daemon killed before the job started -> " + p
+			}
 			if !ended(effects, r) {
 				p += " KILLED mid-run"
 			}
