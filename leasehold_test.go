@@ -103,3 +103,26 @@ func TestOptionsValidated(t *testing.T) {
 		t.Fatalf("NewElector with a bad role = %v", err)
 	}
 }
+
+func FuzzValidatePath(f *testing.F) {
+	for _, s := range []string{"a", "tenant/service/resource", "a//b", "../x", "ключ", "a:b", strings.Repeat("x/", 200)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		err := leasehold.ValidatePath("key", p)
+		if err != nil {
+			if !errors.Is(err, leasehold.ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		// Accepted paths are safe in every backend key layout.
+		if strings.ContainsAny(p, ":\x00 \n") || len(p) > leasehold.MaxPathLen || strings.HasPrefix(p, "/") || strings.Contains(p, "//") {
+			t.Fatalf("accepted %q", p)
+		}
+		ns, kind, path, ok := leasehold.SplitKey(leasehold.LockKey("ns", p))
+		if !ok || ns != "ns" || kind != "lock" || path != p {
+			t.Fatalf("SplitKey(LockKey(ns, %q)) = %q %q %q %v", p, ns, kind, path, ok)
+		}
+	})
+}

@@ -476,3 +476,42 @@ func (c *atomicCounter) max(v int) {
 		c.v = v
 	}
 }
+
+// TestHotReloadNeverLeavesTwoTimers replaces a running every-instance job
+// (no claims, so a second timer would show as a second local run) many times
+// while it fires, from several goroutines.
+func TestHotReloadNeverLeavesTwoTimers(t *testing.T) {
+	fx := newEffects()
+	s := newScheduler(t, memory.New(), "a")
+	job := schedule.Job{Name: "local", Schedule: "@every 10ms", Mode: schedule.EveryInstance,
+		Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}
+	if err := s.Register(job); err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				if err := s.Replace(job); err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(3 * time.Millisecond) // reloads spread over the firing
+			}
+		}()
+	}
+	wg.Wait()
+	waitFor(t, 5*time.Second, "runs after the reloads", func() bool { return fx.count() >= 20 })
+	_ = s.Shutdown(context.Background())
+	for _, k := range fx.instants() {
+		if n := len(fx.get(time.UnixMilli(k))); n != 1 {
+			t.Fatalf("instant %v ran %d times on one instance: two timers", time.UnixMilli(k).UTC(), n)
+		}
+	}
+	if got := len(s.Jobs()); got != 1 {
+		t.Fatalf("%d jobs registered", got)
+	}
+}
