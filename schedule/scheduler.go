@@ -115,6 +115,7 @@ type Scheduler struct {
 type entry struct {
 	job    Job
 	spec   *Spec
+	vc     versionCache
 	cancel context.CancelFunc
 	done   chan struct{}
 }

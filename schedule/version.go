@@ -56,13 +56,32 @@ func (s *Scheduler) spans(ctx context.Context, job string) ([]span, error) {
 	return out, nil
 }
 
+// versionCache keeps a job's spans between claims, so that an occurrence
+// costs no extra round trip. It is refreshed at least every
+// (settle − tolerance)/2: a switch is recorded at least settle before it
+// applies, so an instance still running the old version sees it before it
+// could claim an instant under it (assuming clocks agree within the rest of
+// the margin).
+type versionCache struct {
+	mu       sync.Mutex
+	spans    []span
+	fetched  time.Time // local monotonic
+	recorded bool      // this entry's version is recorded (ensureVersion succeeded)
+}
+
+func (s *Scheduler) refreshEvery() time.Duration { return (s.cfg.settle - s.cfg.tolerance) / 2 }
+
 // ensureVersion records e's version as the job's current one if it is not.
+// It runs when the job is registered: the newest registration wins from its
+// switch instant on. An instance that later sees a newer version does not
+// propose its own again (that would flip-flop a rolling deploy).
 func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 	sp, err := s.spans(ctx, e.job.Name)
 	if err != nil {
 		return err
 	}
 	if len(sp) > 0 && sp[len(sp)-1].version == e.spec.Version() {
+		e.vc.set(sp, true)
 		return nil
 	}
 	from := epochStart
@@ -84,19 +103,45 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		if claimed.Run.SpecVersion != e.spec.Version() {
 			return fmt.Errorf("job %q: version %s and %s both switch at %s; re-register to retry", e.job.Name, e.spec.Version(), claimed.Run.SpecVersion, from)
 		}
-		return nil
 	case err != nil:
 		return err
+	default:
+		s.cfg.logger.Info("schedule version recorded", "job", e.job.Name, "version", e.spec.Version(), "from", from)
+		if err := s.b.Finish(ctx, req.Job, from, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: e.spec.String()}); err != nil {
+			return err
+		}
 	}
-	s.cfg.logger.Info("schedule version recorded", "job", e.job.Name, "version", e.spec.Version(), "from", from)
-	return s.b.Finish(ctx, req.Job, from, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: e.spec.String()})
+	sp, err = s.spans(ctx, e.job.Name)
+	if err != nil {
+		return err
+	}
+	e.vc.set(sp, true)
+	return nil
+}
+
+func (vc *versionCache) set(sp []span, recorded bool) {
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	vc.spans, vc.fetched, vc.recorded = sp, time.Now(), vc.recorded || recorded
 }
 
 // versionAllows reports whether e's version applies at instant at.
 func (s *Scheduler) versionAllows(ctx context.Context, e *entry, at time.Time) (bool, error) {
-	sp, err := s.spans(ctx, e.job.Name)
-	if err != nil {
-		return false, err
+	e.vc.mu.Lock()
+	sp, fresh, recorded := e.vc.spans, time.Since(e.vc.fetched) < s.refreshEvery(), e.vc.recorded
+	e.vc.mu.Unlock()
+	if !recorded { // registration could not record the version: try again
+		if err := s.ensureVersion(ctx, e); err != nil {
+			return false, err
+		}
+		fresh = false
+	}
+	if !fresh {
+		var err error
+		if sp, err = s.spans(ctx, e.job.Name); err != nil {
+			return false, err
+		}
+		e.vc.set(sp, false)
 	}
 	at = backend.Instant(at)
 	for i := len(sp) - 1; i >= 0; i-- {
