@@ -145,3 +145,37 @@ func truncate(s string, n int) string {
 	}
 	return s[:n]
 }
+
+// CheckRelease validates Release's arguments.
+func CheckRelease(key string, o Owner, token uint64) error {
+	if err := CheckKey("key", key); err != nil {
+		return err
+	}
+	if err := CheckOwner(o); err != nil {
+		return err
+	}
+	return CheckToken(token)
+}
+
+// CheckRenew validates Renew's arguments.
+func CheckRenew(key string, o Owner, token uint64, ttl, minTTL time.Duration) error {
+	if err := CheckLease(key, o, ttl, minTTL); err != nil {
+		return err
+	}
+	return CheckToken(token)
+}
+
+// CheckHeld validates the occurrence and owner arguments shared by
+// Heartbeat and Finish.
+func CheckHeld(job string, at time.Time, o Owner, token uint64) error {
+	if err := CheckKey("job", job); err != nil {
+		return err
+	}
+	if err := CheckInstant(at); err != nil {
+		return err
+	}
+	if err := CheckOwner(o); err != nil {
+		return err
+	}
+	return CheckToken(token)
+}

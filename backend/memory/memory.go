@@ -138,10 +138,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 
 // Renew implements backend.Leases.
 func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	if err := backend.CheckToken(token); err != nil {
+	if err := backend.CheckRenew(key, owner, token, ttl, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -162,13 +159,7 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 
 // Release implements backend.Leases.
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if err := backend.CheckKey("key", key); err != nil {
-		return err
-	}
-	if err := backend.CheckOwner(owner); err != nil {
-		return err
-	}
-	if err := backend.CheckToken(token); err != nil {
+	if err := backend.CheckRelease(key, owner, token); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

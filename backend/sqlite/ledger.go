@@ -143,19 +143,6 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 const runGuard = `job = ? AND scheduled_ms = ? AND state = 'running' AND instance = ? AND nonce = ?
 	AND token = ? AND boot_id = ? AND expires_ns > ?`
 
-func checkHeld(job string, at time.Time, owner backend.Owner, token uint64) error {
-	if err := backend.CheckKey("job", job); err != nil {
-		return err
-	}
-	if err := backend.CheckInstant(at); err != nil {
-		return err
-	}
-	if err := backend.CheckOwner(owner); err != nil {
-		return err
-	}
-	return backend.CheckToken(token)
-}
-
 func lostRun(job string, at time.Time, token uint64) func() error {
 	return func() error {
 		return fmt.Errorf("%w: %s, token %d", backend.ErrLeaseLost, occurrence(job, at), token)
@@ -164,7 +151,7 @@ func lostRun(job string, at time.Time, token uint64) func() error {
 
 // Heartbeat implements backend.Ledger.
 func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
-	if err := checkHeld(job, at, owner, token); err != nil {
+	if err := backend.CheckHeld(job, at, owner, token); err != nil {
 		return err
 	}
 	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
@@ -185,7 +172,7 @@ func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner
 
 // Finish implements backend.Ledger.
 func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
-	if err := checkHeld(job, at, owner, token); err != nil {
+	if err := backend.CheckHeld(job, at, owner, token); err != nil {
 		return err
 	}
 	out, err := backend.CheckOutcome(out)
