@@ -53,7 +53,7 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		}
 	}
 	if ok, err := s.versionAllows(ctx, e, at); err != nil || !ok {
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			log.Warn("schedule version unknown; not claiming", "err", err)
 		}
 		return
@@ -88,7 +88,10 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		default:
 			// Unknown outcome: retry with the same nonce ("yours" if applied).
 		}
-		if attempt >= 10 || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return // stopping: unclaimed occurrences are left to the misfire policy
+		}
+		if attempt >= 10 {
 			log.Error("claim failed; misfire policy decides on recovery", "err", err)
 			return
 		}
