@@ -9,6 +9,10 @@ import (
 	"github.com/leasehold/leasehold/backend"
 )
 
+// maxInflight bounds the occurrences of one job whose claim (or run) is in
+// progress on this instance.
+const maxInflight = 256
+
 // loop is one job's timer: it computes the job's instants and claims each
 // as it comes due. It never takes s.mu (Replace waits for it under s.mu).
 func (s *Scheduler) loop(ctx context.Context, e *entry) {
@@ -35,9 +39,18 @@ func (s *Scheduler) loop(ctx context.Context, e *entry) {
 			s.local(e, at)
 		case e.job.Mode == Leader && !s.leading.is():
 			// only the leader claims
+		case e.inflight.Load() >= maxInflight:
+			// Claims are falling behind (backend too slow for the schedule):
+			// skip rather than pile up goroutines; catch-up policies apply.
+			log.Warn("claims are falling behind the schedule; occurrence skipped", "at", at, "in flight", e.inflight.Load())
 		default:
 			s.runs.Add(1)
-			go func() { defer s.runs.Done(); s.occur(ctx, e, at) }()
+			e.inflight.Add(1)
+			go func() {
+				defer s.runs.Done()
+				defer e.inflight.Add(-1)
+				s.occur(ctx, e, at)
+			}()
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -113,11 +114,13 @@ type Scheduler struct {
 }
 
 type entry struct {
-	job    Job
-	spec   *Spec
-	vc     versionCache
-	cancel context.CancelFunc
-	done   chan struct{}
+	job  Job
+	spec *Spec
+	vc   versionCache
+	// inflight counts this entry's occurrences being claimed or run here.
+	inflight atomic.Int32
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 // New returns a Scheduler over b.
