@@ -91,7 +91,10 @@ type Job struct {
 	Jitter time.Duration
 	// MaxConcurrent limits how many occurrences of the job run at once across
 	// the cluster; 1 is no-overlap: an occurrence due while the previous one
-	// runs is skipped. 0 = no limit.
+	// runs is skipped. 0 = no cluster-wide limit. Each instance also skips
+	// (and logs) an occurrence while 256 of the job's occurrences are being
+	// claimed or run on it, so a backend too slow for the schedule cannot
+	// pile up goroutines.
 	MaxConcurrent int
 
 	Misfire       Misfire
