@@ -51,12 +51,13 @@ func ClaimOccurrence(ctx context.Context, b backend.Ledger, job string, at time.
 	at = backend.Instant(at)
 	req := backend.ClaimRequest{Job: job, ScheduledAt: at, Owner: owner, TTL: o.TTL, MaxEarly: o.MaxEarly}
 	var (
-		g    backend.Grant
-		err  error
-		sent time.Time
+		g   backend.Grant
+		err error
+		// The lease counts from the send time of the first attempt: a retry
+		// answering "yours" returns the grant that attempt may have made.
+		sent = time.Now()
 	)
 	for attempt := 0; attempt < 3; attempt++ { // retries reuse the nonce: an applied claim answers "yours"
-		sent = time.Now()
 		g, err = b.Claim(ctx, req)
 		if err == nil || errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrInvalid) ||
 			errors.Is(err, backend.ErrTooEarly) || errors.Is(err, backend.ErrOverlap) || ctx.Err() != nil {

@@ -77,13 +77,18 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		TTL: e.job.LeaseTTL, MaxEarly: s.cfg.tolerance, MaxRunning: e.job.MaxConcurrent,
 	}
 	backoff := 10 * time.Millisecond
+	var firstUnknown time.Time // send time of the oldest attempt that may have been applied
 	for attempt := 0; ; attempt++ {
-		sent := s.cfg.clock.Now()
+		sent := time.Now() // lease timing is real time, whatever clock schedules
+		if firstUnknown.IsZero() {
+			firstUnknown = sent
+		}
 		g, err := s.b.Claim(ctx, req)
 		var claimed *backend.ClaimedError
 		switch {
 		case err == nil:
-			s.execute(e, Run{Job: e.job.Name, ScheduledAt: backend.Instant(at), Attempt: 1, Instance: s.cfg.instance}, owner, g, sent)
+			// A retry answering "yours" returns an earlier attempt's grant.
+			s.execute(e, Run{Job: e.job.Name, ScheduledAt: backend.Instant(at), Attempt: 1, Instance: s.cfg.instance}, owner, g, firstUnknown)
 			return
 		case errors.As(err, &claimed):
 			if claimed.Run.State == backend.Running && claimed.Run.Expired {
@@ -98,6 +103,8 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 			return
 		case errors.Is(err, backend.ErrTooEarly):
 			// This host's clock runs ahead of the backend's; try again soon.
+			// Not applied, and no earlier attempt was (it would answer "yours").
+			firstUnknown = time.Time{}
 		default:
 			// Unknown outcome: retry with the same nonce ("yours" if applied).
 		}
