@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"errors"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"sync"
@@ -272,6 +273,7 @@ func checkExclusion64(t T, e *env) {
 			for range rounds {
 				o := owner("w" + string(rune('a'+w%26)))
 				var g backend.Grant
+				backoff := time.Millisecond
 				for {
 					var err error
 					g, err = b.Acquire(ctx, "excl/k", o, ttl)
@@ -286,7 +288,10 @@ func checkExclusion64(t T, e *env) {
 						errs <- ctx.Err()
 						return
 					}
-					time.Sleep(time.Millisecond) // retry backoff
+					// Retry backoff, growing so 63 waiters do not flood a
+					// networked backend with attempts.
+					time.Sleep(backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1)))
+					backoff = min(backoff*2, 16*time.Millisecond)
 				}
 				mu.Lock()
 				inside++
