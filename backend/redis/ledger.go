@@ -1,0 +1,335 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// The run ledger: every method is one script over the {ledger} slot (see
+// scripts.go for the layout). Times come from the server's TIME.
+
+func (b *Backend) ledgerKeys() []string { return []string{b.ledger + "all"} }
+
+func fmtAt(t time.Time) string { return strconv.FormatInt(backend.Instant(t).UnixMilli(), 10) }
+
+func usTime(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us).UTC()
+}
+
+// ceilUnit returns t in whole units since the epoch, rounded up.
+func ceilUnit(t time.Time, unit time.Duration) int64 {
+	per := int64(time.Second / unit)
+	s, ns := t.Unix(), int64(t.Nanosecond())
+	v := s*per + ns/int64(unit)
+	if ns%int64(unit) != 0 {
+		v++
+	}
+	return v
+}
+
+// parseRun turns an HGETALL reply into a Run, judging expiry at now (µs).
+func parseRun(raw any, now int64) (backend.Run, error) {
+	a, ok := raw.([]any)
+	if !ok || len(a)%2 != 0 || len(a) == 0 {
+		return backend.Run{}, fmt.Errorf("redis: malformed run record %v", raw)
+	}
+	h := make(map[string]string, len(a)/2)
+	for i := 0; i < len(a); i += 2 {
+		h[fmt.Sprint(a[i])] = fmt.Sprint(a[i+1])
+	}
+	num := func(k string) int64 { n, _ := strconv.ParseInt(h[k], 10, 64); return n }
+	nonce, err := backend.ParseNonce(h["n"])
+	if err != nil {
+		return backend.Run{}, fmt.Errorf("redis: run %s@%s: %w", h["j"], h["at"], err)
+	}
+	tok, _ := strconv.ParseUint(h["t"], 10, 64)
+	r := backend.Run{
+		Job: h["j"], ScheduledAt: time.UnixMilli(num("at")).UTC(), SpecVersion: h["v"],
+		Owner: backend.Owner{Instance: h["i"], Nonce: nonce}, Token: tok, Attempt: int(num("a")),
+		State: backend.RunState(h["s"]), ClaimedAt: usTime(num("c")), FinishedAt: usTime(num("f")),
+		Duration: time.Duration(num("d")), Result: h["r"], Error: h["e"],
+	}
+	r.Expired = r.State == backend.Running && now >= num("x")
+	return r, nil
+}
+
+// Claim implements backend.Ledger.
+func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	if err := backend.CheckClaim(req, MinTTL); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Grant{}, err
+	}
+	at := backend.Instant(req.ScheduledAt)
+	ttl := time.Duration(ttlMS(req.TTL)) * time.Millisecond
+	res, err := claimLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, req.Job, fmtAt(at), req.SpecVersion,
+		req.Owner.Instance, req.Owner.Nonce.String(), ttl.Microseconds(), req.MaxEarly.Microseconds(), req.MaxRunning).Slice()
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("redis: claim %q at %s: %w", req.Job, at.Format(time.RFC3339Nano), err)
+	}
+	switch toInt(res[0]) {
+	case 1:
+		t, err := toUint(res[1])
+		if err != nil {
+			return backend.Grant{}, fmt.Errorf("redis: claim %q: token %v: %w", req.Job, res[1], err)
+		}
+		return backend.Grant{Token: t, TTL: ttl}, nil
+	case 2:
+		r, err := parseRun(res[2], toInt(res[1]))
+		if err != nil {
+			return backend.Grant{}, err
+		}
+		return backend.Grant{}, &backend.ClaimedError{Run: r}
+	case 3:
+		return backend.Grant{}, fmt.Errorf("%w: job %q at %s, backend clock %s, max early %v", backend.ErrTooEarly,
+			req.Job, at.Format(time.RFC3339Nano), usTime(toInt(res[1])).Format(time.RFC3339Nano), req.MaxEarly)
+	case 4:
+		return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, toInt(res[1]), req.MaxRunning)
+	}
+	return backend.Grant{}, fmt.Errorf("redis: claim %q: unexpected reply %v", req.Job, res)
+}
+
+func checkHeld(job string, at time.Time, owner backend.Owner, token uint64) error {
+	if err := backend.CheckKey("job", job); err != nil {
+		return err
+	}
+	if err := backend.CheckInstant(at); err != nil {
+		return err
+	}
+	if err := backend.CheckOwner(owner); err != nil {
+		return err
+	}
+	return backend.CheckToken(token)
+}
+
+func lost(job string, at time.Time, token uint64) error {
+	return fmt.Errorf("%w: job %q at %s, token %d", backend.ErrLeaseLost, job, backend.Instant(at).Format(time.RFC3339Nano), token)
+}
+
+// Heartbeat implements backend.Ledger.
+func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
+	if err := checkHeld(job, at, owner, token); err != nil {
+		return err
+	}
+	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	ttl = time.Duration(ttlMS(ttl)) * time.Millisecond
+	n, err := heartbeatLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, job, fmtAt(at), owner.Instance, owner.Nonce.String(),
+		strconv.FormatUint(token, 10), ttl.Microseconds()).Int64()
+	if err != nil {
+		return fmt.Errorf("redis: heartbeat %q token %d: %w", job, token, err)
+	}
+	if n != 1 {
+		return lost(job, at, token)
+	}
+	return nil
+}
+
+// Finish implements backend.Ledger. A retry of a Finish that was applied
+// (same owner, token and outcome) succeeds.
+func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
+	if err := checkHeld(job, at, owner, token); err != nil {
+		return err
+	}
+	out, err := backend.CheckOutcome(out)
+	if err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	n, err := finishLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, job, fmtAt(at), owner.Instance, owner.Nonce.String(),
+		strconv.FormatUint(token, 10), string(out.State), int64(out.Duration), out.Result, out.Error).Int64()
+	if err != nil {
+		return fmt.Errorf("redis: finish %q token %d: %w", job, token, err)
+	}
+	if n != 1 {
+		return lost(job, at, token)
+	}
+	return nil
+}
+
+// Reclaim implements backend.Ledger.
+func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
+	if err := backend.CheckClaim(req, MinTTL); err != nil {
+		return backend.Grant{}, backend.Run{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Grant{}, backend.Run{}, err
+	}
+	at := backend.Instant(req.ScheduledAt)
+	ttl := time.Duration(ttlMS(req.TTL)) * time.Millisecond
+	res, err := reclaimLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, req.Job, fmtAt(at), req.SpecVersion,
+		req.Owner.Instance, req.Owner.Nonce.String(), ttl.Microseconds()).Slice()
+	if err != nil {
+		return backend.Grant{}, backend.Run{}, fmt.Errorf("redis: reclaim %q at %s: %w", req.Job, at.Format(time.RFC3339Nano), err)
+	}
+	switch toInt(res[0]) {
+	case 0:
+		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s was never claimed", backend.ErrNotFound, req.Job, at.Format(time.RFC3339Nano))
+	case 1:
+		t, err := toUint(res[1])
+		if err != nil {
+			return backend.Grant{}, backend.Run{}, fmt.Errorf("redis: reclaim %q: token %v: %w", req.Job, res[1], err)
+		}
+		r, err := parseRun(res[3], toInt(res[2]))
+		return backend.Grant{Token: t, TTL: ttl}, r, err
+	case 2:
+		r, err := parseRun(res[2], toInt(res[1]))
+		if err != nil {
+			return backend.Grant{}, backend.Run{}, err
+		}
+		return backend.Grant{}, backend.Run{}, &backend.ClaimedError{Run: r}
+	case 3:
+		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrNotExpired, req.Job, at.Format(time.RFC3339Nano), res[1])
+	}
+	return backend.Grant{}, backend.Run{}, fmt.Errorf("redis: reclaim %q: unexpected reply %v", req.Job, res)
+}
+
+// Abandon implements backend.Ledger.
+func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return backend.Run{}, err
+	}
+	if err := backend.CheckInstant(at); err != nil {
+		return backend.Run{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Run{}, err
+	}
+	at = backend.Instant(at)
+	res, err := abandonLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, job, fmtAt(at)).Slice()
+	if err != nil {
+		return backend.Run{}, fmt.Errorf("redis: abandon %q at %s: %w", job, at.Format(time.RFC3339Nano), err)
+	}
+	switch toInt(res[0]) {
+	case 0:
+		return backend.Run{}, fmt.Errorf("%w: job %q at %s was never claimed", backend.ErrNotFound, job, at.Format(time.RFC3339Nano))
+	case 1:
+		return parseRun(res[2], toInt(res[1]))
+	case 2:
+		r, err := parseRun(res[2], toInt(res[1]))
+		if err != nil {
+			return backend.Run{}, err
+		}
+		return backend.Run{}, &backend.ClaimedError{Run: r}
+	case 3:
+		return backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrNotExpired, job, at.Format(time.RFC3339Nano), res[1])
+	}
+	return backend.Run{}, fmt.Errorf("redis: abandon %q: unexpected reply %v", job, res)
+}
+
+// GetRun implements backend.Ledger.
+func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return backend.Run{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Run{}, err
+	}
+	res, err := getRunLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, job, fmtAt(at)).Slice()
+	if err != nil {
+		return backend.Run{}, fmt.Errorf("redis: get run %q: %w", job, err)
+	}
+	if raw, _ := res[1].([]any); len(raw) == 0 {
+		return backend.Run{}, fmt.Errorf("%w: job %q at %s", backend.ErrNotFound, job, backend.Instant(at).Format(time.RFC3339Nano))
+	}
+	return parseRun(res[1], toInt(res[0]))
+}
+
+// HighWater implements backend.Ledger.
+func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return time.Time{}, "", err
+	}
+	if err := b.check(); err != nil {
+		return time.Time{}, "", err
+	}
+	v, err := b.c.HMGet(ctx, b.ledger+"job:"+job, "h", "v").Result()
+	if err != nil {
+		return time.Time{}, "", fmt.Errorf("redis: high-water %q: %w", job, err)
+	}
+	if v[0] == nil {
+		return time.Time{}, "", nil
+	}
+	ms, err := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
+	if err != nil {
+		return time.Time{}, "", fmt.Errorf("redis: high-water %q: malformed %v", job, v[0])
+	}
+	ver, _ := v[1].(string)
+	return time.UnixMilli(ms).UTC(), ver, nil
+}
+
+// ListRuns implements backend.Ledger. Runs with equal ScheduledAt are in
+// job order.
+func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	lo, hi := "-inf", "+inf"
+	if !f.Since.IsZero() {
+		lo = strconv.FormatInt(ceilUnit(f.Since, time.Millisecond), 10)
+	}
+	if !f.Before.IsZero() {
+		hi = "(" + strconv.FormatInt(ceilUnit(f.Before, time.Millisecond), 10)
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	res, err := listRunsLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, f.Job, string(f.State), lo, hi, limit).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: list runs: %w", err)
+	}
+	now := toInt(res[0])
+	out := make([]backend.Run, 0, len(res)-1)
+	for _, raw := range res[1:] {
+		r, err := parseRun(raw, now)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	slices.SortStableFunc(out, func(x, y backend.Run) int {
+		if c := y.ScheduledAt.Compare(x.ScheduledAt); c != 0 {
+			return c
+		}
+		if x.Job < y.Job {
+			return -1
+		}
+		if x.Job > y.Job {
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// Prune implements backend.Ledger: deletes finished runs only; counters,
+// high-water marks and running occurrences stay.
+func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
+	if err := backend.CheckPrune(olderThan, batch); err != nil {
+		return 0, err
+	}
+	if err := b.check(); err != nil {
+		return 0, err
+	}
+	n, err := pruneLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, "("+strconv.FormatInt(ceilUnit(olderThan, time.Microsecond), 10), batch).Int()
+	if err != nil {
+		return 0, fmt.Errorf("redis: prune: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,233 @@
+// Package redlock is the leasehold backend on N independent Redis nodes
+// (default 5; any odd N ≥ 3) with the Redlock algorithm: a lease is granted
+// when a majority (N/2+1) of nodes granted it within its validity.
+//
+// Acquire sends SET-if-free (a Lua script that also INCRs a per-node token
+// counter) to every node in parallel, each bounded by a node timeout. With a
+// quorum of grants, and validity = TTL' − elapsed − drift still positive
+// (drift = 1% of the TTL + 2 ms), the lease is granted; otherwise it is
+// undone on every node. Nodes are asked for PX = TTL' = TTL + drift, so that
+// counted from the send time — which is how the library counts the holder's
+// deadline — the lease is valid for at least the TTL it was granted. Renew
+// extends on every node and succeeds on a quorum; Release deletes
+// everywhere and publishes the release on each node, so waiters wake at
+// once (Wait fires when a quorum of nodes reports the key released or
+// expired).
+//
+// # Fencing is not safe (SafeFencing=false)
+//
+// The token of a grant is the largest of the per-node counters in the
+// granting quorum, and when they differ the quorum's leases and counters
+// are raised to it in a second round trip, so that any two quorums share a
+// node whose counter already passed the earlier token. That makes tokens
+// increase in ordinary operation, but Redlock cannot promise it, nor even
+// mutual exclusion:
+//
+//   - a node restarted empty (no fsync'd AOF) forgets both the lease and
+//     its counter: with one other node that missed the first grant, a
+//     second client gets a quorum while the first lease is live, and a
+//     token that is not greater (the tests demonstrate exactly this);
+//   - a process pause (GC, SIGSTOP) or a client or server clock jump longer
+//     than the drift allowance lets two holders believe they hold the lease;
+//   - majority registers give no atomic increment: two concurrent quorums
+//     with diverging counters can read the same maximum.
+//
+// So the backend declares SafeFencing=false and DurableFencing=false. Use
+// the redis backend (one node, noeviction, appendfsync always) or a
+// consensus backend when a resource must reject stale holders by token.
+//
+// # The run ledger
+//
+// A run ledger needs a per-job counter that strictly increases, claims that
+// are never lost once finished, and compare-and-set transitions; a majority
+// of independent Redis nodes without consensus cannot provide any of them
+// (a restarted node loses records, split votes leave no winner). The ledger
+// methods therefore return an error wrapping errors.ErrUnsupported, unless
+// WithLedger delegates the ledger to a backend that can keep one (for
+// example the redis backend on one node); its guarantees are then that
+// backend's.
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/backend"
+	rb "github.com/leasehold/leasehold/backend/redis"
+)
+
+// MinTTL is the shortest lease granted: a lease shorter than the node
+// timeout and drift allowance could not be confirmed in time.
+const MinTTL = 50 * time.Millisecond
+
+// DefaultNodeTimeout bounds each node's reply to an acquire or renew (a
+// release, which is not racing a validity, gets 10× as long, at least 1 s).
+const DefaultNodeTimeout = 100 * time.Millisecond
+
+// ErrUnsupported is wrapped by the ledger methods when no ledger was given.
+var ErrUnsupported = fmt.Errorf("leasehold/redlock: the run ledger cannot be kept on a Redlock quorum: %w", errors.ErrUnsupported)
+
+// Backend is the Redlock backend. Create it with New or Open.
+type Backend struct {
+	nodes       []*node
+	quorum      int
+	prefix      string
+	nodeTimeout time.Duration
+	ledger      backend.Ledger
+	closed      atomic.Bool
+}
+
+type node struct {
+	c    goredis.UniversalClient
+	w    *rb.Backend // push events (and, after Open, the connection's owner)
+	owns bool
+}
+
+var (
+	_ backend.Backend  = (*Backend)(nil)
+	_ backend.Notifier = (*Backend)(nil)
+)
+
+// Option configures New and Open.
+type Option func(*config)
+
+type config struct {
+	prefix      string
+	nodeTimeout time.Duration
+	ledger      backend.Ledger
+}
+
+// WithPrefix sets the key prefix on every node (default "leasehold:").
+func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// WithNodeTimeout bounds each node's reply (default 100 ms). Use clients
+// with ContextTimeoutEnabled so that the bound applies to reads.
+func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
+
+// WithLedger delegates the run ledger to l (see the package doc).
+func WithLedger(l backend.Ledger) Option { return func(c *config) { c.ledger = l } }
+
+// New returns a backend over clients, one per independent node (an odd
+// number, at least 3). The caller keeps owning the clients.
+func New(clients []goredis.UniversalClient, opts ...Option) (*Backend, error) {
+	cfg := config{prefix: rb.DefaultPrefix, nodeTimeout: DefaultNodeTimeout}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if n := len(clients); n < 3 || n%2 == 0 {
+		return nil, fmt.Errorf("%w: redlock nodes: %d given, need an odd number ≥ 3", backend.ErrInvalid, n)
+	}
+	if cfg.nodeTimeout <= 0 {
+		return nil, fmt.Errorf("%w: node timeout %v is not positive", backend.ErrInvalid, cfg.nodeTimeout)
+	}
+	b := &Backend{quorum: len(clients)/2 + 1, prefix: cfg.prefix, nodeTimeout: cfg.nodeTimeout, ledger: cfg.ledger}
+	for i, c := range clients {
+		w, err := rb.New(c, rb.WithPrefix(cfg.prefix))
+		if err != nil {
+			return nil, fmt.Errorf("redlock node %d: %w", i, err)
+		}
+		b.nodes = append(b.nodes, &node{c: c, w: w})
+	}
+	return b, nil
+}
+
+// Open connects to every URL (see the redis backend's Open for the form)
+// and returns a backend that owns the connections.
+func Open(ctx context.Context, urls []string, opts ...Option) (*Backend, error) {
+	var ws []*rb.Backend
+	fail := func(err error) (*Backend, error) {
+		for _, w := range ws {
+			w.Close()
+		}
+		return nil, err
+	}
+	cfg := config{prefix: rb.DefaultPrefix}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	var clients []goredis.UniversalClient
+	for i, u := range urls {
+		w, err := rb.Open(ctx, u, rb.WithPrefix(cfg.prefix))
+		if err != nil {
+			return fail(fmt.Errorf("redlock node %d: %w", i, err))
+		}
+		ws = append(ws, w)
+		clients = append(clients, w.Client())
+	}
+	b, err := New(clients, opts...)
+	if err != nil {
+		return fail(err)
+	}
+	for i, n := range b.nodes {
+		n.w.Close()
+		n.w, n.owns = ws[i], true
+	}
+	return b, nil
+}
+
+// Capabilities: no safe fencing (see the package doc).
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{
+		Name: "redlock",
+		// Expiry is judged by the nodes' clocks (PX), never by a client's.
+		ServerClock:    true,
+		SafeFencing:    false,
+		DurableFencing: false,
+		PushEvents:     true,
+		MultiProcess:   true,
+		MinTTL:         MinTTL,
+		TTLGranularity: time.Millisecond,
+	}
+}
+
+// Quorum is the number of nodes a grant needs.
+func (b *Backend) Quorum() int { return b.quorum }
+
+// Close closes the per-node subscriptions (and connections Open made).
+func (b *Backend) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	for _, n := range b.nodes {
+		n.w.Close()
+	}
+	return nil
+}
+
+func (b *Backend) check() error {
+	if b.closed.Load() {
+		return backend.ErrClosed
+	}
+	return nil
+}
+
+// each runs fn on every node in parallel, each bounded by timeout, and
+// waits for all.
+func (b *Backend) each(ctx context.Context, timeout time.Duration, fn func(ctx context.Context, i int, n *node)) {
+	var wg sync.WaitGroup
+	for i, n := range b.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			fn(nctx, i, n)
+		}()
+	}
+	wg.Wait()
+}
+
+func (b *Backend) leaseKey(k string) string { return b.prefix + "lease:{" + k + "}" }
+func (b *Backend) tokenKey(k string) string { return b.prefix + "token:{" + k + "}" }
+func (b *Backend) channel(k string) string  { return b.prefix + "released:{" + k + "}" }
+
+// drift is Redlock's clock drift allowance for a TTL.
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+func ceilMS(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
