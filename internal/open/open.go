@@ -30,6 +30,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/backend/sqlite"
 )
 
@@ -38,7 +39,7 @@ import (
 const EnvBackend = "LEASEHOLD_BACKEND"
 
 // Schemes returns the URL schemes Open knows, sorted.
-func Schemes() []string { return []string{"memory", "sqlite"} }
+func Schemes() []string { return []string{"memory", "redis", "rediss", "sqlite"} }
 
 // schemeRE matches a URL scheme prefix (RFC 3986 section 3.1).
 var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
@@ -92,6 +93,8 @@ func Open(ctx context.Context, rawURL string) (backend.Backend, error) {
 			return nil, err
 		}
 		return openSQLite(ctx, path, opts, u.Redacted())
+	case "redis", "rediss": // redis://user:pass@host:port/db?prefix=...; see backend/redis
+		return redis.Open(ctx, rawURL)
 	default:
 		return nil, fmt.Errorf("%w: backend URL %q: unknown scheme %q (known: %s)",
 			backend.ErrInvalid, u.Redacted(), u.Scheme, strings.Join(Schemes(), ", "))

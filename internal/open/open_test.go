@@ -3,6 +3,7 @@ package open
 import (
 	"context"
 	"errors"
+	"github.com/leasehold/leasehold/internal/testserver"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,8 +77,8 @@ func TestOpenErrors(t *testing.T) {
 		want []string // substrings of the error
 	}{
 		{"", []string{"empty"}},
-		{"redis://user:hunter2@localhost:6379/0", []string{`"redis"`, "memory, sqlite"}},
-		{"postgres://u:hunter2@db/x?sslmode=disable", []string{`"postgres"`, "memory, sqlite"}},
+		{"postgres://u:hunter2@db/x?sslmode=disable", []string{`"postgres"`, "memory, redis, rediss, sqlite"}},
+		{"redis://u:hunter2@localhost:6379/0?flavour=x", []string{"flavour"}},
 		{"memory://somewhere", []string{"memory://"}},
 		{"sqlite://u:hunter2@" + dir + "/x.db", []string{"no user"}},
 		{"sqlite://", []string{"no database path"}},
@@ -169,5 +170,17 @@ func checkDir(t *testing.T, dir string) {
 	}
 	if !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 		t.Errorf("%s: mode %v, want a directory with mode 0700", dir, fi.Mode())
+	}
+}
+
+func TestOpenRedis(t *testing.T) {
+	srv := testserver.Redis(t)
+	b, err := Open(context.Background(), "redis://"+srv.Addr()+"/0?prefix=t:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if got := b.Capabilities().Name; got != "redis" {
+		t.Fatalf("backend %q, want redis", got)
 	}
 }
