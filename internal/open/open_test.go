@@ -3,7 +3,6 @@ package open
 import (
 	"context"
 	"errors"
-	"github.com/leasehold/leasehold/internal/testserver"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/testserver"
 )
 
 func mustOpen(t *testing.T, raw string) backend.Backend {
