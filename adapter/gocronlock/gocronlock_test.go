@@ -169,3 +169,18 @@ func ExampleNewLocker() {
 	_ = s.Shutdown()
 	// Output: report <nil>
 }
+
+func ExampleNewElector() {
+	ctx := context.Background()
+	b := memory.New() // in production: a backend the instances share
+	el, err := gocronlock.NewElector(ctx, b, "gocron/scheduler", leasehold.WithInstance("web-1"))
+	if err != nil {
+		panic(err)
+	}
+	defer el.Close(ctx)
+	// Only the leader's scheduler runs jobs.
+	s, _ := gocron.NewScheduler(gocron.WithDistributedElector(el))
+	defer s.Shutdown()
+	fmt.Println(errors.Is(el.IsLeader(ctx), gocronlock.ErrNotLeader) || el.IsLeader(ctx) == nil)
+	// Output: true
+}
