@@ -1,0 +1,249 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// runCols are the columns scanRun reads, in order; the last is Expired,
+// judged by the server's clock.
+const runCols = `job, scheduled_at, spec_version, instance, nonce, token, attempt, state,
+	claimed_at, finished_at, duration_ns, result, error,
+	(state = 'running' AND expires_at <= clock_timestamp())`
+
+func scanRun(row pgx.Row) (backend.Run, error) {
+	var (
+		r        backend.Run
+		nonce    []byte
+		token    int64
+		state    string
+		finished *time.Time
+		dur      int64
+	)
+	if err := row.Scan(&r.Job, &r.ScheduledAt, &r.SpecVersion, &r.Owner.Instance, &nonce, &token, &r.Attempt,
+		&state, &r.ClaimedAt, &finished, &dur, &r.Result, &r.Error, &r.Expired); err != nil {
+		return r, err
+	}
+	if err := setNonce(&r.Owner.Nonce, nonce); err != nil {
+		return r, err
+	}
+	r.ScheduledAt, r.ClaimedAt = r.ScheduledAt.UTC(), r.ClaimedAt.UTC()
+	if finished != nil {
+		r.FinishedAt = finished.UTC()
+	}
+	r.Token, r.State, r.Duration = uint64(token), backend.RunState(state), time.Duration(dur)
+	return r, nil
+}
+
+// querier is the pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (b *Backend) getRun(ctx context.Context, q querier, job string, at time.Time, lock string) (backend.Run, error) {
+	return scanRun(q.QueryRow(ctx, `SELECT `+runCols+` FROM `+b.tRuns+` WHERE job = $1 AND scheduled_at = $2`+lock, job, at))
+}
+
+func occurrence(job string, at time.Time) string {
+	return fmt.Sprintf("job %q at %s", job, at.Format(time.RFC3339Nano))
+}
+
+// claimSQL claims an occurrence in one statement: it bumps the job's
+// counter and raises its high-water mark (which locks the job's row, so the
+// claims of one job are serialised), then inserts the run with ON CONFLICT
+// DO NOTHING; the primary key (job, scheduled_at) is the guarantee. The job
+// row is touched only when the occurrence is not in the future beyond
+// MaxEarly by the server's clock. The result says which happened.
+func (b *Backend) claimSQL() string {
+	return `WITH j AS (
+		INSERT INTO ` + b.tJobs + ` AS j (job, counter, high_at, high_version)
+		SELECT $1, 1, $2, $3 WHERE $2 <= clock_timestamp() + $7 * interval '1 microsecond'
+		ON CONFLICT (job) DO UPDATE SET counter = j.counter + 1,
+			high_version = CASE WHEN j.high_at IS NULL OR excluded.high_at > j.high_at THEN excluded.high_version ELSE j.high_version END,
+			high_at = GREATEST(j.high_at, excluded.high_at)
+		RETURNING counter
+	), r AS (
+		INSERT INTO ` + b.tRuns + ` (job, scheduled_at, spec_version, instance, nonce, token, attempt, state, claimed_at, expires_at)
+		SELECT $1, $2, $3, $4, $5, counter, 1, 'running', clock_timestamp(), clock_timestamp() + $6 * interval '1 microsecond' FROM j
+		ON CONFLICT (job, scheduled_at) DO NOTHING
+		RETURNING token
+	)
+	SELECT (SELECT count(*) FROM j), (SELECT token FROM r), clock_timestamp()`
+}
+
+// Claim implements backend.Ledger. Without MaxRunning it is one statement;
+// with it, a transaction that locks the job's row before counting the
+// running occurrences, so that two claims cannot both see room.
+func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	if err := backend.CheckClaim(req, MinTTL); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := b.enter(); err != nil {
+		return backend.Grant{}, err
+	}
+	defer b.mu.RUnlock()
+	at := backend.Instant(req.ScheduledAt)
+	what := "claim " + occurrence(req.Job, at)
+	for attempt := 0; attempt < 10; attempt++ {
+		var (
+			bumped int
+			token  *int64
+			now    time.Time
+			err    error
+		)
+		if req.MaxRunning > 0 {
+			bumped, token, now, err = b.claimLimited(ctx, req, at)
+		} else {
+			err = b.pool.QueryRow(ctx, b.claimSQL(), req.Job, at, req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:],
+				micros(req.TTL), micros(req.MaxEarly)).Scan(&bumped, &token, &now)
+		}
+		if err != nil {
+			return backend.Grant{}, dbErr(ctx, what, err)
+		}
+		if token != nil {
+			return backend.Grant{Token: uint64(*token), TTL: time.Duration(micros(req.TTL)) * time.Microsecond}, nil
+		}
+		// Not inserted: the occurrence exists, or it is too early, or (with
+		// MaxRunning) the job is at its limit.
+		r, err := b.getRun(ctx, b.pool, req.Job, at, "")
+		switch {
+		case err == nil:
+			if r.Owner == req.Owner && r.State == backend.Running {
+				return backend.Grant{Token: r.Token, TTL: time.Duration(micros(req.TTL)) * time.Microsecond}, nil // a retry
+			}
+			return backend.Grant{}, &backend.ClaimedError{Run: r}
+		case !errors.Is(err, pgx.ErrNoRows):
+			return backend.Grant{}, dbErr(ctx, what, err)
+		}
+		if bumped == 0 {
+			return backend.Grant{}, fmt.Errorf("%w: %s, backend clock %s, max early %v",
+				backend.ErrTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
+		}
+		if bumped < 0 {
+			return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, -bumped, req.MaxRunning)
+		}
+		// The conflicting run vanished (pruned after finishing): try again,
+		// and be told it is finished or claim it.
+	}
+	return backend.Grant{}, fmt.Errorf("leasehold/postgres: %s: no answer after 10 attempts under contention", what)
+}
+
+// claimLimited is Claim with MaxRunning: it returns bumped = 1 and the
+// token when the run was inserted; bumped = 0 when it is too early;
+// bumped = -running when the job is at its limit; token nil when the
+// occurrence exists.
+func (b *Backend) claimLimited(ctx context.Context, req backend.ClaimRequest, at time.Time) (int, *int64, time.Time, error) {
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		return 0, nil, time.Time{}, err
+	}
+	defer tx.Rollback(ctx)
+	var (
+		exists, early bool
+		now           time.Time
+	)
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+b.tRuns+` WHERE job = $1 AND scheduled_at = $2),
+		$2 > clock_timestamp() + $3 * interval '1 microsecond', clock_timestamp()`,
+		req.Job, at, micros(req.MaxEarly)).Scan(&exists, &early, &now); err != nil {
+		return 0, nil, now, err
+	}
+	if exists {
+		return 1, nil, now, nil
+	}
+	if early {
+		return 0, nil, now, nil
+	}
+	// Lock the job's row (creating it), so that claims of this job queue
+	// here; the count below then sees every claim committed before.
+	if _, err := tx.Exec(ctx, `INSERT INTO `+b.tJobs+` (job, counter) VALUES ($1, 0)
+		ON CONFLICT (job) DO UPDATE SET counter = `+b.tJobs+`.counter`, req.Job); err != nil {
+		return 0, nil, now, err
+	}
+	var running int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+b.tRuns+`
+		WHERE job = $1 AND state = 'running' AND expires_at > clock_timestamp()`, req.Job).Scan(&running); err != nil {
+		return 0, nil, now, err
+	}
+	if running >= req.MaxRunning {
+		return -running, nil, now, nil
+	}
+	var bumped int
+	var token *int64
+	if err := tx.QueryRow(ctx, b.claimSQL(), req.Job, at, req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:],
+		micros(req.TTL), micros(req.MaxEarly)).Scan(&bumped, &token, &now); err != nil {
+		return 0, nil, now, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, nil, now, err
+	}
+	return bumped, token, now, nil
+}
+
+// runGuard is the WHERE clause of Heartbeat and Finish: the occurrence is
+// running, held by owner+token, and its lease is unexpired. Arguments $1..$5:
+// job, scheduled_at, instance, nonce, token.
+const runGuard = `job = $1 AND scheduled_at = $2 AND state = 'running' AND instance = $3 AND nonce = $4
+	AND token = $5 AND expires_at > clock_timestamp()`
+
+func checkHeld(job string, at time.Time, owner backend.Owner, token uint64) error {
+	if err := backend.CheckKey("job", job); err != nil {
+		return err
+	}
+	if err := backend.CheckInstant(at); err != nil {
+		return err
+	}
+	if err := backend.CheckOwner(owner); err != nil {
+		return err
+	}
+	return backend.CheckToken(token)
+}
+
+// Heartbeat implements backend.Ledger.
+func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
+	if err := checkHeld(job, at, owner, token); err != nil {
+		return err
+	}
+	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
+		return err
+	}
+	return b.guardedRun(ctx, "heartbeat", job, at, owner, token,
+		`UPDATE `+b.tRuns+` SET expires_at = clock_timestamp() + $6 * interval '1 microsecond' WHERE `+runGuard,
+		micros(ttl))
+}
+
+// Finish implements backend.Ledger.
+func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
+	if err := checkHeld(job, at, owner, token); err != nil {
+		return err
+	}
+	out, err := backend.CheckOutcome(out)
+	if err != nil {
+		return err
+	}
+	return b.guardedRun(ctx, "finish", job, at, owner, token,
+		`UPDATE `+b.tRuns+` SET state = $6, finished_at = clock_timestamp(), duration_ns = $7, result = $8, error = $9
+		WHERE `+runGuard, string(out.State), int64(out.Duration), out.Result, out.Error)
+}
+
+func (b *Backend) guardedRun(ctx context.Context, op, job string, at time.Time, owner backend.Owner, token uint64, q string, extra ...any) error {
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.mu.RUnlock()
+	at = backend.Instant(at)
+	args := append([]any{job, at, owner.Instance, owner.Nonce[:], int64(token)}, extra...)
+	tag, err := b.pool.Exec(ctx, q, args...)
+	if err != nil {
+		return dbErr(ctx, op+" "+occurrence(job, at), err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: %s, token %d", backend.ErrLeaseLost, occurrence(job, at), token)
+	}
+	return nil
+}

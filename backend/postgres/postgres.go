@@ -1,0 +1,370 @@
+// Package postgres is the PostgreSQL leasehold backend: leases and the run
+// ledger in ordinary tables, reached through a pgx v5 pool (its own, from
+// Open, or one the application already has, through New).
+//
+// What it guarantees, and why:
+//
+//   - Grant exclusion. Acquire is ONE statement, an INSERT … ON CONFLICT (key)
+//     DO UPDATE whose WHERE clause lets the update happen only when the
+//     current lease is free or expired. PostgreSQL serialises the conflicting
+//     updates of one row, and re-evaluates the WHERE clause on the newest row
+//     version after waiting, so two unexpired grants on one key never commit.
+//   - One clock. Expiry is judged by the database server's clock_timestamp()
+//     in every statement, never by the clients' clocks and never by now(),
+//     which is the start of the transaction and goes stale inside a long one.
+//   - Fencing. The token is a counter in the lease row; Release clears the
+//     holder (expires_at becomes NULL) but keeps the row, and nothing ever
+//     deletes lease rows, so tokens for a key only grow. Claim tokens come
+//     from a per-job counter row that Prune never touches.
+//   - Durability. A grant is as durable as the commit that made it.
+//     Capabilities().DurableFencing is computed at New from the server:
+//     true when fsync is on and synchronous_commit is on, local,
+//     remote_write or remote_apply (each of these returns from COMMIT only
+//     after the WAL record is flushed on the primary, so a crash and restart
+//     of the server cannot forget a grant); false when synchronous_commit is
+//     off (a crash can lose the last commits, and a token could be handed
+//     out twice). Surviving a fail-over to a standby additionally needs a
+//     synchronous standby; that is not checked.
+//   - Push events. Release sends NOTIFY on one channel per schema and prefix;
+//     Wait (backend.Notifier) listens on a dedicated connection and checks
+//     the holder after LISTEN is active, so a release that happened between
+//     a waiter's failed Acquire and its Wait is not missed. Expiry is
+//     delivered by a timer set from the remaining time read from the server.
+//   - Fenced writes. Fence (and FenceRun) let a job write its side effect in
+//     the same database, in its own transaction, fenced by its token.
+//
+// Nothing here can make a paused process stop acting on a lease that has
+// expired: holders must check their deadline, and resources should check
+// the fencing token (Fence does, for writes to this database).
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/url"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// MinTTL is the shortest lease the PostgreSQL backend grants.
+const MinTTL = time.Millisecond
+
+// schemaVersion is the version of the tables this code creates and reads.
+const schemaVersion = 1
+
+// ErrSchemaTooNew: the tables were created by a newer leasehold whose schema
+// this code does not know.
+var ErrSchemaTooNew = errors.New("leasehold/postgres: schema is newer than this code")
+
+// Option configures New and Open.
+type Option func(*config) error
+
+type config struct {
+	schema string
+	prefix string
+}
+
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+// WithSchema sets the PostgreSQL schema that holds the tables (default
+// "leasehold"; created if missing). It must match [a-z_][a-z0-9_]{0,39}.
+func WithSchema(name string) Option {
+	return func(c *config) error {
+		if !identRE.MatchString(name) {
+			return fmt.Errorf("%w: postgres schema %q does not match [a-z_][a-z0-9_]{0,39}", backend.ErrInvalid, name)
+		}
+		c.schema = name
+		return nil
+	}
+}
+
+// WithTablePrefix prefixes every table name (default ""), so that several
+// independent leasehold deployments can share one schema. It must match
+// [a-z_][a-z0-9_]{0,39} or be empty.
+func WithTablePrefix(p string) Option {
+	return func(c *config) error {
+		if p != "" && !identRE.MatchString(p) {
+			return fmt.Errorf("%w: postgres table prefix %q does not match [a-z_][a-z0-9_]{0,39}", backend.ErrInvalid, p)
+		}
+		c.prefix = p
+		return nil
+	}
+}
+
+// Backend is the PostgreSQL backend. It is safe for concurrent use; any
+// number of processes may share the tables.
+type Backend struct {
+	pool     *pgxpool.Pool
+	ownsPool bool
+	schema   string
+	prefix   string
+	durable  bool
+	channel  string // NOTIFY channel of this schema and prefix
+
+	// Quoted, schema-qualified table names.
+	tLeases, tJobs, tRuns, tMeta string
+
+	mu     sync.RWMutex // write-locked only by Close
+	closed bool
+	n      *notifier
+}
+
+var (
+	_ backend.Backend  = (*Backend)(nil)
+	_ backend.Notifier = (*Backend)(nil)
+)
+
+// Open connects to the database at connURL (a postgres:// URL or a
+// key=value connection string understood by pgx; TLS through sslmode, the
+// password from the URL or PGPASSWORD / ~/.pgpass) and returns a backend
+// that owns its pool: Close closes it. Errors never contain the password.
+func Open(ctx context.Context, connURL string, opts ...Option) (*Backend, error) {
+	cfg, err := pgxpool.ParseConfig(connURL)
+	if err != nil {
+		// pgx redacts the password in its own messages; the URL is
+		// redacted here too.
+		return nil, fmt.Errorf("%w: postgres url %s: %v", backend.ErrInvalid, redact(connURL), err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("leasehold/postgres: connect %s: %w", redact(connURL), err)
+	}
+	b, err := newBackend(ctx, pool, true, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// New returns a backend over a pool the application already has. Close does
+// not close the pool. The pool's connections must not have
+// synchronous_commit set differently from what New reads on one of them.
+func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: postgres pool is nil", backend.ErrInvalid)
+	}
+	return newBackend(ctx, pool, false, opts)
+}
+
+func newBackend(ctx context.Context, pool *pgxpool.Pool, owns bool, opts []Option) (*Backend, error) {
+	cfg := config{schema: "leasehold"}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil postgres option", backend.ErrInvalid)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	b := &Backend{pool: pool, ownsPool: owns, schema: cfg.schema, prefix: cfg.prefix}
+	tbl := func(name string) string { return pgx.Identifier{cfg.schema, cfg.prefix + name}.Sanitize() }
+	b.tLeases, b.tJobs, b.tRuns, b.tMeta = tbl("leases"), tbl("jobs"), tbl("runs"), tbl("meta")
+	h := fnv.New64a()
+	h.Write([]byte(cfg.schema + "." + cfg.prefix))
+	b.channel = fmt.Sprintf("leasehold_%016x", h.Sum64())
+	if err := b.readDurability(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.migrate(ctx); err != nil {
+		return nil, err
+	}
+	b.n = newNotifier(b)
+	return b, nil
+}
+
+// readDurability reads fsync and synchronous_commit from the server.
+func (b *Backend) readDurability(ctx context.Context) error {
+	var fsync, syncCommit string
+	err := b.pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&fsync, &syncCommit)
+	if err != nil {
+		return fmt.Errorf("leasehold/postgres: read fsync and synchronous_commit: %w", err)
+	}
+	b.durable = fsync == "on" && syncCommit != "off"
+	return nil
+}
+
+// migrate creates or upgrades the tables under a transaction-scoped
+// advisory lock, so that processes starting together do not race.
+func (b *Backend) migrate(ctx context.Context) error {
+	fail := func(err error) error {
+		return fmt.Errorf("leasehold/postgres: schema %q prefix %q: %w", b.schema, b.prefix, err)
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('leasehold migrate ' || $1))`, b.schema+"."+b.prefix); err != nil {
+		return fail(err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{b.schema}.Sanitize()); err != nil {
+		return fail(err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+b.tMeta+` (name text PRIMARY KEY, value integer NOT NULL)`); err != nil {
+		return fail(err)
+	}
+	var v int
+	err = tx.QueryRow(ctx, `SELECT value FROM `+b.tMeta+` WHERE name = 'schema_version'`).Scan(&v)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		v = 0
+	case err != nil:
+		return fail(err)
+	}
+	if v > schemaVersion {
+		return fmt.Errorf("%w: schema %q prefix %q has version %d, this code knows up to %d; upgrade leasehold",
+			ErrSchemaTooNew, b.schema, b.prefix, v, schemaVersion)
+	}
+	if v == schemaVersion {
+		return nil
+	}
+	for _, s := range b.schemaV1() {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return fail(err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+b.tMeta+` (name, value) VALUES ('schema_version', $1)
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value`, schemaVersion); err != nil {
+		return fail(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// schemaV1 is version 1 of the tables.
+func (b *Backend) schemaV1() []string {
+	idx := func(name string) string { return pgx.Identifier{b.prefix + name}.Sanitize() }
+	return []string{
+		// One row per key, never deleted: token is the key's counter.
+		// expires_at is NULL when the key is free. COLLATE "C" makes key
+		// order and prefix ranges byte-wise.
+		`CREATE TABLE IF NOT EXISTS ` + b.tLeases + ` (
+			key        text COLLATE "C" PRIMARY KEY,
+			instance   text,
+			nonce      bytea,
+			token      bigint NOT NULL,
+			expires_at timestamptz
+		)`,
+		`CREATE TABLE IF NOT EXISTS ` + b.tJobs + ` (
+			job          text COLLATE "C" PRIMARY KEY,
+			counter      bigint NOT NULL,
+			high_at      timestamptz,
+			high_version text NOT NULL DEFAULT ''
+		)`,
+		`CREATE TABLE IF NOT EXISTS ` + b.tRuns + ` (
+			job          text COLLATE "C" NOT NULL,
+			scheduled_at timestamptz NOT NULL,
+			spec_version text NOT NULL,
+			instance     text NOT NULL,
+			nonce        bytea NOT NULL,
+			token        bigint NOT NULL,
+			attempt      integer NOT NULL,
+			state        text NOT NULL,
+			claimed_at   timestamptz NOT NULL,
+			finished_at  timestamptz,
+			duration_ns  bigint NOT NULL DEFAULT 0,
+			result       text NOT NULL DEFAULT '',
+			error        text NOT NULL DEFAULT '',
+			expires_at   timestamptz NOT NULL,
+			PRIMARY KEY (job, scheduled_at)
+		)`,
+		// History, newest first (ListRuns without a job filter).
+		`CREATE INDEX IF NOT EXISTS ` + idx("runs_by_time") + ` ON ` + b.tRuns + ` (scheduled_at DESC, job)`,
+		// Prune: finished runs by finish time.
+		`CREATE INDEX IF NOT EXISTS ` + idx("runs_finished") + ` ON ` + b.tRuns + ` (finished_at) WHERE finished_at IS NOT NULL`,
+		// MaxRunning: running occurrences of a job.
+		`CREATE INDEX IF NOT EXISTS ` + idx("runs_running") + ` ON ` + b.tRuns + ` (job, expires_at) WHERE state = 'running'`,
+		// ListRuns by state.
+		`CREATE INDEX IF NOT EXISTS ` + idx("runs_by_state") + ` ON ` + b.tRuns + ` (state, scheduled_at DESC)`,
+	}
+}
+
+// Capabilities reports the backend's guarantees; DurableFencing reflects
+// fsync and synchronous_commit as read from the server by New.
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{
+		Name:           "postgres",
+		ServerClock:    true, // clock_timestamp() of the one server
+		SafeFencing:    true,
+		DurableFencing: b.durable,
+		PushEvents:     true,
+		MultiProcess:   true,
+		MinTTL:         MinTTL,
+	}
+}
+
+// Pool returns the pool the backend uses.
+func (b *Backend) Pool() *pgxpool.Pool { return b.pool }
+
+// Schema returns the schema that holds the tables.
+func (b *Backend) Schema() string { return b.schema }
+
+// Close stops the notifier and, when the backend was made by Open, closes
+// the pool. Leases stay in the database. Later calls fail with ErrClosed.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	b.n.close()
+	if b.ownsPool {
+		b.pool.Close()
+	}
+	return nil
+}
+
+// enter takes the read side of the close lock; callers defer b.mu.RUnlock().
+func (b *Backend) enter() error {
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		return backend.ErrClosed
+	}
+	return nil
+}
+
+// dbErr wraps a database error, adding the context's error when the context
+// ended (so errors.Is(err, context.Canceled) works).
+func dbErr(ctx context.Context, what string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("leasehold/postgres: %s: %w (%w)", what, err, cerr)
+	}
+	return fmt.Errorf("leasehold/postgres: %s: %w", what, err)
+}
+
+// micros returns d in whole microseconds, rounded up, the resolution of
+// PostgreSQL intervals: a granted TTL is never shorter than asked.
+func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
+
+// redact returns connURL with any password replaced, for messages.
+func redact(connURL string) string {
+	u, err := url.Parse(connURL)
+	if err != nil || u.Scheme == "" {
+		return "(connection string)"
+	}
+	return u.Redacted()
+}
+
+// ceilMs returns t rounded up to the millisecond, so that comparing stored
+// millisecond instants with it equals comparing them with t.
+func ceilMs(t time.Time) time.Time {
+	t = t.UTC()
+	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
+		return r.Add(time.Millisecond)
+	}
+	return t
+}
