@@ -30,6 +30,8 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/backend/mysql"
+	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/backend/sqlite"
 )
@@ -39,7 +41,9 @@ import (
 const EnvBackend = "LEASEHOLD_BACKEND"
 
 // Schemes returns the URL schemes Open knows, sorted.
-func Schemes() []string { return []string{"memory", "redis", "rediss", "sqlite"} }
+func Schemes() []string {
+	return []string{"memory", "mysql", "postgres", "postgresql", "redis", "rediss", "sqlite"}
+}
 
 // schemeRE matches a URL scheme prefix (RFC 3986 section 3.1).
 var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
@@ -95,6 +99,10 @@ func Open(ctx context.Context, rawURL string) (backend.Backend, error) {
 		return openSQLite(ctx, path, opts, u.Redacted())
 	case "redis", "rediss": // redis://user:pass@host:port/db?prefix=...; see backend/redis
 		return redis.Open(ctx, rawURL)
+	case "postgres", "postgresql": // a libpq URL; see backend/postgres
+		return postgres.Open(ctx, rawURL)
+	case "mysql": // mysql://user:pass@host:port/db; see backend/mysql
+		return mysql.Open(ctx, rawURL)
 	default:
 		return nil, fmt.Errorf("%w: backend URL %q: unknown scheme %q (known: %s)",
 			backend.ErrInvalid, u.Redacted(), u.Scheme, strings.Join(Schemes(), ", "))

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/sqlite"
@@ -77,7 +78,7 @@ func TestOpenErrors(t *testing.T) {
 		want []string // substrings of the error
 	}{
 		{"", []string{"empty"}},
-		{"postgres://u:hunter2@db/x?sslmode=disable", []string{`"postgres"`, "memory, redis, rediss, sqlite"}},
+		{"etcd://u:hunter2@db/x", []string{`"etcd"`, "memory, mysql, postgres, postgresql, redis, rediss, sqlite"}},
 		{"redis://u:hunter2@localhost:6379/0?flavour=x", []string{"flavour"}},
 		{"memory://somewhere", []string{"memory://"}},
 		{"sqlite://u:hunter2@" + dir + "/x.db", []string{"no user"}},
@@ -182,5 +183,23 @@ func TestOpenRedis(t *testing.T) {
 	defer b.Close()
 	if got := b.Capabilities().Name; got != "redis" {
 		t.Fatalf("backend %q, want redis", got)
+	}
+}
+
+// TestOpenDispatchesDatabaseURLs: postgres:// and mysql:// reach their
+// backends (which fail to connect to a closed port) rather than being
+// refused as unknown schemes, and no password shows in the error.
+func TestOpenDispatchesDatabaseURLs(t *testing.T) {
+	for _, raw := range []string{"postgres://u:hunter2@127.0.0.1:1/x?connect_timeout=2", "mysql://u:hunter2@127.0.0.1:1/x"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		b, err := Open(ctx, raw)
+		cancel()
+		if err == nil {
+			b.Close()
+			t.Fatalf("Open(%q) connected to a closed port", raw)
+		}
+		if strings.Contains(err.Error(), "unknown scheme") || strings.Contains(err.Error(), "hunter2") {
+			t.Fatalf("Open(%q) = %v", raw, err)
+		}
 	}
 }
