@@ -136,14 +136,14 @@ func (e *Elector) term(ctx context.Context, l *Lock, fn func(context.Context) er
 	_ = l.Release(rctx) // on failure the lease expires within its TTL
 	rcancel()
 
+	if e.cb.OnDemoted != nil {
+		e.cb.OnDemoted()
+	}
 	e.mu.Lock()
 	e.resign, e.termDone = nil, nil
 	e.observed = "" // the next observation reports whoever leads next
 	e.mu.Unlock()
-	close(done)
-	if e.cb.OnDemoted != nil {
-		e.cb.OnDemoted()
-	}
+	close(done) // Resign returns only after OnDemoted ran
 	return lost, resigned, err
 }
 

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -241,6 +242,13 @@ func (ev *events) add(s string) {
 	}
 }
 
+// String returns the log, for failure messages.
+func (ev *events) String() string {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	return fmt.Sprint(ev.log)
+}
+
 func (ev *events) has(s string) bool {
 	ev.mu.Lock()
 	defer ev.mu.Unlock()
@@ -298,12 +306,12 @@ func checkResign(t T, e *env) {
 	}
 	mustNil(t, a.Resign(ctx), "Resign")
 	if !ev.has("A stopped") || !ev.has("A demoted") {
-		t.Fatalf("Resign returned before A's work stopped and A was demoted: %v", ev.log)
+		t.Fatalf("Resign returned before A's work stopped and A was demoted: %v", ev)
 	}
 	mustNil(t, <-aDone, "A's Run after Resign")
 	eventually(t, 10*time.Second, "B elected after A resigned", func() bool { return ev.has("B working") })
 	if ev.when("B elected").Before(ev.when("A stopped")) {
-		t.Fatalf("B was elected before A's work stopped: %v", ev.log)
+		t.Fatalf("B was elected before A's work stopped: %v", ev)
 	}
 	ta, _ := tokens.Load("A")
 	tb, _ := tokens.Load("B")
@@ -332,10 +340,10 @@ func checkHolderDeath(t T, e *env) {
 	f.partition(true) // A can no longer reach the backend: to the cluster, A is dead
 	eventually(t, 20*e.libTTL(), "B elected after A's lease expired", func() bool { return ev.has("B working") })
 	if !ev.has("A stopped") {
-		t.Fatalf("B leads but A's work was not stopped: %v", ev.log)
+		t.Fatalf("B leads but A's work was not stopped: %v", ev)
 	}
 	if ev.when("A stopped").After(ev.when("B elected")) {
-		t.Fatalf("A's work stopped after B was elected: %v", ev.log)
+		t.Fatalf("A's work stopped after B was elected: %v", ev)
 	}
 	ta, _ := tokens.Load("A")
 	tb, _ := tokens.Load("B")
