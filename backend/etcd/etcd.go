@@ -1,0 +1,371 @@
+// Package etcd is the leasehold backend for etcd v3 (go.etcd.io/etcd/client/v3).
+//
+// # What is guaranteed
+//
+//   - Grant exclusion: a lock is the key <prefix>l/<key>, created by ONE Txn
+//     `If(create_revision(lock) == 0) Then(get counter, put lock, put counter)
+//     Else(get lock)` and attached to an etcd lease. While the lease lives
+//     (by the etcd leader's clock) the key exists and no other Txn can
+//     create it. etcd's Raft log makes this hold across leader changes.
+//   - Fencing token = the lock key's create revision, which is the revision
+//     of the granting Txn. etcd's revision is one cluster-wide counter that
+//     only grows; it is in the WAL, which etcd fsyncs before acknowledging,
+//     so it survives restarts, compaction and leader changes (SafeFencing and
+//     DurableFencing). Beside each lock key the backend keeps a per-key
+//     counter key <prefix>c/<key>: no lease, rewritten by every grant in the
+//     same Txn (so its mod revision is the last token granted on the key)
+//     and never deleted by Release, expiry or Prune. The granting Txn reads
+//     it before writing and the grant is withdrawn if the new token is not
+//     above it. Within one etcd keyspace that cannot happen; the check is a
+//     tripwire for a token scheme other than the create revision, not a
+//     protection against restoring an old snapshot or mirroring into a new
+//     cluster (both rewind the counter key too): never do either under
+//     live fenced resources.
+//   - Lease per grant, not a shared session lease: the contract's Grant.TTL
+//     promises the lease lasts TTL from the request's send time. A lease
+//     shared by several locks was granted or last renewed earlier, so a new
+//     lock on it could expire sooner than promised; and renewing one lock
+//     would silently keep alive another whose holder gave up. So each held
+//     key has a lease of its own, Renew is a keep-alive of that lease, and
+//     Release deletes the key guarded by create revision and owner. A
+//     released key's lease is idle and still alive: it goes to a pool, and
+//     the next Acquire with the same TTL sends a keep-alive for it in
+//     parallel with its Txn (one round trip; the grant counts only if the
+//     keep-alive succeeded, so the TTL runs from after the send). Without
+//     a pooled lease, Acquire is LeaseGrant then the Txn. Keep-alives go
+//     over a few long-lived streams shared by all locks of the backend (see
+//     pool.go and kastream.go).
+//   - TTL: etcd leases have whole-second TTLs and a server-side floor of
+//     1.5 × the election timeout (2 s with etcd's defaults, 1 s with a
+//     ≤ 600 ms election timeout). The requested TTL is rounded up to whole
+//     seconds and the TTL etcd actually granted is returned. Expiry takes
+//     effect when the leader revokes the lease (it checks every 500 ms), so
+//     a key may outlive its TTL a little — never the other way round. A new
+//     leader extends every lease by its TTL (etcd's rule), again the safe
+//     direction.
+//   - Owner identity: the lock's value is "<nonce> <instance>". A retried
+//     Acquire whose earlier Txn was applied finds its own nonce and answers
+//     with the same token, re-sending a keep-alive on that lease so the TTL
+//     counts from the retry; the lease it granted for the retry is revoked.
+//   - Push events: Wait watches the lock key from the revision of its Get + 1,
+//     so a delete between the Get and the watch is not missed; a compacted
+//     revision (ErrCompacted), a lost leader or a closed watch closes the
+//     channel (a spurious wake-up, which the contract allows): no lost
+//     wake-ups and no polling.
+//   - Ledger: see ledger.go. Claim tokens are a per-job counter kept in the
+//     job's key, changed only by compare-and-swap Txns; history is a key per
+//     run under <prefix>r/; a runner's lease is an etcd lease on
+//     <prefix>a/<job>/<instant>.
+//
+// What etcd does not give: a readable server wall clock. ClaimedAt,
+// FinishedAt and the ErrTooEarly check use this client's clock; lease
+// expiry (the safety-relevant clock) is etcd's.
+//
+// Space: etcd keeps every revision until compaction, and a full quota
+// (2 GiB by default) raises the NOSPACE alarm, which blocks every write —
+// renewals included, so every lock would be lost. Prune compacts up to the
+// revision of its last delete (disable with Config.NoCompact if something
+// else owns compaction, e.g. --auto-compaction-retention). Compaction frees
+// space inside the database file only; run `etcdctl defrag` on each member
+// (one at a time: it blocks the member) to give it back to the filesystem,
+// and `etcdctl alarm disarm` after a NOSPACE alarm.
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// MinTTL is the shortest TTL the backend accepts: etcd leases are whole
+// seconds. The server may grant more (its floor is 1.5 × election timeout);
+// the granted TTL is returned.
+const MinTTL = time.Second
+
+// TTLGranularity: granted TTLs are whole seconds.
+const TTLGranularity = time.Second
+
+// maxTxnOps bounds the operations of one Txn (etcd's default
+// --max-txn-ops is 128).
+const maxTxnOps = 128
+
+// Config configures Open.
+type Config struct {
+	// Endpoints are the members' client addresses ("host:port" or URLs).
+	Endpoints []string
+	// Prefix is prepended to every key this backend writes (default
+	// "leasehold/"). Two backends with different prefixes never meet.
+	Prefix string
+	// Username and Password authenticate to an etcd with auth enabled.
+	Username, Password string
+	// CAFile, CertFile and KeyFile configure TLS: a CA to verify the
+	// members, and a client certificate. TLS is on when any is set.
+	CAFile, CertFile, KeyFile string
+	// DialTimeout bounds connecting (default 5 s).
+	DialTimeout time.Duration
+	// NoCompact stops Prune from compacting the revisions it deleted.
+	NoCompact bool
+}
+
+// Backend is the etcd backend. It is safe for concurrent use.
+type Backend struct {
+	c      *clientv3.Client
+	own    bool // Close closes c
+	prefix string
+	cfg    Config
+
+	pool *leasePool
+	ka   []*kaStream // keep-alive streams; a lease always uses the same one
+
+	mu     sync.Mutex
+	closed bool
+	done   chan struct{} // closed by Close: ends watches
+}
+
+var (
+	_ backend.Backend  = (*Backend)(nil)
+	_ backend.Notifier = (*Backend)(nil)
+)
+
+// Open connects to etcd as described by rawURL:
+//
+//	etcd://[user:password@]host1:2379,host2:2379/prefix?cacert=F&cert=F&key=F
+//
+// The path (without its leading slash) is the key prefix; a trailing slash
+// is added. cacert/cert/key turn TLS on. Errors never contain the password.
+func Open(ctx context.Context, rawURL string) (*Backend, error) {
+	cfg, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return OpenConfig(ctx, cfg)
+}
+
+// ParseURL parses the URL form Open accepts into a Config.
+func ParseURL(rawURL string) (Config, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url.Error quotes the URL, password included: do not wrap it.
+		return Config{}, fmt.Errorf("%w: etcd url is not a valid URL", backend.ErrInvalid)
+	}
+	if u.Scheme != "etcd" {
+		return Config{}, fmt.Errorf("%w: etcd url %q: scheme %q is not etcd", backend.ErrInvalid, u.Redacted(), u.Scheme)
+	}
+	if u.Host == "" {
+		return Config{}, fmt.Errorf("%w: etcd url %q has no host", backend.ErrInvalid, u.Redacted())
+	}
+	cfg := Config{Prefix: strings.TrimPrefix(u.Path, "/")}
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			return Config{}, fmt.Errorf("%w: etcd url %q has an empty host", backend.ErrInvalid, u.Redacted())
+		}
+		cfg.Endpoints = append(cfg.Endpoints, h)
+	}
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+	}
+	q := u.Query()
+	cfg.CAFile, cfg.CertFile, cfg.KeyFile = q.Get("cacert"), q.Get("cert"), q.Get("key")
+	for k := range q {
+		switch k {
+		case "cacert", "cert", "key":
+		default:
+			return Config{}, fmt.Errorf("%w: etcd url %q: unknown parameter %q", backend.ErrInvalid, u.Redacted(), k)
+		}
+	}
+	return cfg, nil
+}
+
+// OpenConfig connects to etcd as cfg says. The backend owns the client and
+// closes it in Close.
+func OpenConfig(ctx context.Context, cfg Config) (*Backend, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, fmt.Errorf("%w: etcd endpoints are empty", backend.ErrInvalid)
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	cc := clientv3.Config{
+		Endpoints: cfg.Endpoints, Username: cfg.Username, Password: cfg.Password,
+		DialTimeout: cfg.DialTimeout, Context: context.WithoutCancel(ctx),
+		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
+		Logger: nopLogger(),
+	}
+	if cfg.CAFile != "" || cfg.CertFile != "" || cfg.KeyFile != "" {
+		tc, err := tlsConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		cc.TLS = tc
+	}
+	c, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: connect to %v: %w", cfg.Endpoints, err)
+	}
+	b, err := newBackend(c, cfg)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	b.own = true
+	// Fail early on a wrong address or credentials.
+	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	if _, err := c.Get(pctx, b.prefix+"probe"); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("etcd: probe %v: %w", cfg.Endpoints, err)
+	}
+	return b, nil
+}
+
+// New returns a backend over an existing client, which the caller keeps
+// and closes. Only cfg.Prefix and cfg.NoCompact are used.
+func New(c *clientv3.Client, cfg Config) (*Backend, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: etcd client is nil", backend.ErrInvalid)
+	}
+	return newBackend(c, cfg)
+}
+
+func newBackend(c *clientv3.Client, cfg Config) (*Backend, error) {
+	p := cfg.Prefix
+	if p == "" {
+		p = "leasehold/"
+	}
+	if !strings.HasSuffix(p, "/") {
+		p += "/"
+	}
+	if err := backend.CheckKey("prefix", p); err != nil {
+		return nil, err
+	}
+	cfg.Password = "" // not kept beyond the client
+	return &Backend{c: c, prefix: p, cfg: cfg, pool: newLeasePool(), ka: newKAStreams(c), done: make(chan struct{})}, nil
+}
+
+func tlsConfig(cfg Config) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: etcd cacert %q: %v", backend.ErrInvalid, cfg.CAFile, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: etcd cacert %q holds no PEM certificate", backend.ErrInvalid, cfg.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
+		return nil, fmt.Errorf("%w: etcd cert %q and key %q must be given together", backend.ErrInvalid, cfg.CertFile, cfg.KeyFile)
+	}
+	if cfg.CertFile != "" {
+		crt, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: etcd cert %q / key %q: %v", backend.ErrInvalid, cfg.CertFile, cfg.KeyFile, err)
+		}
+		tc.Certificates = []tls.Certificate{crt}
+	}
+	return tc, nil
+}
+
+// Prefix is the key prefix this backend writes under.
+func (b *Backend) Prefix() string { return b.prefix }
+
+// Client is the underlying etcd client (for fenced writes: a resource
+// stored in etcd can guard a write with
+// clientv3.Compare(clientv3.CreateRevision(b.LockKey(k)), "=", token)).
+func (b *Backend) Client() *clientv3.Client { return b.c }
+
+// LockKey is the etcd key that holds the lease on key.
+func (b *Backend) LockKey(key string) string { return b.prefix + "l/" + key }
+
+func (b *Backend) counterKey(key string) string { return b.prefix + "c/" + key }
+
+// Capabilities: etcd's lease clock, revision-based tokens on a fsynced WAL,
+// watches.
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{
+		Name: "etcd", ServerClock: true, SafeFencing: true, DurableFencing: true,
+		PushEvents: true, MultiProcess: true, MinTTL: MinTTL, TTLGranularity: TTLGranularity,
+	}
+}
+
+// Close ends the backend's watches and, if Open made the client, closes it.
+// Leases are not released: they expire by their TTL.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	close(b.done)
+	b.mu.Unlock()
+	// Idle pooled leases hold no key; revoke them rather than let them
+	// linger for their TTL.
+	var wg sync.WaitGroup
+	for _, id := range b.pool.drain() {
+		wg.Add(1)
+		go func() { defer wg.Done(); b.revoke(id) }()
+	}
+	wg.Wait()
+	for _, k := range b.ka {
+		k.close()
+	}
+	if b.own {
+		return b.c.Close()
+	}
+	return nil
+}
+
+func (b *Backend) check() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return backend.ErrClosed
+	}
+	return nil
+}
+
+// wrap turns a client error into one callers can classify: ErrClosed once
+// the backend is closed, otherwise the error (not a sentinel: the outcome
+// is unknown) with what was being done.
+func (b *Backend) wrap(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	if b.check() != nil {
+		return fmt.Errorf("etcd: %s: %w", what, backend.ErrClosed)
+	}
+	return fmt.Errorf("etcd: %s: %w", what, err)
+}
+
+// keepAlive renews lease id once over the backend's keep-alive stream and
+// returns the lease's TTL; rpctypes.ErrLeaseNotFound if it is gone.
+func (b *Backend) keepAlive(ctx context.Context, id clientv3.LeaseID) (time.Duration, error) {
+	ttl, err := b.kaFor(id).keepAlive(ctx, id)
+	return time.Duration(ttl) * time.Second, err
+}
+
+// kaFor is the keep-alive stream of lease id. Several streams, because an
+// etcd member answers one stream's requests one at a time, and a follower
+// forwards each renewal to the leader.
+func (b *Backend) kaFor(id clientv3.LeaseID) *kaStream {
+	return b.ka[uint64(id)%uint64(len(b.ka))]
+}
+
+// ttlSeconds rounds ttl up to whole seconds.
+func ttlSeconds(ttl time.Duration) int64 {
+	return int64((ttl + time.Second - 1) / time.Second)
+}

@@ -1,0 +1,358 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+func nopLogger() *zap.Logger { return zap.NewNop() }
+
+// ownerValue is the lock key's value: "<nonce hex> <instance>".
+func ownerValue(o backend.Owner) string { return o.Nonce.String() + " " + o.Instance }
+
+func parseOwner(v []byte) (backend.Owner, error) {
+	n, inst, ok := strings.Cut(string(v), " ")
+	if !ok {
+		return backend.Owner{}, fmt.Errorf("etcd: malformed owner value %q", v)
+	}
+	nonce, err := backend.ParseNonce(n)
+	if err != nil {
+		return backend.Owner{}, fmt.Errorf("etcd: malformed owner value %q: %w", v, err)
+	}
+	return backend.Owner{Instance: inst, Nonce: nonce}, nil
+}
+
+// Acquire implements backend.Leases: one Txn that creates the lock key on
+// a lease of its own if the key is absent, or returns the holder. The lease
+// is an idle one from the pool refreshed by a keep-alive sent in parallel
+// with the Txn (one round trip), or else a new LeaseGrant before the Txn.
+func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
+	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Grant{}, err
+	}
+	secs := ttlSeconds(ttl)
+	if x, ok := b.pool.take(secs, time.Now()); ok {
+		if g, err, done := b.acquirePooled(ctx, key, owner, x); done {
+			return g, err
+		}
+	}
+	sent := time.Now()
+	lg, err := b.c.Grant(ctx, secs)
+	if err != nil {
+		return backend.Grant{}, b.wrap(err, fmt.Sprintf("grant a lease for key %q", key))
+	}
+	x := pooled{id: lg.ID, ttl: lg.TTL, req: secs, fresh: sent}
+	resp, err := b.acquireTxn(ctx, key, owner, x.id)
+	if err != nil {
+		// Unknown outcome: the lease stays (a retry with the same nonce
+		// finds the key if the Txn was applied); it expires on its own.
+		return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+	}
+	return b.decide(ctx, key, owner, x, resp)
+}
+
+// acquirePooled runs the Txn on an idle lease while a keep-alive refreshes
+// it. done is false when the lease turned out to be gone and a new one must
+// be granted.
+func (b *Backend) acquirePooled(ctx context.Context, key string, owner backend.Owner, x pooled) (g backend.Grant, err error, done bool) {
+	sent := time.Now()
+	type kaResult struct {
+		ttl int64
+		err error
+	}
+	kac := make(chan kaResult, 1)
+	go func() {
+		ttl, err := b.kaFor(x.id).keepAlive(ctx, x.id)
+		kac <- kaResult{ttl: ttl, err: err}
+	}()
+	resp, terr := b.acquireTxn(ctx, key, owner, x.id)
+	ka := <-kac
+	switch {
+	case errors.Is(ka.err, rpctypes.ErrLeaseNotFound) || errors.Is(terr, rpctypes.ErrLeaseNotFound):
+		// The lease expired: any key put on it is gone with it.
+		return backend.Grant{}, nil, false
+	case terr != nil:
+		return backend.Grant{}, b.wrap(terr, fmt.Sprintf("acquire key %q", key)), true
+	case ka.err != nil:
+		if resp.Succeeded {
+			// Ours, but the lease's life is unknown: report an unknown
+			// outcome; the retry answers "yours" after a keep-alive.
+			b.pool.hold(x)
+			return backend.Grant{}, b.wrap(ka.err, fmt.Sprintf("refresh the lease of key %q", key)), true
+		}
+		g, err := b.decide(ctx, key, owner, pooled{}, resp)
+		return g, err, true
+	}
+	x.ttl, x.fresh = ka.ttl, sent
+	g, err = b.decide(ctx, key, owner, x, resp)
+	return g, err, true
+}
+
+func (b *Backend) acquireTxn(ctx context.Context, key string, owner backend.Owner, id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
+	lk, ck := b.LockKey(key), b.counterKey(key)
+	return b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)).
+		Then(clientv3.OpGet(ck), clientv3.OpPut(lk, ownerValue(owner), clientv3.WithLease(id)), clientv3.OpPut(ck, "")).
+		Else(clientv3.OpGet(lk)).
+		Commit()
+}
+
+// decide turns the acquire Txn's answer into a grant or a *HeldError. x is
+// the lease the Txn used (zero: do not pool it).
+func (b *Backend) decide(ctx context.Context, key string, owner backend.Owner, x pooled, resp *clientv3.TxnResponse) (backend.Grant, error) {
+	lk, ck := b.LockKey(key), b.counterKey(key)
+	if resp.Succeeded {
+		token := uint64(resp.Header.Revision)
+		if prev := resp.Responses[0].GetResponseRange().Kvs; len(prev) == 1 && uint64(prev[0].ModRevision) >= token {
+			// Revisions went backwards (restored or mirrored data): refuse.
+			_, _ = b.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(lk), "=", int64(token))).Then(clientv3.OpDelete(lk)).Commit()
+			if x.id != 0 {
+				go b.revoke(x.id)
+			}
+			return backend.Grant{}, fmt.Errorf("etcd: key %q: revision %d is not above the last token %d recorded in %q: refusing a token that goes backwards",
+				key, token, prev[0].ModRevision, ck)
+		}
+		b.pool.hold(x)
+		return backend.Grant{Token: token, TTL: time.Duration(x.ttl) * time.Second}, nil
+	}
+	if x.id != 0 && !b.pool.put(x.req, x) { // unused: keep it for the next Acquire
+		go b.revoke(x.id)
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		// Cannot happen: the compare and the get see one revision.
+		return backend.Grant{}, fmt.Errorf("etcd: acquire key %q: key vanished inside a Txn", key)
+	}
+	kv := kvs[0]
+	holder, err := parseOwner(kv.Value)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	if holder == owner { // a retry of an applied request: yours
+		sent := time.Now()
+		ka, err := b.keepAlive(ctx, clientv3.LeaseID(kv.Lease))
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return backend.Grant{}, fmt.Errorf("%w: key %q, token %d expired before the retry", backend.ErrLeaseLost, key, kv.CreateRevision)
+			}
+			return backend.Grant{}, b.wrap(err, fmt.Sprintf("renew the lease of key %q on retry", key))
+		}
+		b.pool.renewed(clientv3.LeaseID(kv.Lease), sent)
+		return backend.Grant{Token: uint64(kv.CreateRevision), TTL: ka}, nil
+	}
+	l := backend.Lease{Key: key, Owner: holder, Token: uint64(kv.CreateRevision)}
+	return backend.Grant{}, &backend.HeldError{Holder: l}
+}
+
+// revoke revokes an unused lease, best effort (it expires on its own).
+func (b *Backend) revoke(id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = b.c.Revoke(ctx, id)
+}
+
+// held reads the lock key and checks owner+token; it returns the lease id.
+func (b *Backend) held(ctx context.Context, key string, owner backend.Owner, token uint64) (*mvccpb.KeyValue, error) {
+	resp, err := b.c.Get(ctx, b.LockKey(key))
+	if err != nil {
+		return nil, b.wrap(err, fmt.Sprintf("read key %q", key))
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("%w: key %q, token %d: not held", backend.ErrLeaseLost, key, token)
+	}
+	kv := resp.Kvs[0]
+	if uint64(kv.CreateRevision) != token || string(kv.Value) != ownerValue(owner) {
+		return nil, fmt.Errorf("%w: key %q, token %d: held by another grant (token %d)", backend.ErrLeaseLost, key, token, kv.CreateRevision)
+	}
+	return kv, nil
+}
+
+// Renew implements backend.Leases: a keep-alive of the grant's own lease
+// after checking that owner+token still hold the key. The lease's TTL is
+// fixed at grant; a different ttl is not applied and the lease's TTL is
+// returned.
+func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
+	if err := backend.CheckRenew(key, owner, token, ttl, MinTTL); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Grant{}, err
+	}
+	kv, err := b.held(ctx, key, owner, token)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	sent := time.Now()
+	ka, err := b.keepAlive(ctx, clientv3.LeaseID(kv.Lease))
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			b.pool.release(clientv3.LeaseID(kv.Lease))
+			return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: lease expired", backend.ErrLeaseLost, key, token)
+		}
+		return backend.Grant{}, b.wrap(err, fmt.Sprintf("renew key %q", key))
+	}
+	b.pool.renewed(clientv3.LeaseID(kv.Lease), sent)
+	return backend.Grant{Token: token, TTL: ka}, nil
+}
+
+// Release implements backend.Leases: delete guarded by create revision and
+// owner, then revoke the grant's lease. The counter key stays.
+func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
+	if err := backend.CheckRelease(key, owner, token); err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	lk := b.LockKey(key)
+	resp, err := b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(lk), "=", int64(token)), clientv3.Compare(clientv3.Value(lk), "=", ownerValue(owner))).
+		Then(clientv3.OpGet(lk), clientv3.OpDelete(lk)).
+		Commit()
+	if err != nil {
+		return b.wrap(err, fmt.Sprintf("release key %q", key))
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: key %q, token %d: not held", backend.ErrLeaseLost, key, token)
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+		// The key is gone and its lease idle: keep it for the next Acquire,
+		// or revoke it (off the caller's path; it would expire anyway).
+		id := clientv3.LeaseID(kvs[0].Lease)
+		if x, ok := b.pool.release(id); !ok || !b.pool.put(x.req, x) {
+			go b.revoke(id)
+		}
+	}
+	return nil
+}
+
+// view turns a lock key into a Lease, asking etcd for the lease's remaining
+// TTL. ok is false when the lease has expired (the key awaits revocation).
+func (b *Backend) view(ctx context.Context, kv *mvccpb.KeyValue) (backend.Lease, bool, error) {
+	o, err := parseOwner(kv.Value)
+	if err != nil {
+		return backend.Lease{}, false, err
+	}
+	l := backend.Lease{Key: strings.TrimPrefix(string(kv.Key), b.prefix+"l/"), Owner: o, Token: uint64(kv.CreateRevision)}
+	ttl, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return l, false, nil
+		}
+		return l, false, b.wrap(err, fmt.Sprintf("read the lease of key %q", l.Key))
+	}
+	if ttl.TTL <= 0 {
+		return l, false, nil
+	}
+	l.Remaining = time.Duration(ttl.TTL) * time.Second
+	return l, true, nil
+}
+
+// Get implements backend.Leases.
+func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
+	if err := backend.CheckKey("key", key); err != nil {
+		return backend.Lease{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Lease{}, err
+	}
+	resp, err := b.c.Get(ctx, b.LockKey(key))
+	if err != nil {
+		return backend.Lease{}, b.wrap(err, fmt.Sprintf("get key %q", key))
+	}
+	if len(resp.Kvs) == 0 {
+		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
+	}
+	l, ok, err := b.view(ctx, resp.Kvs[0])
+	if err != nil {
+		return backend.Lease{}, err
+	}
+	if !ok {
+		return backend.Lease{}, fmt.Errorf("%w: key %q (lease expired)", backend.ErrNotFound, key)
+	}
+	return l, nil
+}
+
+// List implements backend.Leases. etcd returns keys in byte order, which is
+// key order.
+func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	resp, err := b.c.Get(ctx, b.LockKey(prefix), clientv3.WithPrefix())
+	if err != nil {
+		return nil, b.wrap(err, fmt.Sprintf("list prefix %q", prefix))
+	}
+	var out []backend.Lease
+	for _, kv := range resp.Kvs {
+		l, ok, err := b.view(ctx, kv)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, l)
+			if limit > 0 && len(out) == limit {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// Wait implements backend.Notifier: it watches the lock key from the
+// revision of its Get + 1 for a delete (release or lease expiry).
+func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error) {
+	if err := backend.CheckKey("key", key); err != nil {
+		return nil, err
+	}
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	lk := b.LockKey(key)
+	resp, err := b.c.Get(ctx, lk)
+	if err != nil {
+		return nil, b.wrap(err, fmt.Sprintf("get key %q", key))
+	}
+	ch := make(chan struct{})
+	if len(resp.Kvs) == 0 {
+		close(ch)
+		return ch, nil
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wc := b.c.Watch(wctx, lk, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
+	go func() {
+		defer close(ch)
+		defer cancel()
+		for {
+			select {
+			case <-b.done:
+				return
+			case w, ok := <-wc:
+				if !ok || w.Err() != nil || w.Canceled {
+					// Closed, compacted (ErrCompacted) or leaderless: the
+					// event may be lost, so wake the waiter to re-check.
+					return
+				}
+				for _, ev := range w.Events {
+					if ev.Type == clientv3.EventTypeDelete {
+						return
+					}
+				}
+			}
+		}
+	}()
+	return ch, nil
+}

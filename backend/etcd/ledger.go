@@ -1,0 +1,461 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// snapshot is one consistent read of an occurrence: run, job and runner's
+// lease key, all at one revision.
+type snapshot struct {
+	run, job, alive *mvccpb.KeyValue
+}
+
+func first(r *etcdserverpb.ResponseOp) *mvccpb.KeyValue {
+	if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+		return kvs[0]
+	}
+	return nil
+}
+
+func modRev(kv *mvccpb.KeyValue) int64 {
+	if kv == nil {
+		return 0
+	}
+	return kv.ModRevision
+}
+
+func (b *Backend) read(ctx context.Context, job string, at time.Time) (snapshot, error) {
+	resp, err := b.c.Txn(ctx).Then(
+		clientv3.OpGet(b.runKey(job, at)), clientv3.OpGet(b.jobKey(job)), clientv3.OpGet(b.aliveKey(job, at)),
+	).Commit()
+	if err != nil {
+		return snapshot{}, b.wrap(err, "read "+occurrence(job, at))
+	}
+	return snapshot{run: first(resp.Responses[0]), job: first(resp.Responses[1]), alive: first(resp.Responses[2])}, nil
+}
+
+// leaseFor grants the runner's lease for a claim, once per call.
+type leaseFor struct {
+	b   *Backend
+	ttl time.Duration
+	id  clientv3.LeaseID
+	got time.Duration
+}
+
+func (l *leaseFor) get(ctx context.Context) (clientv3.LeaseID, error) {
+	if l.id != 0 {
+		return l.id, nil
+	}
+	lg, err := l.b.c.Grant(ctx, ttlSeconds(l.ttl))
+	if err != nil {
+		return 0, l.b.wrap(err, "grant a runner's lease")
+	}
+	l.id, l.got = lg.ID, time.Duration(lg.TTL)*time.Second
+	return l.id, nil
+}
+
+// unused revokes the lease if the claim did not use it.
+func (l *leaseFor) unused() {
+	if l.id != 0 {
+		l.b.revoke(l.id)
+	}
+}
+
+// yours answers a retry by the running owner: a keep-alive of its lease, so
+// the TTL counts from the retry.
+func (b *Backend) yours(ctx context.Context, s snapshot, r runRec, job string, at time.Time) (backend.Grant, error) {
+	if s.alive == nil {
+		return backend.Grant{}, fmt.Errorf("%w: %s, token %d: the runner's lease expired", backend.ErrLeaseLost, occurrence(job, at), r.Token)
+	}
+	ka, err := b.keepAlive(ctx, clientv3.LeaseID(s.alive.Lease))
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return backend.Grant{}, fmt.Errorf("%w: %s, token %d: the runner's lease expired", backend.ErrLeaseLost, occurrence(job, at), r.Token)
+		}
+		return backend.Grant{}, b.wrap(err, "renew the runner's lease of "+occurrence(job, at))
+	}
+	return backend.Grant{Token: r.Token, TTL: ka}, nil
+}
+
+// Claim implements backend.Ledger: a compare-and-swap on the job record
+// (its counter gives the token) that creates the run and the runner's lease
+// key, retried when another claim of the job won the race.
+func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	if err := backend.CheckClaim(req, MinTTL); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Grant{}, err
+	}
+	at := backend.Instant(req.ScheduledAt)
+	lf := &leaseFor{b: b, ttl: req.TTL}
+	used := false
+	defer func() {
+		if !used {
+			lf.unused()
+		}
+	}()
+	for {
+		s, err := b.read(ctx, req.Job, at)
+		if err != nil {
+			return backend.Grant{}, err
+		}
+		if s.run != nil {
+			r, err := decodeRun(s.run.Value)
+			if err != nil {
+				return backend.Grant{}, err
+			}
+			if r.owner() == req.Owner && r.State == string(backend.Running) {
+				return b.yours(ctx, s, r, req.Job, at)
+			}
+			return backend.Grant{}, &backend.ClaimedError{Run: r.view(s.alive != nil)}
+		}
+		now := time.Now()
+		if at.After(now.Add(req.MaxEarly)) {
+			return backend.Grant{}, fmt.Errorf("%w: %s, clock %s, max early %v",
+				backend.ErrTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
+		}
+		if req.MaxRunning > 0 {
+			cr, err := b.c.Get(ctx, b.prefix+"a/"+escJob(req.Job)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				return backend.Grant{}, b.wrap(err, "count running occurrences of job "+req.Job)
+			}
+			if int(cr.Count) >= req.MaxRunning {
+				return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, cr.Count, req.MaxRunning)
+			}
+		}
+		j, err := decodeJob(valueOf(s.job))
+		if err != nil {
+			return backend.Grant{}, err
+		}
+		id, err := lf.get(ctx)
+		if err != nil {
+			return backend.Grant{}, err
+		}
+		j.Counter++
+		if at.UnixMilli() > j.High || j.High == 0 {
+			j.High, j.HighVersion = at.UnixMilli(), req.SpecVersion
+		}
+		rec := newRun(req, j.Counter, 1, now)
+		rk, jk, ak := b.runKey(req.Job, at), b.jobKey(req.Job), b.aliveKey(req.Job, at)
+		resp, err := b.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(rk), "=", 0), clientv3.Compare(clientv3.ModRevision(jk), "=", modRev(s.job))).
+			Then(clientv3.OpPut(rk, rec.encode()), clientv3.OpPut(jk, j.encode()),
+				clientv3.OpPut(ak, aliveValue(req.Owner, j.Counter), clientv3.WithLease(id))).
+			Commit()
+		if err != nil {
+			used = true // may have been applied: a retry with this nonce finds it
+			return backend.Grant{}, b.wrap(err, "claim "+occurrence(req.Job, at))
+		}
+		if resp.Succeeded {
+			used = true
+			return backend.Grant{Token: j.Counter, TTL: lf.got}, nil
+		}
+	}
+}
+
+func valueOf(kv *mvccpb.KeyValue) []byte {
+	if kv == nil {
+		return nil
+	}
+	return kv.Value
+}
+
+// heldRun checks that owner+token hold the running occurrence unexpired.
+func (b *Backend) heldRun(s snapshot, job string, at time.Time, owner backend.Owner, token uint64) (runRec, error) {
+	lost := fmt.Errorf("%w: %s, token %d", backend.ErrLeaseLost, occurrence(job, at), token)
+	if s.run == nil || s.alive == nil || string(s.alive.Value) != aliveValue(owner, token) {
+		return runRec{}, lost
+	}
+	r, err := decodeRun(s.run.Value)
+	if err != nil {
+		return r, err
+	}
+	if r.State != string(backend.Running) || r.owner() != owner || r.Token != token {
+		return r, lost
+	}
+	return r, nil
+}
+
+// Heartbeat implements backend.Ledger: a keep-alive of the runner's lease.
+// The lease's TTL is fixed at claim; ttl is validated, not applied.
+func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
+	if err := backend.CheckHeld(job, at, owner, token); err != nil {
+		return err
+	}
+	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	s, err := b.read(ctx, job, at)
+	if err != nil {
+		return err
+	}
+	if _, err := b.heldRun(s, job, at, owner, token); err != nil {
+		return err
+	}
+	if _, err := b.keepAlive(ctx, clientv3.LeaseID(s.alive.Lease)); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fmt.Errorf("%w: %s, token %d: the runner's lease expired", backend.ErrLeaseLost, occurrence(job, at), token)
+		}
+		return b.wrap(err, "heartbeat "+occurrence(job, at))
+	}
+	return nil
+}
+
+// Finish implements backend.Ledger.
+func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
+	if err := backend.CheckHeld(job, at, owner, token); err != nil {
+		return err
+	}
+	out, err := backend.CheckOutcome(out)
+	if err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	for {
+		s, err := b.read(ctx, job, at)
+		if err != nil {
+			return err
+		}
+		r, err := b.heldRun(s, job, at, owner, token)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		r.State, r.Dur, r.Result, r.Error, r.Finished = string(out.State), int64(out.Duration), out.Result, out.Error, now.UnixNano()
+		rk, ak := b.runKey(job, at), b.aliveKey(job, at)
+		resp, err := b.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(rk), "=", s.run.ModRevision), clientv3.Compare(clientv3.ModRevision(ak), "=", s.alive.ModRevision)).
+			Then(clientv3.OpPut(rk, r.encode()), clientv3.OpDelete(ak), clientv3.OpPut(b.finKey(now, job, at), "")).
+			Commit()
+		if err != nil {
+			return b.wrap(err, "finish "+occurrence(job, at))
+		}
+		if resp.Succeeded {
+			b.revoke(clientv3.LeaseID(s.alive.Lease))
+			return nil
+		}
+	}
+}
+
+// Reclaim implements backend.Ledger.
+func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
+	if err := backend.CheckClaim(req, MinTTL); err != nil {
+		return backend.Grant{}, backend.Run{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Grant{}, backend.Run{}, err
+	}
+	at := backend.Instant(req.ScheduledAt)
+	lf := &leaseFor{b: b, ttl: req.TTL}
+	used := false
+	defer func() {
+		if !used {
+			lf.unused()
+		}
+	}()
+	for {
+		s, err := b.read(ctx, req.Job, at)
+		if err != nil {
+			return backend.Grant{}, backend.Run{}, err
+		}
+		if s.run == nil {
+			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s was never claimed", backend.ErrNotFound, occurrence(req.Job, at))
+		}
+		r, err := decodeRun(s.run.Value)
+		if err != nil {
+			return backend.Grant{}, backend.Run{}, err
+		}
+		switch {
+		case r.State == string(backend.Running) && r.owner() == req.Owner:
+			g, err := b.yours(ctx, s, r, req.Job, at)
+			return g, r.view(s.alive != nil), err
+		case backend.RunState(r.State).Finished():
+			return backend.Grant{}, backend.Run{}, &backend.ClaimedError{Run: r.view(s.alive != nil)}
+		case s.alive != nil:
+			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(req.Job, at), r.Instance)
+		}
+		j, err := decodeJob(valueOf(s.job))
+		if err != nil {
+			return backend.Grant{}, backend.Run{}, err
+		}
+		id, err := lf.get(ctx)
+		if err != nil {
+			return backend.Grant{}, backend.Run{}, err
+		}
+		j.Counter++
+		nr := newRun(req, j.Counter, r.Attempt+1, time.Now())
+		rk, jk, ak := b.runKey(req.Job, at), b.jobKey(req.Job), b.aliveKey(req.Job, at)
+		resp, err := b.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(rk), "=", s.run.ModRevision),
+				clientv3.Compare(clientv3.ModRevision(jk), "=", modRev(s.job)),
+				clientv3.Compare(clientv3.CreateRevision(ak), "=", 0)).
+			Then(clientv3.OpPut(rk, nr.encode()), clientv3.OpPut(jk, j.encode()),
+				clientv3.OpPut(ak, aliveValue(req.Owner, j.Counter), clientv3.WithLease(id))).
+			Commit()
+		if err != nil {
+			used = true
+			return backend.Grant{}, backend.Run{}, b.wrap(err, "reclaim "+occurrence(req.Job, at))
+		}
+		if resp.Succeeded {
+			used = true
+			return backend.Grant{Token: j.Counter, TTL: lf.got}, nr.view(true), nil
+		}
+	}
+}
+
+// Abandon implements backend.Ledger.
+func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return backend.Run{}, err
+	}
+	if err := backend.CheckInstant(at); err != nil {
+		return backend.Run{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Run{}, err
+	}
+	at = backend.Instant(at)
+	for {
+		s, err := b.read(ctx, job, at)
+		if err != nil {
+			return backend.Run{}, err
+		}
+		if s.run == nil {
+			return backend.Run{}, fmt.Errorf("%w: %s was never claimed", backend.ErrNotFound, occurrence(job, at))
+		}
+		r, err := decodeRun(s.run.Value)
+		if err != nil {
+			return backend.Run{}, err
+		}
+		if backend.RunState(r.State).Finished() {
+			return backend.Run{}, &backend.ClaimedError{Run: r.view(s.alive != nil)}
+		}
+		if s.alive != nil {
+			return backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(job, at), r.Instance)
+		}
+		now := time.Now()
+		r.State, r.Finished = string(backend.Abandoned), now.UnixNano()
+		rk, ak := b.runKey(job, at), b.aliveKey(job, at)
+		resp, err := b.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(rk), "=", s.run.ModRevision), clientv3.Compare(clientv3.CreateRevision(ak), "=", 0)).
+			Then(clientv3.OpPut(rk, r.encode()), clientv3.OpPut(b.finKey(now, job, at), "")).
+			Commit()
+		if err != nil {
+			return backend.Run{}, b.wrap(err, "abandon "+occurrence(job, at))
+		}
+		if resp.Succeeded {
+			return r.view(false), nil
+		}
+	}
+}
+
+// GetRun implements backend.Ledger.
+func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return backend.Run{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Run{}, err
+	}
+	s, err := b.read(ctx, job, at)
+	if err != nil {
+		return backend.Run{}, err
+	}
+	if s.run == nil {
+		return backend.Run{}, fmt.Errorf("%w: %s", backend.ErrNotFound, occurrence(job, at))
+	}
+	r, err := decodeRun(s.run.Value)
+	if err != nil {
+		return backend.Run{}, err
+	}
+	return r.view(s.alive != nil), nil
+}
+
+// HighWater implements backend.Ledger.
+func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return time.Time{}, "", err
+	}
+	if err := b.check(); err != nil {
+		return time.Time{}, "", err
+	}
+	resp, err := b.c.Get(ctx, b.jobKey(job))
+	if err != nil {
+		return time.Time{}, "", b.wrap(err, fmt.Sprintf("read job %q", job))
+	}
+	if len(resp.Kvs) == 0 {
+		return time.Time{}, "", nil
+	}
+	j, err := decodeJob(resp.Kvs[0].Value)
+	if err != nil || j.High == 0 {
+		return time.Time{}, "", err
+	}
+	return time.UnixMilli(j.High).UTC(), j.HighVersion, nil
+}
+
+// ListRuns implements backend.Ledger. With a job filter it reads that job's
+// runs only, bounded by Since/Before in the key range.
+func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	runs, alive := b.prefix+"r/", b.prefix+"a/"
+	if f.Job != "" {
+		runs, alive = runs+escJob(f.Job)+"/", alive+escJob(f.Job)+"/"
+	}
+	resp, err := b.c.Txn(ctx).Then(
+		clientv3.OpGet(runs, clientv3.WithPrefix()), clientv3.OpGet(alive, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+	).Commit()
+	if err != nil {
+		return nil, b.wrap(err, "list runs")
+	}
+	live := map[string]bool{}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		live[strings.TrimPrefix(string(kv.Key), b.prefix+"a/")] = true
+	}
+	var out []backend.Run
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		r, err := decodeRun(kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		v := r.view(live[strings.TrimPrefix(string(kv.Key), b.prefix+"r/")])
+		if (f.Job != "" && v.Job != f.Job) || (f.State != "" && v.State != f.State) ||
+			(!f.Since.IsZero() && v.ScheduledAt.Before(f.Since)) || (!f.Before.IsZero() && !v.ScheduledAt.Before(f.Before)) {
+			continue
+		}
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].ScheduledAt.Equal(out[j].ScheduledAt) {
+			return out[i].ScheduledAt.After(out[j].ScheduledAt)
+		}
+		return out[i].Job < out[j].Job
+	})
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}

@@ -1,0 +1,331 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+const protectedPrefix = "_c_"
+
+// escape makes a key or job name one path component: "/" and other
+// reserved bytes are %-escaped, and a leading "k" rules out "." and "..".
+func escape(s string) string { return "k" + url.QueryEscape(s) }
+
+func unescape(c string) (string, bool) {
+	s, err := url.QueryUnescape(strings.TrimPrefix(c, "k"))
+	return s, err == nil && strings.HasPrefix(c, "k")
+}
+
+func (b *Backend) lockDir(key string) string { return b.prefix + "/locks/" + escape(key) }
+
+// nodeName is the protected name prefix of an owner's lock node; the server
+// appends the sequence number.
+func nodeName(o backend.Owner) string { return protectedPrefix + o.Nonce.String() + "-lock-" }
+
+// nodeData is a lock node's data: the instance name and the granted TTL in
+// milliseconds (for Lease.Remaining).
+func nodeData(o backend.Owner, granted time.Duration) []byte {
+	return []byte(o.Instance + "\n" + fmt.Sprint(granted.Milliseconds()))
+}
+
+// seq is the sequence number at the end of a lock node name.
+func seq(name string) string { return name[len(name)-10:] }
+
+// queue lists a key's lock nodes in sequence order.
+func (b *Backend) queue(key string) ([]string, error) {
+	names, _, err := b.conn.Children(b.lockDir(key))
+	if err == zk.ErrNoNode {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, b.wrap(err, fmt.Sprintf("list the queue of key %q", key))
+	}
+	var out []string
+	for _, n := range names {
+		if strings.HasPrefix(n, protectedPrefix) && len(n) > len(protectedPrefix)+32+10 {
+			out = append(out, n)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return seq(out[i]) < seq(out[j]) })
+	return out, nil
+}
+
+// lease reads a lock node: owner from its name and data, token from czxid.
+func (b *Backend) lease(key, name string) (backend.Lease, *zk.Stat, error) {
+	data, st, err := b.conn.Get(b.lockDir(key) + "/" + name)
+	if err != nil {
+		return backend.Lease{}, nil, err
+	}
+	nonce, err := backend.ParseNonce(name[len(protectedPrefix) : len(protectedPrefix)+32])
+	if err != nil {
+		return backend.Lease{}, nil, err
+	}
+	inst, ttlms, _ := strings.Cut(string(data), "\n")
+	l := backend.Lease{Key: key, Owner: backend.Owner{Instance: inst, Nonce: nonce}, Token: uint64(st.Czxid)}
+	var ms int64
+	fmt.Sscan(ttlms, &ms)
+	// Information only: TTL since the last write (Renew), on mixed clocks.
+	rem := time.Duration(ms)*time.Millisecond - time.Since(time.UnixMilli(st.Mtime))
+	l.Remaining = min(max(rem, time.Millisecond), time.Duration(ms)*time.Millisecond)
+	return l, st, nil
+}
+
+// Acquire implements backend.Leases (a try; see the package doc).
+func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
+	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return backend.Grant{}, err
+	}
+	dir := b.lockDir(key)
+	q, err := b.queue(key)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	mine := ""
+	for _, n := range q { // a retry: our earlier create was applied
+		if strings.HasPrefix(n, nodeName(owner)) {
+			mine = n
+		}
+	}
+	if mine == "" {
+		data := nodeData(owner, b.grantTTL(ttl))
+		for {
+			p, err := b.conn.Create(dir+"/"+nodeName(owner), data, zk.FlagEphemeral|zk.FlagSequence, b.acl)
+			if err == zk.ErrNoNode {
+				if _, err := b.conn.CreateContainer(dir, nil, zk.FlagContainer, b.acl); err != nil && err != zk.ErrNodeExists {
+					return backend.Grant{}, b.wrap(err, fmt.Sprintf("create the queue of key %q", key))
+				}
+				continue
+			}
+			if err != nil {
+				// Unknown outcome: a retry with this nonce finds the node.
+				return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+			}
+			mine = p[len(dir)+1:]
+			break
+		}
+		if q, err = b.queue(key); err != nil {
+			return backend.Grant{}, err
+		}
+	}
+	path := dir + "/" + mine
+	if len(q) == 0 || q[0] != mine {
+		// A predecessor holds the key (or our node is gone): withdraw.
+		_ = b.conn.Delete(path, -1)
+		b.disarm(path)
+		for _, n := range q {
+			if n == mine {
+				continue
+			}
+			if l, _, err := b.lease(key, n); err == nil {
+				return backend.Grant{}, &backend.HeldError{Holder: l}
+			}
+		}
+		return backend.Grant{}, fmt.Errorf("zookeeper: acquire key %q: the queue changed, try again: %w", key, backend.ErrHeld)
+	}
+	// Ours is the lowest: granted. A write proves the session alive now.
+	g := b.grantTTL(ttl)
+	st, err := b.conn.Set(path, nodeData(owner, g), -1)
+	if err != nil {
+		if err == zk.ErrNoNode {
+			return backend.Grant{}, fmt.Errorf("%w: key %q: our node vanished (session expired)", backend.ErrLeaseLost, key)
+		}
+		return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+	}
+	if st.EphemeralOwner != b.conn.SessionID() {
+		return backend.Grant{}, fmt.Errorf("%w: key %q is held by owner %s through another session", backend.ErrLeaseLost, key, owner.Instance)
+	}
+	b.arm(path, nil, g)
+	return backend.Grant{Token: uint64(st.Czxid), TTL: g}, nil
+}
+
+// find returns the path and stat of owner's lock node with token.
+func (b *Backend) find(key string, owner backend.Owner, token uint64) (string, *zk.Stat, error) {
+	q, err := b.queue(key)
+	if err != nil {
+		return "", nil, err
+	}
+	lost := fmt.Errorf("%w: key %q, token %d: not held", backend.ErrLeaseLost, key, token)
+	if len(q) == 0 || !strings.HasPrefix(q[0], nodeName(owner)) {
+		return "", nil, lost
+	}
+	path := b.lockDir(key) + "/" + q[0]
+	data, st, err := b.conn.Get(path)
+	if err == zk.ErrNoNode {
+		return "", nil, lost
+	}
+	if err != nil {
+		return "", nil, b.wrap(err, fmt.Sprintf("read key %q", key))
+	}
+	if uint64(st.Czxid) != token || !strings.HasPrefix(string(data), owner.Instance+"\n") {
+		return "", nil, lost
+	}
+	return path, st, nil
+}
+
+// Renew implements backend.Leases: a version-guarded write of the lock node
+// (proving the session alive at send time) restarts its TTL.
+func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
+	if err := backend.CheckRenew(key, owner, token, ttl, MinTTL); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return backend.Grant{}, err
+	}
+	path, st, err := b.find(key, owner, token)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	if st.EphemeralOwner != b.conn.SessionID() || !b.armed(path) {
+		return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: not kept alive by this session", backend.ErrLeaseLost, key, token)
+	}
+	g := b.grantTTL(ttl)
+	_, err = b.conn.Set(path, nodeData(owner, g), st.Version)
+	switch {
+	case err == zk.ErrNoNode || err == zk.ErrBadVersion:
+		return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: deleted while renewing", backend.ErrLeaseLost, key, token)
+	case err != nil:
+		return backend.Grant{}, b.wrap(err, fmt.Sprintf("renew key %q", key))
+	}
+	b.arm(path, nil, g)
+	return backend.Grant{Token: token, TTL: g}, nil
+}
+
+// Release implements backend.Leases.
+func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
+	if err := backend.CheckRelease(key, owner, token); err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	path, st, err := b.find(key, owner, token)
+	if err != nil {
+		return err
+	}
+	err = b.conn.Delete(path, st.Version)
+	switch {
+	case err == zk.ErrNoNode || err == zk.ErrBadVersion:
+		return fmt.Errorf("%w: key %q, token %d: gone while releasing", backend.ErrLeaseLost, key, token)
+	case err != nil:
+		return b.wrap(err, fmt.Sprintf("release key %q", key))
+	}
+	b.disarm(path)
+	return nil
+}
+
+// Get implements backend.Leases.
+func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
+	if err := backend.CheckKey("key", key); err != nil {
+		return backend.Lease{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Lease{}, err
+	}
+	for {
+		q, err := b.queue(key)
+		if err != nil {
+			return backend.Lease{}, err
+		}
+		if len(q) == 0 {
+			return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
+		}
+		l, _, err := b.lease(key, q[0])
+		if err == zk.ErrNoNode {
+			continue // released meanwhile; look again
+		}
+		if err != nil {
+			return backend.Lease{}, b.wrap(err, fmt.Sprintf("get key %q", key))
+		}
+		return l, nil
+	}
+}
+
+// List implements backend.Leases.
+func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	dirs, _, err := b.conn.Children(b.prefix + "/locks")
+	if err != nil {
+		return nil, b.wrap(err, "list locks")
+	}
+	var keys []string
+	for _, d := range dirs {
+		if k, ok := unescape(d); ok && strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var out []backend.Lease
+	for _, k := range keys {
+		l, err := b.Get(ctx, k)
+		if errors.Is(err, backend.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+		if limit > 0 && len(out) == limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// Wait implements backend.Notifier: a watch on the holder's node.
+func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error) {
+	if err := backend.CheckKey("key", key); err != nil {
+		return nil, err
+	}
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{})
+	q, err := b.queue(key)
+	if err != nil {
+		return nil, err
+	}
+	if len(q) == 0 {
+		close(ch)
+		return ch, nil
+	}
+	ok, _, ev, err := b.conn.ExistsW(b.lockDir(key) + "/" + q[0])
+	if err != nil {
+		return nil, b.wrap(err, fmt.Sprintf("watch key %q", key))
+	}
+	if !ok {
+		close(ch)
+		return ch, nil
+	}
+	go func() {
+		defer close(ch)
+		select {
+		case <-ev:
+		case <-ctx.Done():
+		case <-b.done:
+		}
+	}()
+	return ch, nil
+}

@@ -1,0 +1,433 @@
+package zookeeper
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// yours answers a retry by the running owner: a write to its runner's
+// lease node proves the session alive and restarts the TTL.
+func (b *Backend) yours(o occ, job string, at time.Time, ttl time.Duration) (backend.Grant, error) {
+	r := o.run
+	path := b.alivePath(job, at)
+	if o.alive == nil || string(o.alive) != string(aliveValue(r.owner(), r.Token)) || !b.armed(path) {
+		return backend.Grant{}, fmt.Errorf("%w: %s, token %d: the runner's lease expired", backend.ErrLeaseLost, occurrence(job, at), r.Token)
+	}
+	if _, err := b.conn.Set(path, o.alive, o.aliveVer); err != nil {
+		if err == zk.ErrNoNode || err == zk.ErrBadVersion {
+			return backend.Grant{}, fmt.Errorf("%w: %s, token %d: the runner's lease expired", backend.ErrLeaseLost, occurrence(job, at), r.Token)
+		}
+		return backend.Grant{}, b.wrap(err, "renew the runner's lease of "+occurrence(job, at))
+	}
+	g := b.grantTTL(ttl)
+	b.arm(path, o.alive, g)
+	return backend.Grant{Token: r.Token, TTL: g}, nil
+}
+
+// Claim implements backend.Ledger: one multi-op that bumps the job's
+// counter (guarded by the job node's version), creates the run and creates
+// the runner's ephemeral lease node.
+func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	if err := backend.CheckClaim(req, MinTTL); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Grant{}, err
+	}
+	at := backend.Instant(req.ScheduledAt)
+	rp, ap, jp := b.runPath(req.Job, at), b.alivePath(req.Job, at), b.jobPath(req.Job)
+	for {
+		if err := ctx.Err(); err != nil {
+			return backend.Grant{}, err
+		}
+		o, err := b.readOcc(req.Job, at)
+		if err != nil {
+			return backend.Grant{}, err
+		}
+		if o.run != nil {
+			if o.run.owner() == req.Owner && o.run.State == string(backend.Running) {
+				return b.yours(o, req.Job, at, req.TTL)
+			}
+			return backend.Grant{}, &backend.ClaimedError{Run: o.run.view(o.alive != nil)}
+		}
+		now := time.Now()
+		if at.After(now.Add(req.MaxEarly)) {
+			return backend.Grant{}, fmt.Errorf("%w: %s, clock %s, max early %v",
+				backend.ErrTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
+		}
+		j, ver, err := b.readJob(req.Job)
+		if err != nil {
+			return backend.Grant{}, err
+		}
+		if ver < 0 {
+			if err := b.ensure(jp); err != nil {
+				return backend.Grant{}, err
+			}
+			continue
+		}
+		if req.MaxRunning > 0 {
+			names, _, err := b.conn.Children(jp + "/alive")
+			if err != nil && err != zk.ErrNoNode {
+				return backend.Grant{}, b.wrap(err, "count running occurrences of job "+req.Job)
+			}
+			if len(names) >= req.MaxRunning {
+				return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, len(names), req.MaxRunning)
+			}
+		}
+		j.Counter++
+		if j.High == 0 || at.UnixMilli() > j.High {
+			j.High, j.HighVersion = at.UnixMilli(), req.SpecVersion
+		}
+		alive := aliveValue(req.Owner, j.Counter)
+		retry, err := b.multi("claim "+occurrence(req.Job, at), []string{jp + "/alive", rp[:strings.LastIndex(rp, "/")]},
+			&zk.SetDataRequest{Path: jp, Data: j.encode(), Version: ver},
+			&zk.CreateRequest{Path: rp, Data: newRun(req, j.Counter, 1).encode(), Acl: b.acl},
+			&zk.CreateRequest{Path: ap, Data: alive, Acl: b.acl, Flags: zk.FlagEphemeral})
+		if err != nil {
+			return backend.Grant{}, err
+		}
+		if !retry {
+			g := b.grantTTL(req.TTL)
+			b.arm(ap, alive, g)
+			return backend.Grant{Token: j.Counter, TTL: g}, nil
+		}
+	}
+}
+
+// held checks that owner+token hold the running occurrence unexpired.
+func (b *Backend) held(o occ, job string, at time.Time, owner backend.Owner, token uint64) error {
+	if o.run == nil || o.alive == nil || string(o.alive) != string(aliveValue(owner, token)) ||
+		o.run.State != string(backend.Running) || o.run.owner() != owner || o.run.Token != token {
+		return fmt.Errorf("%w: %s, token %d", backend.ErrLeaseLost, occurrence(job, at), token)
+	}
+	return nil
+}
+
+// Heartbeat implements backend.Ledger: a guarded write to the runner's
+// lease node restarts its TTL.
+func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
+	if err := backend.CheckHeld(job, at, owner, token); err != nil {
+		return err
+	}
+	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	o, err := b.readOcc(job, at)
+	if err != nil {
+		return err
+	}
+	if err := b.held(o, job, at, owner, token); err != nil {
+		return err
+	}
+	_, err = b.yours(o, job, at, ttl)
+	return err
+}
+
+// Finish implements backend.Ledger.
+func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
+	if err := backend.CheckHeld(job, at, owner, token); err != nil {
+		return err
+	}
+	out, err := backend.CheckOutcome(out)
+	if err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	for {
+		o, err := b.readOcc(job, at)
+		if err != nil {
+			return err
+		}
+		if err := b.held(o, job, at, owner, token); err != nil {
+			return err
+		}
+		now := time.Now()
+		r := *o.run
+		r.State, r.Dur, r.Result, r.Error, r.Finished = string(out.State), int64(out.Duration), out.Result, out.Error, now.UnixNano()
+		fp := b.finPath(now, job, at)
+		retry, err := b.multi("finish "+occurrence(job, at), []string{fp[:strings.LastIndex(fp, "/")]},
+			&zk.SetDataRequest{Path: b.runPath(job, at), Data: r.encode(), Version: o.runVer},
+			&zk.DeleteRequest{Path: b.alivePath(job, at), Version: o.aliveVer},
+			&zk.CreateRequest{Path: fp, Acl: b.acl})
+		if err != nil {
+			return err
+		}
+		if !retry {
+			b.disarm(b.alivePath(job, at))
+			return nil
+		}
+	}
+}
+
+// Reclaim implements backend.Ledger.
+func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
+	if err := backend.CheckClaim(req, MinTTL); err != nil {
+		return backend.Grant{}, backend.Run{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Grant{}, backend.Run{}, err
+	}
+	at := backend.Instant(req.ScheduledAt)
+	for {
+		o, err := b.readOcc(req.Job, at)
+		if err != nil {
+			return backend.Grant{}, backend.Run{}, err
+		}
+		switch {
+		case o.run == nil:
+			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s was never claimed", backend.ErrNotFound, occurrence(req.Job, at))
+		case o.run.State == string(backend.Running) && o.run.owner() == req.Owner:
+			g, err := b.yours(o, req.Job, at, req.TTL)
+			return g, o.run.view(o.alive != nil), err
+		case backend.RunState(o.run.State).Finished():
+			return backend.Grant{}, backend.Run{}, &backend.ClaimedError{Run: o.run.view(o.alive != nil)}
+		case o.alive != nil:
+			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(req.Job, at), o.run.Instance)
+		}
+		j, ver, err := b.readJob(req.Job)
+		if err != nil {
+			return backend.Grant{}, backend.Run{}, err
+		}
+		j.Counter++
+		nr := newRun(req, j.Counter, o.run.Attempt+1)
+		alive := aliveValue(req.Owner, j.Counter)
+		ap := b.alivePath(req.Job, at)
+		retry, err := b.multi("reclaim "+occurrence(req.Job, at), []string{b.jobPath(req.Job) + "/alive"},
+			&zk.SetDataRequest{Path: b.runPath(req.Job, at), Data: nr.encode(), Version: o.runVer},
+			&zk.SetDataRequest{Path: b.jobPath(req.Job), Data: j.encode(), Version: ver},
+			&zk.CreateRequest{Path: ap, Data: alive, Acl: b.acl, Flags: zk.FlagEphemeral})
+		if err != nil {
+			return backend.Grant{}, backend.Run{}, err
+		}
+		if !retry {
+			g := b.grantTTL(req.TTL)
+			b.arm(ap, alive, g)
+			return backend.Grant{Token: j.Counter, TTL: g}, nr.view(true), nil
+		}
+	}
+}
+
+// Abandon implements backend.Ledger. Creating and deleting the runner's
+// lease node inside the multi-op is the guard that it does not exist.
+func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return backend.Run{}, err
+	}
+	if err := backend.CheckInstant(at); err != nil {
+		return backend.Run{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Run{}, err
+	}
+	at = backend.Instant(at)
+	for {
+		o, err := b.readOcc(job, at)
+		if err != nil {
+			return backend.Run{}, err
+		}
+		switch {
+		case o.run == nil:
+			return backend.Run{}, fmt.Errorf("%w: %s was never claimed", backend.ErrNotFound, occurrence(job, at))
+		case backend.RunState(o.run.State).Finished():
+			return backend.Run{}, &backend.ClaimedError{Run: o.run.view(o.alive != nil)}
+		case o.alive != nil:
+			return backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(job, at), o.run.Instance)
+		}
+		now := time.Now()
+		r := *o.run
+		r.State, r.Finished = string(backend.Abandoned), now.UnixNano()
+		ap, fp := b.alivePath(job, at), b.finPath(now, job, at)
+		retry, err := b.multi("abandon "+occurrence(job, at), []string{b.jobPath(job) + "/alive", fp[:strings.LastIndex(fp, "/")]},
+			&zk.SetDataRequest{Path: b.runPath(job, at), Data: r.encode(), Version: o.runVer},
+			&zk.CreateRequest{Path: ap, Acl: b.acl},
+			&zk.DeleteRequest{Path: ap, Version: 0},
+			&zk.CreateRequest{Path: fp, Acl: b.acl})
+		if err != nil {
+			return backend.Run{}, err
+		}
+		if !retry {
+			return r.view(false), nil
+		}
+	}
+}
+
+// GetRun implements backend.Ledger.
+func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return backend.Run{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Run{}, err
+	}
+	o, err := b.readOcc(job, at)
+	if err != nil {
+		return backend.Run{}, err
+	}
+	if o.run == nil {
+		return backend.Run{}, fmt.Errorf("%w: %s", backend.ErrNotFound, occurrence(job, at))
+	}
+	return o.run.view(o.alive != nil), nil
+}
+
+// HighWater implements backend.Ledger.
+func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
+	if err := backend.CheckKey("job", job); err != nil {
+		return time.Time{}, "", err
+	}
+	if err := b.check(); err != nil {
+		return time.Time{}, "", err
+	}
+	j, _, err := b.readJob(job)
+	if err != nil || j.High == 0 {
+		return time.Time{}, "", err
+	}
+	return time.UnixMilli(j.High).UTC(), j.HighVersion, nil
+}
+
+// children lists path's children, sorted; a missing path has none.
+func (b *Backend) children(path string) ([]string, error) {
+	names, _, err := b.conn.Children(path)
+	if err == zk.ErrNoNode {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, b.wrap(err, "list "+path)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// ListRuns implements backend.Ledger.
+func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	var jobs []string
+	if f.Job != "" {
+		jobs = []string{escape(f.Job)}
+	} else {
+		var err error
+		if jobs, err = b.children(b.prefix + "/jobs"); err != nil {
+			return nil, err
+		}
+	}
+	var out []backend.Run
+	for _, ej := range jobs {
+		jp := b.prefix + "/jobs/" + ej
+		alive, err := b.children(jp + "/alive")
+		if err != nil {
+			return nil, err
+		}
+		live := map[string]bool{}
+		for _, a := range alive {
+			live[a] = true
+		}
+		hours, err := b.children(jp + "/runs")
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range hours {
+			names, err := b.children(jp + "/runs/" + h)
+			if err != nil {
+				return nil, err
+			}
+			for _, n := range names {
+				data, _, err := b.conn.Get(jp + "/runs/" + h + "/" + n)
+				if err == zk.ErrNoNode {
+					continue
+				}
+				if err != nil {
+					return nil, b.wrap(err, "read a run")
+				}
+				r, err := decodeRun(data)
+				if err != nil {
+					return nil, err
+				}
+				v := r.view(live[n])
+				if (f.State != "" && v.State != f.State) || (!f.Since.IsZero() && v.ScheduledAt.Before(f.Since)) ||
+					(!f.Before.IsZero() && !v.ScheduledAt.Before(f.Before)) {
+					continue
+				}
+				out = append(out, v)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].ScheduledAt.Equal(out[j].ScheduledAt) {
+			return out[i].ScheduledAt.After(out[j].ScheduledAt)
+		}
+		return out[i].Job < out[j].Job
+	})
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Prune implements backend.Ledger: it walks the finished-run index oldest
+// hour first, deletes each run older than olderThan with its index entry,
+// and removes hour buckets it empties.
+func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
+	if err := backend.CheckPrune(olderThan, batch); err != nil {
+		return 0, err
+	}
+	if err := b.check(); err != nil {
+		return 0, err
+	}
+	root := b.prefix + "/fin"
+	hours, err := b.children(root)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, h := range hours {
+		if h > hour(olderThan) {
+			break
+		}
+		names, err := b.children(root + "/" + h)
+		if err != nil {
+			return n, err
+		}
+		for _, name := range names {
+			if n == batch {
+				return n, nil
+			}
+			if err := ctx.Err(); err != nil {
+				return n, err
+			}
+			fin, rp, ok := b.parseFin(name)
+			if !ok || fin >= olderThan.UnixNano() {
+				continue
+			}
+			err := b.conn.Delete(rp, -1)
+			if err != nil && err != zk.ErrNoNode {
+				return n, b.wrap(err, "prune "+rp)
+			}
+			if err == nil {
+				n++
+				_ = b.conn.Delete(rp[:strings.LastIndex(rp, "/")], -1) // fails while not empty
+			}
+			if err := b.conn.Delete(root+"/"+h+"/"+name, -1); err != nil && err != zk.ErrNoNode {
+				return n, b.wrap(err, "prune index "+name)
+			}
+		}
+		_ = b.conn.Delete(root+"/"+h, -1) // fails while not empty
+	}
+	return n, nil
+}

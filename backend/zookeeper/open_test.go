@@ -1,0 +1,91 @@
+package zookeeper_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/zookeeper"
+	"github.com/leasehold/leasehold/internal/testserver"
+)
+
+func TestParseURL(t *testing.T) {
+	cfg, err := zookeeper.ParseURL("zk://u:s3cret@h1:2181,h2:2181/app?session_timeout=12s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := zookeeper.Config{Servers: []string{"h1:2181", "h2:2181"}, Prefix: "/app", Username: "u", Password: "s3cret", SessionTimeout: 12 * time.Second}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("ParseURL = %+v, want %+v", cfg, want)
+	}
+	for _, bad := range []string{"etcd://u:s3cret@h:1/p", "zk://u:s3cret@/p", "zk://u:s3cret@h:1/p?session_timeout=-1s", "zk://u:s3cret@h:1/p?x=1"} {
+		_, err := zookeeper.ParseURL(bad)
+		if !errors.Is(err, backend.ErrInvalid) {
+			t.Errorf("ParseURL(%q) = %v, want ErrInvalid", bad, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("ParseURL(%q) error shows the password: %v", bad, err)
+		}
+	}
+}
+
+// TestDigestACL: a backend opened with a user creates its nodes readable
+// and writable by that user only; an unauthenticated session is refused.
+func TestDigestACL(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	b, err := zookeeper.Open("zk://app:s3cret@" + srv.Addr() + "/secure?session_timeout=10s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	o := backend.Owner{Instance: "a", Nonce: backend.NewNonce()}
+	g, err := b.Acquire(ctx, "k", o, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon, _, err := zk.Connect([]string{srv.Addr()}, 10*time.Second, zk.WithLogger(discard{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	if _, _, err := anon.Get("/secure/jobs"); !errors.Is(err, zk.ErrNoAuth) {
+		t.Fatalf("unauthenticated read of a protected node: %v, want ErrNoAuth", err)
+	}
+	if err := b.Release(ctx, "k", o, g.Token); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type discard struct{}
+
+func (discard) Printf(string, ...any) {}
+
+// TestNegotiatedSessionTimeout: the server clamps the requested session
+// timeout to its maxSessionTimeout (60 s in testserver); the backend reads
+// the granted value and never grants a lease TTL beyond it.
+func TestNegotiatedSessionTimeout(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	b := open(t, srv.Addr(), 90*time.Second)
+	if got := b.SessionTimeout(); got != 60*time.Second {
+		t.Fatalf("SessionTimeout() = %v, want the server's maximum 60s", got)
+	}
+	o := backend.Owner{Instance: "a", Nonce: backend.NewNonce()}
+	g, err := b.Acquire(context.Background(), "k", o, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.TTL != 60*time.Second {
+		t.Fatalf("granted TTL %v for a 2m request on a 60s session, want 60s", g.TTL)
+	}
+	short := open(t, srv.Addr(), 200*time.Millisecond)
+	if got := short.SessionTimeout(); got != time.Second {
+		t.Fatalf("SessionTimeout() = %v for a 200ms request, want the server's minimum 1s", got)
+	}
+}

@@ -1,0 +1,379 @@
+// Package zookeeper is the leasehold backend for Apache ZooKeeper
+// (github.com/go-zookeeper/zk).
+//
+// # What a lease is on ZooKeeper
+//
+// ZooKeeper has no per-node TTL precise enough for leases; its only
+// server-side expiry is the session. A lock on key K is an ephemeral
+// sequential node <prefix>/locks/<K>/_c_<nonce>-lock-<seq> of this backend's
+// session (the standard recipe, with Curator-style protected names whose
+// GUID is the grant's owner nonce). The node with the lowest sequence number
+// holds the lock. Acquire is the contract's non-blocking try: it creates its
+// node, lists the queue, and if a predecessor exists it deletes its own
+// node and returns a *HeldError naming the holder (the lowest node).
+//
+// The node disappears — the lease ends — at the earliest of:
+//
+//   - Release (a delete guarded by the node's czxid and owner nonce);
+//   - session expiry: the server heard nothing from this backend's session
+//     (the client pings every third of the timeout) for the negotiated
+//     session timeout — the holder's process died or was cut off. This is
+//     judged by the ZooKeeper server's clock;
+//   - TTL without a successful Renew: the backend that created the node
+//     deletes it when TTL has passed since the reply to its last
+//     acquire/renew (ZooKeeper would keep a live but silent holder's node
+//     forever). This is judged by the holder's own clock — the clock its
+//     deadline is on — so Capabilities().ServerClock is false.
+//
+// The granted TTL is min(requested TTL, negotiated session timeout): the
+// node lives at least that long from the request's send time by both
+// rules. The session timeout is negotiated by the server within
+// [minSessionTimeout, maxSessionTimeout] (2–20 × tickTime by default); the
+// backend reads the value the server granted from the connect handshake
+// and uses it. Set Config.SessionTimeout ≥ the lock TTL you use.
+//
+// # Guarantees
+//
+//   - Grant exclusion: only the lowest node of a key's queue is granted,
+//     and a node is granted only if it is the lowest when listed after its
+//     creation; nodes are ordered by the server's sequence counter.
+//   - Fencing token = the lock node's czxid, the zxid of the transaction
+//     that created it: (epoch << 32 | counter), which only grows across
+//     leader elections and restarts. A granted node was created after every
+//     earlier holder's node, so tokens strictly increase per key. ZooKeeper
+//     fsyncs its transaction log before acknowledging (forceSync=yes, the
+//     default), so tokens survive server restarts (DurableFencing).
+//   - Retries: a create whose reply was lost is found by its protected name
+//     (the owner nonce) and owned by the retry — never orphaned.
+//   - Push events: Wait sets a watch on the holder's node (the predecessor
+//     of anyone who would acquire next); its deletion — release, expiry of
+//     the holder's session or TTL — fires it. Any other watch event
+//     (disconnect, session expiry) also closes the channel, which the
+//     contract allows as a spurious wake-up.
+//   - Ledger (ledger.go): hierarchical, so no parent node has unbounded
+//     children (jute.maxbuffer limits a getChildren reply to 1 MB):
+//     <prefix>/jobs/<job> holds the job's claim counter and high-water mark,
+//     runs live under <prefix>/jobs/<job>/runs/<hour>/<instant>, the
+//     runner's lease is an ephemeral <prefix>/jobs/<job>/alive/<instant>
+//     with the same TTL rule as locks, and <prefix>/fin/<hour>/ indexes
+//     finished runs for Prune. Claims are atomic multi-ops guarded by the
+//     job node's version.
+//   - go-zookeeper takes no context: a request is bounded by the session's
+//     receive timeout (2/3 of the session timeout), not by ctx; ctx is
+//     checked before each call.
+//   - ACLs: with Config.Username, the session authenticates with the digest
+//     scheme and every node is created with a digest ACL for that user only.
+package zookeeper
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// MinTTL is the shortest TTL the backend accepts.
+const MinTTL = 100 * time.Millisecond
+
+// DefaultSessionTimeout is the session timeout requested when
+// Config.SessionTimeout is zero.
+const DefaultSessionTimeout = 15 * time.Second
+
+// Config configures Open.
+type Config struct {
+	// Servers are "host:port" addresses of the ensemble.
+	Servers []string
+	// Prefix is the root path of every node this backend writes (default
+	// "/leasehold").
+	Prefix string
+	// SessionTimeout is the session timeout requested; the server may grant
+	// another (see Backend.SessionTimeout).
+	SessionTimeout time.Duration
+	// Username and Password enable digest authentication and digest ACLs.
+	Username, Password string
+	// ConnectTimeout bounds establishing the session (default 10 s).
+	ConnectTimeout time.Duration
+}
+
+// ParseURL parses "zk://[user:password@]host1:2181,host2:2181/prefix
+// [?session_timeout=10s]" into a Config. Errors never contain the password.
+func ParseURL(raw string) (Config, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: zookeeper url is not a valid URL", backend.ErrInvalid)
+	}
+	if u.Scheme != "zk" && u.Scheme != "zookeeper" {
+		return Config{}, fmt.Errorf("%w: zookeeper url %q: scheme %q is not zk", backend.ErrInvalid, u.Redacted(), u.Scheme)
+	}
+	if u.Host == "" {
+		return Config{}, fmt.Errorf("%w: zookeeper url %q has no host", backend.ErrInvalid, u.Redacted())
+	}
+	cfg := Config{Servers: strings.Split(u.Host, ","), Prefix: u.Path}
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+	}
+	for k, v := range u.Query() {
+		switch k {
+		case "session_timeout":
+			d, err := time.ParseDuration(v[0])
+			if err != nil || d <= 0 {
+				return Config{}, fmt.Errorf("%w: zookeeper url %q: session_timeout %q is not a positive duration", backend.ErrInvalid, u.Redacted(), v[0])
+			}
+			cfg.SessionTimeout = d
+		default:
+			return Config{}, fmt.Errorf("%w: zookeeper url %q: unknown parameter %q", backend.ErrInvalid, u.Redacted(), k)
+		}
+	}
+	return cfg, nil
+}
+
+// Backend is the ZooKeeper backend; it owns one session. It is safe for
+// concurrent use.
+type Backend struct {
+	conn   *zk.Conn
+	prefix string
+	acl    []zk.ACL
+
+	mu         sync.Mutex
+	closed     bool
+	negotiated time.Duration
+	timers     map[string]*time.Timer // ephemeral node path → TTL deletion
+	done       chan struct{}
+
+	handshake  chan struct{} // closed once the granted timeout is known
+	gotTimeout sync.Once
+}
+
+var (
+	_ backend.Backend  = (*Backend)(nil)
+	_ backend.Notifier = (*Backend)(nil)
+)
+
+// Open connects as rawURL says (see ParseURL).
+func Open(rawURL string) (*Backend, error) {
+	cfg, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return OpenConfig(cfg)
+}
+
+// handshakeLogger reads the session timeout the server granted from the
+// client's "authenticated" log line (go-zookeeper has no getter for it) and
+// discards every other line.
+type handshakeLogger struct{ b *Backend }
+
+func (l handshakeLogger) Printf(format string, args ...any) {
+	if strings.HasPrefix(format, "authenticated:") && len(args) == 2 {
+		if ms, ok := args[1].(int32); ok {
+			l.b.mu.Lock()
+			l.b.negotiated = time.Duration(ms) * time.Millisecond
+			l.b.mu.Unlock()
+			l.b.gotTimeout.Do(func() { close(l.b.handshake) })
+		}
+	}
+}
+
+// OpenConfig connects as cfg says and waits for the session.
+func OpenConfig(cfg Config) (*Backend, error) {
+	if len(cfg.Servers) == 0 {
+		return nil, fmt.Errorf("%w: zookeeper servers are empty", backend.ErrInvalid)
+	}
+	p := strings.TrimSuffix(cfg.Prefix, "/")
+	if p == "" {
+		p = "/leasehold"
+	}
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	b := &Backend{prefix: p, acl: zk.WorldACL(zk.PermAll), timers: map[string]*time.Timer{}, done: make(chan struct{}), handshake: make(chan struct{})}
+	conn, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(handshakeLogger{b}), zk.WithLogInfo(true))
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: connect to %v: %w", cfg.Servers, err)
+	}
+	b.conn = conn
+	timeout := time.After(cfg.ConnectTimeout)
+wait:
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				break wait
+			}
+		case <-timeout:
+			conn.Close()
+			return nil, fmt.Errorf("zookeeper: no session with %v within %v", cfg.Servers, cfg.ConnectTimeout)
+		}
+	}
+	// The granted timeout is logged right after the session event; without
+	// it no TTL can be granted safely.
+	select {
+	case <-b.handshake:
+	case <-timeout:
+		conn.Close()
+		return nil, fmt.Errorf("zookeeper: could not read the session timeout granted by %v", cfg.Servers)
+	}
+	go func() { // drain session events; watches have their own channels
+		for range events {
+		}
+	}()
+	if cfg.Username != "" {
+		if err := conn.AddAuth("digest", []byte(cfg.Username+":"+cfg.Password)); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("zookeeper: digest auth as user %q failed: %v", cfg.Username, err)
+		}
+		b.acl = zk.DigestACL(zk.PermAll, cfg.Username, cfg.Password)
+	}
+	if err := b.ensure(b.prefix); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	for _, d := range []string{"/locks", "/jobs", "/fin"} {
+		if err := b.ensure(b.prefix + d); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// ensure creates path and its missing parents as persistent nodes.
+func (b *Backend) ensure(path string) error {
+	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	cur := ""
+	for _, part := range parts {
+		cur += "/" + part
+		_, err := b.conn.Create(cur, nil, 0, b.acl)
+		if err != nil && err != zk.ErrNodeExists {
+			return b.wrap(err, "create "+cur)
+		}
+	}
+	return nil
+}
+
+// Prefix is the root path of this backend's nodes.
+func (b *Backend) Prefix() string { return b.prefix }
+
+// Conn is the underlying ZooKeeper connection.
+func (b *Backend) Conn() *zk.Conn { return b.conn }
+
+// SessionTimeout is the session timeout the server granted.
+func (b *Backend) SessionTimeout() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.negotiated
+}
+
+// grantTTL is min(ttl, negotiated session timeout).
+func (b *Backend) grantTTL(ttl time.Duration) time.Duration {
+	if n := b.SessionTimeout(); n > 0 && n < ttl {
+		return n
+	}
+	return ttl
+}
+
+// Capabilities: safe, durable fencing from czxid; expiry of a silent holder
+// is timed by the holder's own process (see the package doc), so no single
+// server clock.
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{
+		Name: "zookeeper", ServerClock: false, SafeFencing: true, DurableFencing: true,
+		PushEvents: true, MultiProcess: true, MinTTL: MinTTL,
+	}
+}
+
+// Close closes the session: ZooKeeper deletes its ephemeral nodes (locks
+// and runners' leases) at once.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	close(b.done)
+	for p, t := range b.timers {
+		t.Stop()
+		delete(b.timers, p)
+	}
+	b.mu.Unlock()
+	b.conn.Close()
+	return nil
+}
+
+func (b *Backend) check() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return backend.ErrClosed
+	}
+	return nil
+}
+
+func (b *Backend) wrap(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	if b.check() != nil {
+		return fmt.Errorf("zookeeper: %s: %w", what, backend.ErrClosed)
+	}
+	return fmt.Errorf("zookeeper: %s: %w", what, err)
+}
+
+// arm (re)starts the TTL deletion of an ephemeral node this backend
+// created: when ttl passes without another arm, the node is deleted if it is
+// still the same node — its data equals want (nil: any data; lock node
+// paths are never reused).
+func (b *Backend) arm(path string, want []byte, ttl time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	if t := b.timers[path]; t != nil {
+		t.Stop()
+	}
+	var t *time.Timer
+	t = time.AfterFunc(ttl, func() {
+		b.mu.Lock()
+		if b.timers[path] != t {
+			b.mu.Unlock()
+			return
+		}
+		delete(b.timers, path)
+		b.mu.Unlock()
+		if data, st, err := b.conn.Get(path); err == nil && (want == nil || string(data) == string(want)) {
+			_ = b.conn.Delete(path, st.Version)
+		}
+	})
+	b.timers[path] = t
+}
+
+// disarm stops the TTL deletion of path.
+func (b *Backend) disarm(path string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if t := b.timers[path]; t != nil {
+		t.Stop()
+		delete(b.timers, path)
+	}
+}
+
+// armed reports whether this backend keeps path alive.
+func (b *Backend) armed(path string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.timers[path] != nil
+}

@@ -1,0 +1,241 @@
+package bench
+
+// leasehold's etcd and ZooKeeper backends beside etcd's own
+// concurrency.NewMutex, on one etcd node and on a 3-member cluster started
+// by internal/testserver:
+//
+//	cd bench && go test -run '^$' -bench 'Etcd|ZooKeeper' -benchtime 2s
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/etcd"
+	"github.com/leasehold/leasehold/backend/zookeeper"
+	"github.com/leasehold/leasehold/internal/testserver"
+)
+
+var (
+	etcdOnce, clusterOnce, zkOnce sync.Once
+	etcdAddr, zkAddr              string
+	clusterAddrs                  []string
+)
+
+// etcdTargets starts (once per run) a single etcd node and a 3-member
+// cluster; TestMain stops them with the other servers.
+func etcdTargets(b *testing.B) map[string][]string {
+	etcdOnce.Do(func() {
+		s := testserver.Etcd(&keep{b})
+		servers = append(servers, s)
+		etcdAddr = s.Addr()
+	})
+	clusterOnce.Do(func() {
+		c := testserver.EtcdCluster3(&keep{b})
+		servers = append(servers, c.Members...)
+		clusterAddrs = c.Endpoints()
+	})
+	return map[string][]string{"node1": {etcdAddr}, "cluster3": clusterAddrs}
+}
+
+func zkTarget(b *testing.B) string {
+	zkOnce.Do(func() {
+		s := testserver.ZooKeeper(&keep{b})
+		servers = append(servers, s)
+		zkAddr = s.Addr()
+	})
+	return zkAddr
+}
+
+func etcdClient(b *testing.B, eps []string) *clientv3.Client {
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// mutexOncePair: concurrency.NewMutex on one session made up front (the
+// session's lease is kept alive by one stream) — the fastest way to use it.
+func mutexOncePair(b *testing.B, c *clientv3.Client) pair {
+	s, err := concurrency.NewSession(c, concurrency.WithTTL(int(ttl/time.Second)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return func(ctx context.Context, key string) error {
+		m := concurrency.NewMutex(s, "mutex/"+key)
+		if err := m.Lock(ctx); err != nil {
+			return err
+		}
+		return m.Unlock(ctx)
+	}
+}
+
+// mutexPerLockPair: a session per lock, as much code using it is written.
+func mutexPerLockPair(c *clientv3.Client) pair {
+	return func(ctx context.Context, key string) error {
+		s, err := concurrency.NewSession(c, concurrency.WithTTL(int(ttl/time.Second)))
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		m := concurrency.NewMutex(s, "mutexs/"+key)
+		if err := m.Lock(ctx); err != nil {
+			return err
+		}
+		return m.Unlock(ctx)
+	}
+}
+
+// timed runs p like run, recording each pair's latency; it reports P50 and
+// P99 in ms as metrics.
+func timed(b *testing.B, p pair, goroutines int) {
+	var (
+		mu  sync.Mutex
+		lat []time.Duration
+	)
+	q := func(ctx context.Context, key string) error {
+		start := time.Now()
+		err := p(ctx, key)
+		d := time.Since(start)
+		mu.Lock()
+		lat = append(lat, d)
+		mu.Unlock()
+		return err
+	}
+	run(b, q, goroutines)
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(pct(lat, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(pct(lat, 0.99).Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkEtcdAcquireRelease: acquire + release of a key per goroutine.
+func BenchmarkEtcdAcquireRelease(b *testing.B) {
+	for _, target := range []string{"node1", "cluster3"} {
+		b.Run(target, func(b *testing.B) {
+			eps := etcdTargets(b)[target]
+			c := etcdClient(b, eps)
+			defer c.Close()
+			be, err := etcd.New(c, etcd.Config{Prefix: "bench/" + target + "/"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			impls := []struct {
+				name string
+				p    func(b *testing.B) pair
+			}{
+				{"leasehold", func(*testing.B) pair { return leaseholdPair(be) }},
+				{"mutex-session-once", func(b *testing.B) pair { return mutexOncePair(b, c) }},
+				{"mutex-session-per-lock", func(*testing.B) pair { return mutexPerLockPair(c) }},
+			}
+			for _, im := range impls {
+				for _, g := range []int{1, 64} {
+					b.Run(im.name+"/g"+strconv.Itoa(g), func(b *testing.B) { timed(b, im.p(b), g) })
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkZooKeeperAcquireRelease: the same on one ZooKeeper server.
+func BenchmarkZooKeeperAcquireRelease(b *testing.B) {
+	be, err := zookeeper.OpenConfig(zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench", SessionTimeout: 2 * ttl})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	for _, g := range []int{1, 64} {
+		b.Run("leasehold/g"+strconv.Itoa(g), func(b *testing.B) { timed(b, leaseholdPair(be), g) })
+	}
+}
+
+// handover measures release → blocked waiter's grant through the library
+// (the waiter is woken by the backend's push event), reporting P50/P99.
+func handover(b *testing.B, be backend.Leases, key string) {
+	holder, _ := leasehold.NewLocker(be, leasehold.WithInstance("holder"), leasehold.WithTTL(ttl))
+	waiter, _ := leasehold.NewLocker(be, leasehold.WithInstance("waiter"), leasehold.WithTTL(ttl))
+	ctx := context.Background()
+	var lat []time.Duration
+	for i := 0; i < b.N; i++ {
+		h, err := holder.Acquire(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			w, err := waiter.Acquire(ctx, key)
+			got <- time.Now()
+			if err == nil {
+				_ = w.Release(ctx)
+			}
+		}()
+		time.Sleep(20 * time.Millisecond) // let the waiter block (benchmark pacing, not a test)
+		released := time.Now()
+		_ = h.Release(ctx)
+		lat = append(lat, (<-got).Sub(released))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(pct(lat, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(pct(lat, 0.99).Microseconds())/1000, "p99-ms")
+}
+
+// handoverMutex measures the same for concurrency.NewMutex (its waiter
+// watches its predecessor's key).
+func handoverMutex(b *testing.B, c *clientv3.Client, key string) {
+	hs, _ := concurrency.NewSession(c, concurrency.WithTTL(int(ttl/time.Second)))
+	ws, _ := concurrency.NewSession(c, concurrency.WithTTL(int(ttl/time.Second)))
+	defer hs.Close()
+	defer ws.Close()
+	ctx := context.Background()
+	var lat []time.Duration
+	for i := 0; i < b.N; i++ {
+		h := concurrency.NewMutex(hs, key)
+		if err := h.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			w := concurrency.NewMutex(ws, key)
+			err := w.Lock(ctx)
+			got <- time.Now()
+			if err == nil {
+				_ = w.Unlock(ctx)
+			}
+		}()
+		time.Sleep(20 * time.Millisecond)
+		released := time.Now()
+		_ = h.Unlock(ctx)
+		lat = append(lat, (<-got).Sub(released))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(pct(lat, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(pct(lat, 0.99).Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkEtcdHandover: release → waiter latency on one etcd node, and on
+// ZooKeeper beside it. Run with -benchtime 100x.
+func BenchmarkEtcdHandover(b *testing.B) {
+	eps := etcdTargets(b)["node1"]
+	c := etcdClient(b, eps)
+	defer c.Close()
+	be, _ := etcd.New(c, etcd.Config{Prefix: "bench/handover/"})
+	b.Run("leasehold-etcd", func(b *testing.B) { handover(b, be, "handover/k") })
+	b.Run("mutex-etcd", func(b *testing.B) { handoverMutex(b, c, "mutexh/k") })
+	zb, err := zookeeper.OpenConfig(zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench-handover", SessionTimeout: 2 * ttl})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer zb.Close()
+	b.Run("leasehold-zookeeper", func(b *testing.B) { handover(b, zb, "handover/k") })
+}
