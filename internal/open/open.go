@@ -29,11 +29,13 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/etcd"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/backend/mysql"
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/backend/zookeeper"
 )
 
 // EnvBackend is the environment variable that overrides the default backend
@@ -42,7 +44,7 @@ const EnvBackend = "LEASEHOLD_BACKEND"
 
 // Schemes returns the URL schemes Open knows, sorted.
 func Schemes() []string {
-	return []string{"memory", "mysql", "postgres", "postgresql", "redis", "rediss", "sqlite"}
+	return []string{"etcd", "memory", "mysql", "postgres", "postgresql", "redis", "rediss", "sqlite", "zk"}
 }
 
 // schemeRE matches a URL scheme prefix (RFC 3986 section 3.1).
@@ -103,6 +105,10 @@ func Open(ctx context.Context, rawURL string) (backend.Backend, error) {
 		return postgres.Open(ctx, rawURL)
 	case "mysql": // mysql://user:pass@host:port/db; see backend/mysql
 		return mysql.Open(ctx, rawURL)
+	case "etcd": // etcd://user:pass@h1:2379,h2:2379/prefix; see backend/etcd
+		return etcd.Open(ctx, rawURL)
+	case "zk": // zk://h1:2181,h2:2181/prefix; see backend/zookeeper
+		return zookeeper.Open(rawURL)
 	default:
 		return nil, fmt.Errorf("%w: backend URL %q: unknown scheme %q (known: %s)",
 			backend.ErrInvalid, u.Redacted(), u.Scheme, strings.Join(Schemes(), ", "))

@@ -78,7 +78,7 @@ func TestOpenErrors(t *testing.T) {
 		want []string // substrings of the error
 	}{
 		{"", []string{"empty"}},
-		{"etcd://u:hunter2@db/x", []string{`"etcd"`, "memory, mysql, postgres, postgresql, redis, rediss, sqlite"}},
+		{"consul://u:hunter2@db/x", []string{`"consul"`, "etcd, memory, mysql, postgres, postgresql, redis, rediss, sqlite, zk"}},
 		{"redis://u:hunter2@localhost:6379/0?flavour=x", []string{"flavour"}},
 		{"memory://somewhere", []string{"memory://"}},
 		{"sqlite://u:hunter2@" + dir + "/x.db", []string{"no user"}},
