@@ -58,7 +58,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"lock", "--nonblock", "--wait", "1s", "k", "--", "true"}, []string{"--nonblock", "--wait"}},
 		{[]string{"lock", "bad key", "--", "true"}, []string{`"bad key"`}},
 		{[]string{"--namespace", "a//b", "locks"}, []string{"--namespace", `"a//b"`}},
-		{[]string{"--backend", "redis://user:hunter2@host", "locks"}, []string{"--backend", `"redis"`, "sqlite"}},
+		{[]string{"--backend", "consul://user:hunter2@host", "locks"}, []string{"--backend", `"consul"`, "sqlite"}},
 		{[]string{"no-such-command"}, []string{"no-such-command"}},
 		{[]string{"locks", "--no-such-flag"}, []string{"--no-such-flag"}},
 	}
