@@ -1,0 +1,5 @@
+//go:build !race
+
+package schedule_test
+
+const raceEnabled = false
