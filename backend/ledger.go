@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 )
 
@@ -133,3 +134,37 @@ type Ledger interface {
 // Instant normalises a scheduled instant the way every backend stores it:
 // UTC, truncated to the millisecond.
 func Instant(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
+
+// DefaultRunLimit is how many runs ListRuns returns when RunFilter.Limit ≤ 0.
+const DefaultRunLimit = 100
+
+// EffectiveLimit returns f.Limit, or DefaultRunLimit when it is ≤ 0.
+func (f RunFilter) EffectiveLimit() int {
+	if f.Limit <= 0 {
+		return DefaultRunLimit
+	}
+	return f.Limit
+}
+
+// Matches reports whether r passes f's job, state and time filters (not
+// the limit).
+func (f RunFilter) Matches(r Run) bool {
+	return (f.Job == "" || r.Job == f.Job) && (f.State == "" || r.State == f.State) &&
+		(f.Since.IsZero() || !r.ScheduledAt.Before(f.Since)) && (f.Before.IsZero() || r.ScheduledAt.Before(f.Before))
+}
+
+// Page sorts runs the way ListRuns returns them — newest ScheduledAt first,
+// ties by job name — and cuts them to f's limit. For backends that filter
+// in memory.
+func (f RunFilter) Page(runs []Run) []Run {
+	sort.Slice(runs, func(i, j int) bool {
+		if !runs[i].ScheduledAt.Equal(runs[j].ScheduledAt) {
+			return runs[i].ScheduledAt.After(runs[j].ScheduledAt)
+		}
+		return runs[i].Job < runs[j].Job
+	})
+	if limit := f.EffectiveLimit(); len(runs) > limit {
+		runs = runs[:limit]
+	}
+	return runs
+}

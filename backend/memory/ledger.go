@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -229,27 +228,11 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 	now := b.now()
 	var out []backend.Run
 	for _, r := range b.runs {
-		rec := r.rec
-		if (f.Job != "" && rec.Job != f.Job) || (f.State != "" && rec.State != f.State) ||
-			(!f.Since.IsZero() && rec.ScheduledAt.Before(f.Since)) || (!f.Before.IsZero() && !rec.ScheduledAt.Before(f.Before)) {
-			continue
+		if f.Matches(r.rec) {
+			out = append(out, b.view(r, now))
 		}
-		out = append(out, b.view(r, now))
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].ScheduledAt.Equal(out[j].ScheduledAt) {
-			return out[i].ScheduledAt.After(out[j].ScheduledAt)
-		}
-		return out[i].Job < out[j].Job
-	})
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	if len(out) > limit {
-		out = out[:limit]
-	}
-	return out, nil
+	return f.Page(out), nil
 }
 
 // Prune implements backend.Ledger.

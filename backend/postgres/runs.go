@@ -165,10 +165,7 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
+	limit := f.EffectiveLimit()
 	q += fmt.Sprintf(` ORDER BY scheduled_at DESC, job LIMIT %d`, limit)
 	rows, err := b.pool.Query(ctx, q, args...)
 	if err != nil {

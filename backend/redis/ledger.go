@@ -286,10 +286,7 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 	if !f.Before.IsZero() {
 		hi = "(" + strconv.FormatInt(ceilUnit(f.Before, time.Millisecond), 10)
 	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
+	limit := f.EffectiveLimit()
 	res, err := listRunsLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, f.Job, string(f.State), lo, hi, limit).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis: list runs: %w", err)

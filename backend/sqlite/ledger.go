@@ -362,10 +362,7 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
+	limit := f.EffectiveLimit()
 	q += ` ORDER BY scheduled_ms DESC, job LIMIT ?`
 	args = append(args, limit)
 	rows, err := b.db.QueryContext(ctx, q, args...)

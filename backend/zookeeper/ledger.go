@@ -356,28 +356,13 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 					return nil, err
 				}
 				v := r.view(live[n])
-				if (f.State != "" && v.State != f.State) || (!f.Since.IsZero() && v.ScheduledAt.Before(f.Since)) ||
-					(!f.Before.IsZero() && !v.ScheduledAt.Before(f.Before)) {
-					continue
+				if f.Matches(v) {
+					out = append(out, v)
 				}
-				out = append(out, v)
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].ScheduledAt.Equal(out[j].ScheduledAt) {
-			return out[i].ScheduledAt.After(out[j].ScheduledAt)
-		}
-		return out[i].Job < out[j].Job
-	})
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	if len(out) > limit {
-		out = out[:limit]
-	}
-	return out, nil
+	return f.Page(out), nil
 }
 
 // Prune implements backend.Ledger: it walks the finished-run index oldest
