@@ -131,6 +131,7 @@ type Lease struct {
 // HeldError is returned by Acquire when the key is held by someone else.
 type HeldError struct{ Holder Lease }
 
+// Error names the key and its holder.
 func (e *HeldError) Error() string {
 	return fmt.Sprintf("key %q is held by %s (token %d)", e.Holder.Key, e.Holder.Owner.Instance, e.Holder.Token)
 }

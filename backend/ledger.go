@@ -67,6 +67,7 @@ type Run struct {
 // by someone else; Run is the current record.
 type ClaimedError struct{ Run Run }
 
+// Error names the occurrence, its holder and its state.
 func (e *ClaimedError) Error() string {
 	return fmt.Sprintf("occurrence %s@%s already claimed by %s (state %s, token %d)",
 		e.Run.Job, e.Run.ScheduledAt.Format(time.RFC3339Nano), e.Run.Owner.Instance, e.Run.State, e.Run.Token)
