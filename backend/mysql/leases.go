@@ -80,10 +80,7 @@ const leaseGuard = `k = ? AND instance = ? AND nonce = ? AND token = ? AND expir
 
 // Renew implements backend.Leases.
 func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	if err := backend.CheckToken(token); err != nil {
+	if err := backend.CheckRenew(key, owner, token, ttl, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
 	if err := b.enter(); err != nil {
@@ -106,13 +103,7 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 // Release implements backend.Leases: it clears the holder and keeps the row
 // (the key's token counter).
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if err := backend.CheckKey("key", key); err != nil {
-		return err
-	}
-	if err := backend.CheckOwner(owner); err != nil {
-		return err
-	}
-	if err := backend.CheckToken(token); err != nil {
+	if err := backend.CheckRelease(key, owner, token); err != nil {
 		return err
 	}
 	if err := b.enter(); err != nil {

@@ -105,10 +105,7 @@ const leaseGuard = `key = $1 AND instance = $2 AND nonce = $3 AND token = $4 AND
 
 // Renew implements backend.Leases.
 func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	if err := backend.CheckToken(token); err != nil {
+	if err := backend.CheckRenew(key, owner, token, ttl, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
 	if err := b.enter(); err != nil {
@@ -130,13 +127,7 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 // Release implements backend.Leases: it clears the holder, keeps the row
 // (the key's token counter) and notifies waiters, in one statement.
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if err := backend.CheckKey("key", key); err != nil {
-		return err
-	}
-	if err := backend.CheckOwner(owner); err != nil {
-		return err
-	}
-	if err := backend.CheckToken(token); err != nil {
+	if err := backend.CheckRelease(key, owner, token); err != nil {
 		return err
 	}
 	if err := b.enter(); err != nil {

@@ -191,22 +191,9 @@ func (b *Backend) claimLimited(ctx context.Context, req backend.ClaimRequest, at
 const runGuard = `job = $1 AND scheduled_at = $2 AND state = 'running' AND instance = $3 AND nonce = $4
 	AND token = $5 AND expires_at > clock_timestamp()`
 
-func checkHeld(job string, at time.Time, owner backend.Owner, token uint64) error {
-	if err := backend.CheckKey("job", job); err != nil {
-		return err
-	}
-	if err := backend.CheckInstant(at); err != nil {
-		return err
-	}
-	if err := backend.CheckOwner(owner); err != nil {
-		return err
-	}
-	return backend.CheckToken(token)
-}
-
 // Heartbeat implements backend.Ledger.
 func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
-	if err := checkHeld(job, at, owner, token); err != nil {
+	if err := backend.CheckHeld(job, at, owner, token); err != nil {
 		return err
 	}
 	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
@@ -219,7 +206,7 @@ func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner
 
 // Finish implements backend.Ledger.
 func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
-	if err := checkHeld(job, at, owner, token); err != nil {
+	if err := backend.CheckHeld(job, at, owner, token); err != nil {
 		return err
 	}
 	out, err := backend.CheckOutcome(out)

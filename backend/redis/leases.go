@@ -68,10 +68,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 
 // Renew implements backend.Leases: one round trip (renewScript).
 func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	if err := backend.CheckToken(token); err != nil {
+	if err := backend.CheckRenew(key, owner, token, ttl, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
 	if err := b.check(); err != nil {
@@ -91,13 +88,7 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 // Release implements backend.Leases: one round trip (releaseScript), which
 // also publishes the release to waiters. The token counter is kept.
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if err := backend.CheckKey("key", key); err != nil {
-		return err
-	}
-	if err := backend.CheckOwner(owner); err != nil {
-		return err
-	}
-	if err := backend.CheckToken(token); err != nil {
+	if err := backend.CheckRelease(key, owner, token); err != nil {
 		return err
 	}
 	if err := b.check(); err != nil {

@@ -98,26 +98,13 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	return backend.Grant{}, fmt.Errorf("redis: claim %q: unexpected reply %v", req.Job, res)
 }
 
-func checkHeld(job string, at time.Time, owner backend.Owner, token uint64) error {
-	if err := backend.CheckKey("job", job); err != nil {
-		return err
-	}
-	if err := backend.CheckInstant(at); err != nil {
-		return err
-	}
-	if err := backend.CheckOwner(owner); err != nil {
-		return err
-	}
-	return backend.CheckToken(token)
-}
-
 func lost(job string, at time.Time, token uint64) error {
 	return fmt.Errorf("%w: job %q at %s, token %d", backend.ErrLeaseLost, job, backend.Instant(at).Format(time.RFC3339Nano), token)
 }
 
 // Heartbeat implements backend.Ledger.
 func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
-	if err := checkHeld(job, at, owner, token); err != nil {
+	if err := backend.CheckHeld(job, at, owner, token); err != nil {
 		return err
 	}
 	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
@@ -141,7 +128,7 @@ func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner
 // Finish implements backend.Ledger. A retry of a Finish that was applied
 // (same owner, token and outcome) succeeds.
 func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
-	if err := checkHeld(job, at, owner, token); err != nil {
+	if err := backend.CheckHeld(job, at, owner, token); err != nil {
 		return err
 	}
 	out, err := backend.CheckOutcome(out)

@@ -245,10 +245,7 @@ func (b *Backend) undo(key string, owner backend.Owner, rs []nodeReply) {
 // Renew implements backend.Leases: extends on every node, succeeds on a
 // quorum within the validity.
 func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	if err := backend.CheckToken(token); err != nil {
+	if err := backend.CheckRenew(key, owner, token, ttl, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
 	if err := b.check(); err != nil {
@@ -289,13 +286,7 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 // Release implements backend.Leases: deletes the owner's lease on every
 // node (each publishes the release). The counters are kept.
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if err := backend.CheckKey("key", key); err != nil {
-		return err
-	}
-	if err := backend.CheckOwner(owner); err != nil {
-		return err
-	}
-	if err := backend.CheckToken(token); err != nil {
+	if err := backend.CheckRelease(key, owner, token); err != nil {
 		return err
 	}
 	if err := b.check(); err != nil {
