@@ -1,0 +1,222 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/chaos/history"
+	"github.com/leasehold/leasehold/internal/open"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// EnvWorker is the environment variable through which the harness hands a
+// worker process its WorkerConfig (JSON). A program that can be a worker
+// calls WorkerFromEnv first thing.
+const EnvWorker = "LEASEHOLD_CHAOS_WORKER"
+
+// JobName is the scheduled job every worker registers.
+const JobName = "chaos"
+
+// WorkerConfig is what one worker process runs.
+type WorkerConfig struct {
+	Name       string        `json:"name"`
+	BackendURL string        `json:"backend"`
+	Broken     bool          `json:"broken,omitempty"` // wrap the backend in the negative control
+	Namespace  string        `json:"namespace"`
+	History    string        `json:"history"`  // shared history file
+	Unfenced   string        `json:"unfenced"` // shared unfenced effect log
+	SinkSock   string        `json:"sink"`     // fenced sink socket
+	RateFile   string        `json:"rate_file"`
+	JobEvery   time.Duration `json:"job_every"`
+	JobWork    time.Duration `json:"job_work"`
+	JobTTL     time.Duration `json:"job_ttl"`
+	LockKeys   []string      `json:"lock_keys"`
+	LockTTL    time.Duration `json:"lock_ttl"`
+	LockHold   time.Duration `json:"lock_hold"`
+}
+
+// WorkerFromEnv runs a worker and reports (exit code, true) if EnvWorker is
+// set, else (0, false).
+func WorkerFromEnv() (int, bool) {
+	raw := os.Getenv(EnvWorker)
+	if raw == "" {
+		return 0, false
+	}
+	var cfg WorkerConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "chaos worker: bad %s: %v\n", EnvWorker, err)
+		return 2, true
+	}
+	return RunWorker(cfg), true
+}
+
+// RunWorker is a worker process's main: a scheduler running a job every
+// cfg.JobEvery in once mode with crash policy retry, and a lock workload on
+// cfg.LockKeys, both over the real library code and the backend at
+// cfg.BackendURL, until SIGTERM. It returns the exit code.
+//
+// Both workloads write each effect first to the unfenced log and then to
+// the fenced sink with their token. Neither checks its context between its
+// work and its writes: they model the holder that a pause (GC, SIGSTOP)
+// catches between its last check and its write, the case only fencing
+// catches.
+func RunWorker(cfg WorkerConfig) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})).With("worker", cfg.Name)
+	rates := make(chan os.Signal, 1)
+	signal.Notify(rates, syscall.SIGUSR1) // first: SIGUSR1's default action is to exit
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	h, err := history.Create(cfg.History, cfg.Name)
+	if err != nil {
+		log.Error("history", "err", err)
+		return 2
+	}
+	defer h.Close()
+	unfenced, err := history.Create(cfg.Unfenced, cfg.Name)
+	if err != nil {
+		log.Error("unfenced log", "err", err)
+		return 2
+	}
+	defer unfenced.Close()
+
+	var b backend.Backend
+	for attempt := 0; ; attempt++ { // the backend may be restarting
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		b, err = open.Open(octx, cfg.BackendURL)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || attempt == 20 || errors.Is(err, backend.ErrInvalid) {
+			log.Error("open backend", "err", err)
+			return 2
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	defer b.Close()
+	if cfg.Broken {
+		b = newBroken(b)
+	}
+	b = record(b, h)
+
+	clock := newSkewClock()
+	go func() {
+		for range rates {
+			raw, err := os.ReadFile(cfg.RateFile)
+			if err != nil {
+				continue
+			}
+			if r, err := strconv.ParseFloat(strings.TrimSpace(string(raw)), 64); err == nil && r > 0 {
+				clock.SetRate(r)
+				h.Write(history.Event{Phase: history.Point, Kind: history.Fault, Detail: fmt.Sprintf("clock rate %.2f", r)})
+			}
+		}
+	}()
+
+	sink := newSinkClient(cfg.SinkSock)
+	effect := func(key string, token uint64, owner string, attempt int) {
+		unfenced.Write(history.Event{Phase: history.Point, Kind: history.Effect, Sink: "unfenced", Key: key, Token: token, Owner: owner, Attempt: attempt, Result: history.Accepted})
+		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := sink.write(wctx, SinkWrite{Key: key, Token: token, Writer: owner, Attempt: attempt})
+		e := history.Event{Phase: history.Point, Kind: history.Effect, Sink: "fenced", Key: key, Token: token, Owner: owner, Attempt: attempt, HeldToken: r.Highest}
+		switch {
+		case err != nil:
+			e.Result, e.Detail = history.Indeterminate, err.Error()
+		case r.Accepted:
+			e.Result = history.Accepted
+		default:
+			e.Result = history.Rejected
+		}
+		h.Write(e)
+	}
+
+	sched, err := schedule.New(b, schedule.WithInstance(cfg.Name), schedule.WithNamespace(cfg.Namespace),
+		schedule.WithClock(clock), schedule.WithLogger(log), schedule.WithSweepEvery(100*time.Millisecond),
+		schedule.WithClaimTolerance(100*time.Millisecond), schedule.WithVersionSettle(time.Second), schedule.WithGrace(2*time.Second))
+	if err != nil {
+		log.Error("scheduler", "err", err)
+		return 2
+	}
+	err = sched.Register(schedule.Job{Name: JobName, Schedule: "@every " + cfg.JobEvery.String(), Crash: schedule.CrashRetry,
+		MaxAttempts: 5, LeaseTTL: cfg.JobTTL,
+		Func: func(ctx context.Context, r schedule.Run) error {
+			key := OccurrenceKey(r.Job, r.ScheduledAt)
+			owner := cfg.Name + "/" + strconv.Itoa(os.Getpid())
+			h.Write(history.Event{Phase: history.Point, Kind: history.Start, Key: key, Token: uint64(r.Token), Attempt: r.Attempt})
+			time.Sleep(cfg.JobWork) // the work; a pause here outlives the lease
+			effect(key, uint64(r.Token), owner, r.Attempt)
+			h.Write(history.Event{Phase: history.Point, Kind: history.End, Key: key, Token: uint64(r.Token), Attempt: r.Attempt})
+			return nil
+		}})
+	if err != nil {
+		log.Error("register", "err", err)
+		return 2
+	}
+	if err := sched.Start(ctx); err != nil {
+		log.Error("start", "err", err)
+		return 2
+	}
+
+	var wg sync.WaitGroup
+	if len(cfg.LockKeys) > 0 {
+		locker, err := leasehold.NewLocker(b, leasehold.WithInstance(cfg.Name), leasehold.WithNamespace(cfg.Namespace),
+			leasehold.WithTTL(cfg.LockTTL), leasehold.WithLogger(log))
+		if err != nil {
+			log.Error("locker", "err", err)
+			return 2
+		}
+		for _, k := range cfg.LockKeys {
+			wg.Add(1)
+			go func() { defer wg.Done(); lockLoop(ctx, locker, k, cfg, h, effect) }()
+		}
+	}
+	<-ctx.Done()
+	wg.Wait()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = sched.Shutdown(sctx)
+	return 0
+}
+
+// lockLoop acquires key, writes three effects spaced over cfg.LockHold with
+// the lock's token, and releases it; again until ctx ends.
+func lockLoop(ctx context.Context, lk *leasehold.Locker, key string, cfg WorkerConfig, h *history.Writer,
+	effect func(key string, token uint64, owner string, attempt int)) {
+	sinkKey := "lock/" + key
+	for ctx.Err() == nil {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		l, err := lk.Acquire(actx, key)
+		cancel()
+		if err != nil {
+			continue
+		}
+		tok := uint64(l.Token())
+		h.Write(history.Event{Phase: history.Point, Kind: history.Hold, Key: key, Token: tok})
+		context.AfterFunc(l.Context(), func() {
+			if errors.Is(context.Cause(l.Context()), leasehold.ErrLeaseLost) {
+				h.Write(history.Event{Phase: history.Point, Kind: history.Lose, Key: key, Token: tok, Detail: context.Cause(l.Context()).Error()})
+			}
+		})
+		for range 3 {
+			time.Sleep(cfg.LockHold / 3) // work; a pause here outlives the lease
+			effect(sinkKey, tok, cfg.Name+"/"+strconv.Itoa(os.Getpid()), 0)
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), cfg.LockTTL)
+		_ = l.Release(rctx)
+		cancel()
+		time.Sleep(cfg.LockHold / 4) // let others in
+	}
+}
