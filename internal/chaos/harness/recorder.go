@@ -64,7 +64,7 @@ func classify(err error) string {
 	case errors.Is(err, backend.ErrClaimed):
 		return history.Claimed
 	case errors.Is(err, backend.ErrNotExpired), errors.Is(err, backend.ErrTooEarly), errors.Is(err, backend.ErrOverlap),
-		errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrNotFound), errors.Is(err, backend.ErrNotApplied):
+		errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrNotFound):
 		return history.Refused
 	default:
 		return history.Indeterminate
