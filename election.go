@@ -122,6 +122,12 @@ func (e *Elector) term(ctx context.Context, l *Lock, fn func(context.Context) er
 	e.mu.Unlock()
 
 	e.observe(e.lk.cfg.instance)
+	elected := time.Now()
+	if o := e.lk.cfg.observer; o != nil {
+		ev := l.event(EventElected)
+		ev.Result = ResultOK
+		o.ObserveLock(ev)
+	}
 	if e.cb.OnElected != nil {
 		e.cb.OnElected(l.Token())
 	}
@@ -136,6 +142,17 @@ func (e *Elector) term(ctx context.Context, l *Lock, fn func(context.Context) er
 	_ = l.Release(rctx) // on failure the lease expires within its TTL
 	rcancel()
 
+	if o := e.lk.cfg.observer; o != nil {
+		ev := l.event(EventDemoted)
+		ev.Result, ev.Duration = ResultDone, time.Since(elected)
+		switch {
+		case resigned:
+			ev.Result = ResultResigned
+		case lost:
+			ev.Result, ev.Err = ResultLost, context.Cause(l.Context())
+		}
+		o.ObserveLock(ev)
+	}
 	if e.cb.OnDemoted != nil {
 		e.cb.OnDemoted()
 	}
@@ -152,7 +169,14 @@ func (e *Elector) observe(identity string) {
 	changed := identity != e.observed
 	e.observed = identity
 	e.mu.Unlock()
-	if changed && e.cb.OnNewLeader != nil {
+	if !changed {
+		return
+	}
+	if o := e.lk.cfg.observer; o != nil {
+		o.ObserveLock(Event{Kind: EventNewLeader, Backend: e.lk.backendName, Namespace: e.lk.cfg.namespace,
+			Role: e.role, Result: ResultOK, Leader: identity})
+	}
+	if e.cb.OnNewLeader != nil {
 		e.cb.OnNewLeader(identity)
 	}
 }

@@ -13,8 +13,9 @@ import (
 
 // Locker hands out locks on keys of one namespace of a backend.
 type Locker struct {
-	b   backend.Leases
-	cfg config
+	b           backend.Leases
+	cfg         config
+	backendName string // for observer events
 }
 
 // NewLocker returns a Locker over b. Options are validated here; see
@@ -30,7 +31,7 @@ func NewLocker(b backend.Leases, opts ...Option) (*Locker, error) {
 	if min := b.Capabilities().MinTTL; cfg.ttl < min {
 		return nil, fmt.Errorf("%w: ttl %v is below backend %s's minimum of %v", ErrInvalid, cfg.ttl, b.Capabilities().Name, min)
 	}
-	return &Locker{b: b, cfg: cfg}, nil
+	return &Locker{b: b, cfg: cfg, backendName: b.Capabilities().Name}, nil
 }
 
 // Instance returns the instance name this Locker acquires under.
@@ -44,6 +45,7 @@ func (lk *Locker) Namespace() string { return lk.cfg.namespace }
 type Lock struct {
 	lk    *Locker
 	key   string // user path
+	kind  string // kindLock or kindRole
 	bkey  string // backend key
 	owner backend.Owner
 	token Token
@@ -93,7 +95,10 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 
 // Acquire blocks until key is acquired or ctx ends. Between attempts it
 // waits with jittered exponential backoff, and wakes at once when the
-// backend pushes a release event.
+// backend pushes a release event. When ctx ends, the error wraps
+// ErrNotAcquired (or is ctx's error) if no request of the call can have
+// been applied, and ErrIndeterminate if one may have been: then Acquire has
+// looked for the orphaned grant and released it.
 func (lk *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
 	return lk.acquire(ctx, kindLock, "key", key, true, nil)
 }
@@ -136,6 +141,26 @@ const maxUnknownRetries = 3
 // acquire acquires the backend key <namespace>/<kind>/<key>. observe, if
 // not nil, is told the holder each time the key is found held.
 func (lk *Locker) acquire(ctx context.Context, kind, field, key string, wait bool, observe func(backend.Lease)) (*Lock, error) {
+	if o := lk.cfg.observer; o != nil {
+		start := time.Now()
+		l, err := lk.acquireOnce(ctx, kind, field, key, wait, observe)
+		ev := Event{Kind: EventAcquire, Backend: lk.backendName, Namespace: lk.cfg.namespace,
+			Result: acquireResult(ctx, err), Duration: time.Since(start), Err: err}
+		if kind == kindRole {
+			ev.Role = key
+		} else {
+			ev.Key = key
+		}
+		if l != nil {
+			ev.Token = l.token
+		}
+		o.ObserveLock(ev)
+		return l, err
+	}
+	return lk.acquireOnce(ctx, kind, field, key, wait, observe)
+}
+
+func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait bool, observe func(backend.Lease)) (*Lock, error) {
 	if err := ValidatePath(field, key); err != nil {
 		return nil, err
 	}
@@ -158,7 +183,7 @@ func (lk *Locker) acquire(ctx context.Context, kind, field, key string, wait boo
 			if !firstUnknown.IsZero() {
 				sent = firstUnknown
 			}
-			return lk.hold(ctx, key, bkey, owner, g, sent), nil
+			return lk.hold(ctx, kind, key, bkey, owner, g, sent), nil
 		}
 		var held *backend.HeldError
 		switch {
@@ -177,6 +202,16 @@ func (lk *Locker) acquire(ctx context.Context, kind, field, key string, wait boo
 			continue
 		case errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):
 			return nil, err
+		case errors.Is(err, backend.ErrNotApplied) && firstUnknown.IsZero():
+			// Never sent, and no earlier attempt may have been applied:
+			// nothing is ours, so this is "not acquired", not "unknown".
+			if ctx.Err() != nil || !wait {
+				return nil, fmt.Errorf("%w: acquire %q: %w", ErrNotAcquired, key, err)
+			}
+			if werr := sleep(ctx, jitter(backoff)); werr != nil {
+				return nil, fmt.Errorf("%w: acquire %q: %w", ErrNotAcquired, key, err)
+			}
+			continue
 		}
 		// Timed out, connection lost, ...: the attempt may have been applied.
 		if firstUnknown.IsZero() {
@@ -257,10 +292,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // hold builds the Lock for a grant and starts its watchdog.
-func (lk *Locker) hold(ctx context.Context, key, bkey string, owner backend.Owner, g backend.Grant, sent time.Time) *Lock {
+func (lk *Locker) hold(ctx context.Context, kind, key, bkey string, owner backend.Owner, g backend.Grant, sent time.Time) *Lock {
 	lctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	l := &Lock{
-		lk: lk, key: key, bkey: bkey, owner: owner, token: Token(g.Token),
+		lk: lk, key: key, kind: kind, bkey: bkey, owner: owner, token: Token(g.Token),
 		ctx: lctx, cancel: cancel,
 		stop: make(chan struct{}), watchDone: make(chan struct{}),
 	}
@@ -272,7 +307,19 @@ func (lk *Locker) hold(ctx context.Context, key, bkey string, owner backend.Owne
 
 // expire runs when the holder's deadline passes without a confirmed renewal.
 func (l *Lock) expire() {
-	l.cancel(fmt.Errorf("%w: key %q, token %d: deadline passed without a confirmed renewal", ErrLeaseLost, l.key, l.token))
+	l.lose(fmt.Errorf("%w: key %q, token %d: deadline passed without a confirmed renewal", ErrLeaseLost, l.key, l.token))
+}
+
+// lose cancels the lock's context with cause and, if that cancellation
+// took effect (the lock was not released or lost before), tells the
+// observer.
+func (l *Lock) lose(cause error) {
+	l.cancel(cause)
+	if o := l.lk.cfg.observer; o != nil && context.Cause(l.ctx) == cause {
+		ev := l.event(EventLost)
+		ev.Result, ev.Err = ResultLost, cause
+		o.ObserveLock(ev)
+	}
 }
 
 // extend moves the deadline after a renewal sent at sent succeeded. If the
@@ -321,11 +368,21 @@ func (l *Lock) watch(lastSent time.Time) {
 			if !l.extend(sent, g.TTL) {
 				continue // deadline fired meanwhile; ctx is cancelled
 			}
+			if o := cfg.observer; o != nil {
+				ev := l.event(EventRenew)
+				ev.Result, ev.Duration = ResultOK, time.Since(sent)
+				o.ObserveLock(ev)
+			}
 			next.Reset(time.Until(sent.Add(cfg.renewEvery)))
 		case errors.Is(err, backend.ErrLeaseLost):
-			l.cancel(fmt.Errorf("key %q, token %d: %w", l.key, l.token, err))
+			l.lose(fmt.Errorf("key %q, token %d: %w", l.key, l.token, err))
 			return
 		default:
+			if o := cfg.observer; o != nil {
+				ev := l.event(EventRenewFailed)
+				ev.Result, ev.Duration, ev.Err = ResultError, time.Since(sent), err
+				o.ObserveLock(ev)
+			}
 			cfg.logger.Warn("renew failed, retrying", "key", l.key, "token", uint64(l.token), "err", err)
 			next.Reset(jitter(max(cfg.renewEvery/4, time.Millisecond)))
 		}
@@ -353,7 +410,13 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.mu.Lock()
 		l.expiry.Stop()
 		l.mu.Unlock()
+		start := time.Now()
 		l.relErr = l.releaseBackend(ctx)
+		if o := l.lk.cfg.observer; o != nil {
+			ev := l.event(EventRelease)
+			ev.Result, ev.Duration, ev.Err = releaseResult(l.relErr), time.Since(start), l.relErr
+			o.ObserveLock(ev)
+		}
 	})
 	return l.relErr
 }

@@ -24,6 +24,7 @@ type config struct {
 	backoffMin    time.Duration
 	backoffMax    time.Duration
 	logger        *slog.Logger
+	observer      Observer // nil: none
 }
 
 // Defaults. Like client-go's leader election (15 s / 10 s / 2 s), the TTL is
