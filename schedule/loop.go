@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 )
 
@@ -65,6 +66,10 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		case <-s.cfg.clock.After(rand.N(e.job.Jitter)):
 		}
 	}
+	if s.claimsPaused(ctx, e.job.Name) {
+		log.Debug("occurrence not claimed: the job is paused")
+		return
+	}
 	if ok, err := s.versionAllows(ctx, e, at); err != nil || !ok {
 		if err != nil && ctx.Err() == nil {
 			log.Warn("schedule version unknown; not claiming", "err", err)
@@ -87,19 +92,24 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		var claimed *backend.ClaimedError
 		switch {
 		case err == nil:
+			s.emit(Event{Kind: EventClaim, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Token: leasehold.Token(g.Token),
+				Attempt: 1, Result: ClaimWon, CatchUp: isCatchUp(ctx)})
 			// A retry answering "yours" returns an earlier attempt's grant.
 			s.execute(e, Run{Job: e.job.Name, ScheduledAt: backend.Instant(at), Attempt: 1, Instance: s.cfg.instance}, owner, g, firstUnknown)
 			return
 		case errors.As(err, &claimed):
+			s.emit(Event{Kind: EventClaim, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Result: ClaimConflict, CatchUp: isCatchUp(ctx)})
 			if claimed.Run.State == backend.Running && claimed.Run.Expired {
 				s.recoverRun(ctx, e, claimed.Run)
 			}
 			return
 		case errors.Is(err, backend.ErrOverlap):
+			s.emit(Event{Kind: EventClaim, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Result: ClaimOverlap, CatchUp: isCatchUp(ctx), Err: err})
 			log.Info("occurrence skipped: the job is already running at its concurrency limit", "err", err)
 			return
 		case errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):
 			log.Error("claim rejected", "err", err)
+			s.emit(Event{Kind: EventClaim, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Result: ClaimError, CatchUp: isCatchUp(ctx), Err: err})
 			return
 		case errors.Is(err, backend.ErrTooEarly):
 			// This host's clock runs ahead of the backend's; try again soon.
@@ -113,6 +123,7 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		}
 		if attempt >= 10 {
 			log.Error("claim failed; misfire policy decides on recovery", "err", err)
+			s.emit(Event{Kind: EventClaim, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Result: ClaimError, CatchUp: isCatchUp(ctx), Err: err})
 			return
 		}
 		select {
@@ -164,7 +175,7 @@ func (s *Scheduler) catchUp(ctx context.Context, e *entry, now time.Time) {
 				return
 			}
 			s.cfg.logger.Info("catching up a missed occurrence", "job", e.job.Name, "at", at)
-			s.occur(ctx, e, at)
+			s.occur(context.WithValue(ctx, catchUpKey{}, true), e, at)
 		}
 	}()
 }
@@ -174,8 +185,14 @@ func (s *Scheduler) local(e *entry, at time.Time) {
 	s.runs.Add(1)
 	go func() {
 		defer s.runs.Done()
+		if s.claimsPaused(s.loopCtx, e.job.Name) {
+			return
+		}
 		ctx, cancel := s.runContext(e)
 		defer cancel(nil)
-		_ = safeCall(ctx, e.job.Func, Run{Job: e.job.Name, ScheduledAt: backend.Instant(at), Attempt: 1, Instance: s.cfg.instance})
+		r := Run{Job: e.job.Name, ScheduledAt: backend.Instant(at), Attempt: 1, Instance: s.cfg.instance}
+		start := time.Now()
+		err := safeCall(ctx, e.job.Func, r)
+		s.emitRun(r, time.Since(start), err)
 	}()
 }

@@ -154,29 +154,45 @@ func (s *Scheduler) versionAllows(ctx context.Context, e *entry, at time.Time) (
 
 // leaderState runs the scheduler's leader election once some job needs it.
 type leaderState struct {
-	once sync.Once
-	flag atomic.Bool
+	once    sync.Once
+	flag    atomic.Bool
+	elector atomic.Pointer[leasehold.Elector]
+	term    atomic.Pointer[leaderTerm]
 }
 
 func (l *leaderState) is() bool { return l.flag.Load() }
 
 func (l *leaderState) start(s *Scheduler, _ context.Context) {
 	l.once.Do(func() {
-		el, err := leasehold.NewElector(s.b, "schedule/leader", leasehold.Callbacks{},
+		el, err := leasehold.NewElector(s.b, LeaderRole, leasehold.Callbacks{OnElected: l.elected},
 			leasehold.WithInstance(s.cfg.instance), leasehold.WithNamespace(s.cfg.namespace), leasehold.WithLogger(s.cfg.logger))
 		if err != nil {
 			s.cfg.logger.Error("leader election unavailable", "err", err)
 			return
 		}
+		l.elector.Store(el)
 		s.loops.Add(1)
 		go func() {
 			defer s.loops.Done()
-			_ = el.Run(s.loopCtx, func(lctx context.Context) error {
-				l.flag.Store(true)
-				<-lctx.Done()
-				l.flag.Store(false)
-				return nil
-			})
+			for {
+				err := el.Run(s.loopCtx, func(lctx context.Context) error {
+					l.flag.Store(true)
+					<-lctx.Done()
+					l.flag.Store(false)
+					return nil
+				})
+				l.term.Store(nil)
+				if err != nil {
+					s.cfg.logger.Warn("leader election failed; campaigning again", "role", LeaderRole, "err", err)
+				}
+				// Run returns after a Resign (or an error): let another
+				// instance take the role before campaigning again.
+				select {
+				case <-s.loopCtx.Done():
+					return
+				case <-time.After(rejoinAfter):
+				}
+			}
 		}()
 	})
 }
