@@ -124,8 +124,21 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 	return backend.Grant{Token: token, TTL: time.Duration(us) * time.Microsecond}, nil
 }
 
+// releaseSQL clears the holder, keeps the row (the key's token counter) and
+// sends NOTIFY only when a waiter registered on the row (wake_until, set by
+// Wait) is still interested: a transaction that notifies takes PostgreSQL's
+// global notify-queue lock across its commit, which serialises every
+// notifying commit on one WAL flush each. The first column counts the
+// released rows, the second the notifications sent.
+func (b *Backend) releaseSQL() string {
+	return `WITH r AS (
+			UPDATE ` + b.tLeases + ` SET expires_at = NULL WHERE ` + leaseGuard + ` RETURNING key, wake_until
+		) SELECT (SELECT count(*) FROM r),
+			(SELECT count(pg_notify($5, key)) FROM r WHERE wake_until > clock_timestamp())`
+}
+
 // Release implements backend.Leases: it clears the holder, keeps the row
-// (the key's token counter) and notifies waiters, in one statement.
+// (the key's token counter) and notifies waiters, if any, in one statement.
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
 	if err := backend.CheckRelease(key, owner, token); err != nil {
 		return err
@@ -134,11 +147,8 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 		return err
 	}
 	defer b.mu.RUnlock()
-	var n int
-	err := b.pool.QueryRow(ctx, `WITH r AS (
-			UPDATE `+b.tLeases+` SET expires_at = NULL WHERE `+leaseGuard+` RETURNING key
-		) SELECT count(pg_notify($5, key)) FROM r`,
-		key, owner.Instance, owner.Nonce[:], int64(token), b.channel).Scan(&n)
+	var n, notified int
+	err := b.pool.QueryRow(ctx, b.releaseSQL(), key, owner.Instance, owner.Nonce[:], int64(token), b.channel).Scan(&n, &notified)
 	if err != nil {
 		return dbErr(ctx, fmt.Sprintf("release key %q", key), err)
 	}

@@ -133,8 +133,9 @@ func (n *notifier) close() {
 // is next released (a NOTIFY), when its current lease expires by the
 // server's clock (a timer set from the remaining time the server reports),
 // when the listening connection breaks, or when ctx ends. The holder is
-// read after LISTEN is active, so a release just before Wait is seen: the
-// channel is then closed at once.
+// read, and the waiter registered in the lease row, after LISTEN is active,
+// so a release just before Wait is seen: the channel is then closed at
+// once.
 func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error) {
 	if err := backend.CheckKey("key", key); err != nil {
 		return nil, err
@@ -161,8 +162,9 @@ func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error)
 	w.stop = context.AfterFunc(ctx, func() { n.drop(key, w) })
 	n.mu.Unlock()
 
-	// Registered and listening: now read the holder.
-	l, err := b.get(ctx, key)
+	// Registered and listening: now register in the lease row and read the
+	// holder, in one statement.
+	l, err := b.registerWaiter(ctx, key)
 	switch {
 	case errors.Is(err, backend.ErrNotFound):
 		n.drop(key, w) // free already
@@ -179,4 +181,29 @@ func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error)
 	}
 	n.mu.Unlock()
 	return w.ch, nil
+}
+
+// registerSQL marks the held lease row as waited for until its current
+// expiry plus a slack (1 s and a tenth of the remaining time, more than the
+// waiter's local timer can drift from the server's clock over that time),
+// and returns the holder. No row: the key is free (or its first grant is
+// newer than the statement's snapshot; the waiter then wakes at once and
+// tries again).
+func (b *Backend) registerSQL() string {
+	return `UPDATE ` + b.tLeases + ` SET wake_until = GREATEST(wake_until,
+			expires_at + interval '1 second' + (expires_at - clock_timestamp()) / 10)
+		WHERE key = $1 AND expires_at > clock_timestamp()
+		RETURNING ` + leaseCols
+}
+
+// registerWaiter runs registerSQL: backend.ErrNotFound when the key is free.
+func (b *Backend) registerWaiter(ctx context.Context, key string) (backend.Lease, error) {
+	l, err := scanLease(b.pool.QueryRow(ctx, b.registerSQL(), key))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
+	case err != nil:
+		return backend.Lease{}, dbErr(ctx, fmt.Sprintf("register a waiter for key %q", key), err)
+	}
+	return l, nil
 }

@@ -25,11 +25,19 @@
 //     off (a crash can lose the last commits, and a token could be handed
 //     out twice). Surviving a fail-over to a standby additionally needs a
 //     synchronous standby; that is not checked.
-//   - Push events. Release sends NOTIFY on one channel per schema and prefix;
-//     Wait (backend.Notifier) listens on a dedicated connection and checks
-//     the holder after LISTEN is active, so a release that happened between
-//     a waiter's failed Acquire and its Wait is not missed. Expiry is
-//     delivered by a timer set from the remaining time read from the server.
+//   - Push events. Wait (backend.Notifier) listens on a dedicated
+//     connection; once LISTEN is active it registers in the lease row
+//     (wake_until, an UPDATE that also reads the holder), and Release sends
+//     NOTIFY on one channel per schema and prefix only when the row it
+//     releases has a registered waiter. The two UPDATEs lock the same row,
+//     so either the registration commits first and the release sees it and
+//     notifies, or the release commits first and the registration finds the
+//     key free and wakes the waiter at once: no wake-up is lost. A release
+//     nobody waits for sends no NOTIFY, because PostgreSQL serialises the
+//     commits of notifying transactions on one global lock held across the
+//     commit's WAL flush (they lose group commit); see docs/benchmarks.md.
+//     Expiry is delivered by a timer set from the remaining time read from
+//     the server.
 //   - Fenced writes. Fence (and FenceRun) let a job write its side effect in
 //     the same database, in its own transaction, fenced by its token.
 //
@@ -58,7 +66,8 @@ import (
 const MinTTL = time.Millisecond
 
 // schemaVersion is the version of the tables this code creates and reads.
-const schemaVersion = 1
+// Version 2 adds leases.wake_until (see Release and Wait).
+const schemaVersion = 2
 
 // ErrSchemaTooNew: the tables were created by a newer leasehold whose schema
 // this code does not know.
@@ -227,7 +236,14 @@ func (b *Backend) migrate(ctx context.Context) error {
 	if v == schemaVersion {
 		return nil
 	}
-	for _, s := range b.schemaV1() {
+	var stmts []string
+	if v < 1 {
+		stmts = append(stmts, b.schemaV1()...)
+	}
+	if v < 2 {
+		stmts = append(stmts, b.schemaV2()...)
+	}
+	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			return fail(err)
 		}
@@ -288,6 +304,13 @@ func (b *Backend) schemaV1() []string {
 		// ListRuns by state.
 		`CREATE INDEX IF NOT EXISTS ` + idx("runs_by_state") + ` ON ` + b.tRuns + ` (state, scheduled_at DESC)`,
 	}
+}
+
+// schemaV2 adds wake_until to the leases: until then, some process waits
+// for the key to be released and Release must NOTIFY. NULL or past: nobody
+// waits, and Release sends no NOTIFY.
+func (b *Backend) schemaV2() []string {
+	return []string{`ALTER TABLE ` + b.tLeases + ` ADD COLUMN IF NOT EXISTS wake_until timestamptz`}
 }
 
 // Capabilities reports the backend's guarantees; DurableFencing reflects
