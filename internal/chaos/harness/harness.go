@@ -291,8 +291,14 @@ func execute(ctx context.Context, cfg Config, tb testing.TB) (*Run, error) {
 	busy := trackBusy(ctx, filepath.Join(cfg.Out, HistoryFile))
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
 	end := time.Now().Add(cfg.Duration)
-	for len(run.Faults) > 0 && time.Until(end) > 0 && ctx.Err() == nil {
+	// Every enabled fault once, in a seeded order, then at random.
+	first := slices.Clone(run.Faults)
+	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
+	for n := 0; len(run.Faults) > 0 && time.Until(end) > 0 && ctx.Err() == nil; n++ {
 		kind := run.Faults[rng.IntN(len(run.Faults))]
+		if n < len(first) {
+			kind = first[n]
+		}
 		i := rng.IntN(cfg.Instances)
 		f := Fault{Kind: kind, Target: workers[i].name, From: history.Mono()}
 		hist.Write(history.Event{Phase: history.Call, Kind: history.Fault, Key: kind, Owner: f.Target})
