@@ -65,6 +65,7 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	if err != nil {
 		out.State, out.Error = backend.Failed, err.Error()
 	}
+	s.emitRun(r, took, err)
 	fctx, fcancel := context.WithTimeout(context.Background(), e.job.LeaseTTL)
 	defer fcancel()
 	for attempt := 0; ; attempt++ {
@@ -85,6 +86,7 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	}
 	if lost {
 		log.Warn("run's lease was lost; another instance may run this occurrence again (crash policy)")
+		s.emit(Event{Kind: EventRunLost, Job: r.Job, ScheduledAt: r.ScheduledAt, Token: r.Token, Attempt: r.Attempt})
 		if e.job.OnLost != nil {
 			e.job.OnLost(r)
 		}
@@ -140,6 +142,7 @@ func (s *Scheduler) recoverRun(ctx context.Context, e *entry, r backend.Run) {
 	if e.job.Crash == CrashSkip || r.Attempt >= e.job.MaxAttempts {
 		if _, err := s.b.Abandon(ctx, r.Job, r.ScheduledAt); err == nil {
 			log.Warn("occurrence abandoned: its runner died", "policy", e.job.Crash)
+			s.emit(Event{Kind: EventAbandon, Job: r.Job, ScheduledAt: r.ScheduledAt, Attempt: r.Attempt})
 		}
 		return
 	}
@@ -151,6 +154,7 @@ func (s *Scheduler) recoverRun(ctx context.Context, e *entry, r backend.Run) {
 		return // someone else reclaimed it, or it finished meanwhile
 	}
 	log.Warn("reclaimed an occurrence whose runner died", "token", g.Token, "attempt", rr.Attempt)
+	s.emit(Event{Kind: EventReclaim, Job: r.Job, ScheduledAt: r.ScheduledAt, Token: leasehold.Token(g.Token), Attempt: rr.Attempt})
 	s.execute(e, Run{Job: r.Job, ScheduledAt: r.ScheduledAt, Attempt: rr.Attempt, Instance: s.cfg.instance}, owner, g, sent)
 }
 
@@ -192,13 +196,18 @@ func (s *Scheduler) pruneLoop(ctx context.Context) {
 	for {
 		budget, cancel := context.WithTimeout(ctx, 10*time.Second)
 		cutoff := s.cfg.clock.Now().Add(-s.cfg.retention)
+		start, total := time.Now(), 0
+		var err error
 		for {
-			n, err := s.b.Prune(budget, cutoff, 1000)
+			var n int
+			n, err = s.b.Prune(budget, cutoff, 1000)
+			total += n
 			if err != nil || n < 1000 {
 				break
 			}
 		}
 		cancel()
+		s.emit(Event{Kind: EventPrune, Count: total, Duration: time.Since(start), Err: err})
 		select {
 		case <-ctx.Done():
 			return

@@ -57,6 +57,7 @@ type config struct {
 	retention  time.Duration
 	sweepEvery time.Duration
 	settle     time.Duration
+	observer   Observer // nil: none
 }
 
 // WithInstance names this instance (default: host name).
@@ -346,9 +347,12 @@ func (s *Scheduler) Trigger(ctx context.Context, job, key string) error {
 		rctx, cancel := s.runContext(e)
 		defer cancel(nil)
 		stop := context.AfterFunc(c.Context(), func() { cancel(context.Cause(c.Context())) })
+		start := time.Now()
 		err := safeCall(rctx, e.job.Func, r)
+		took := time.Since(start)
 		stop()
 		_ = c.Finish(context.WithoutCancel(ctx), err)
+		s.emitRun(r, took, err)
 	}()
 	return nil
 }
