@@ -85,7 +85,9 @@ type ObserverFunc func(Event)
 // ObserveSchedule calls f(ev).
 func (f ObserverFunc) ObserveSchedule(ev Event) { f(ev) }
 
-// WithObserver sets an Observer (default: none, at no cost).
+// WithObserver sets an Observer (default: none, at no cost). If o also
+// implements leasehold.Observer, the scheduler's leader election (jobs in
+// Leader mode) reports to it as well.
 func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
 
 // emit tells the observer, if there is one, about ev.

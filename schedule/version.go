@@ -164,8 +164,11 @@ func (l *leaderState) is() bool { return l.flag.Load() }
 
 func (l *leaderState) start(s *Scheduler, _ context.Context) {
 	l.once.Do(func() {
-		el, err := leasehold.NewElector(s.b, LeaderRole, leasehold.Callbacks{OnElected: l.elected},
-			leasehold.WithInstance(s.cfg.instance), leasehold.WithNamespace(s.cfg.namespace), leasehold.WithLogger(s.cfg.logger))
+		opts := []leasehold.Option{leasehold.WithInstance(s.cfg.instance), leasehold.WithNamespace(s.cfg.namespace), leasehold.WithLogger(s.cfg.logger)}
+		if lo, ok := s.cfg.observer.(leasehold.Observer); ok { // leadership events too
+			opts = append(opts, leasehold.WithObserver(lo))
+		}
+		el, err := leasehold.NewElector(s.b, LeaderRole, leasehold.Callbacks{OnElected: l.elected}, opts...)
 		if err != nil {
 			s.cfg.logger.Error("leader election unavailable", "err", err)
 			return
