@@ -98,7 +98,7 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 // backend pushes a release event. When ctx ends, the error wraps
 // ErrNotAcquired (or is ctx's error) if no request of the call can have
 // been applied, and ErrIndeterminate if one may have been: then Acquire has
-// looked for the orphaned grant and released it.
+// started a bounded background search that releases the orphaned grant.
 func (lk *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
 	return lk.acquire(ctx, kindLock, "key", key, true, nil)
 }
@@ -220,22 +220,24 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 		unknown++
 		lastErr = err
 		if ctx.Err() != nil || (!wait && unknown > maxUnknownRetries) {
-			lk.cleanup(bkey, owner)
+			go lk.cleanup(bkey, owner)
 			return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, lastErr)
 		}
 		lk.cfg.logger.Warn("acquire failed, retrying", "key", key, "err", err)
 		if werr := sleep(ctx, jitter(backoff)); werr != nil {
-			lk.cleanup(bkey, owner)
+			go lk.cleanup(bkey, owner)
 			return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, lastErr)
 		}
 		backoff = min(backoff*2, lk.cfg.backoffMax)
 	}
 }
 
-// cleanup is called when Acquire gives up after attempts whose outcome is
+// cleanup is started when Acquire gives up after attempts whose outcome is
 // unknown: if one of them was applied, the grant is ours and nobody would
-// release it before its TTL ran out, so look and release it. Bounded; on
-// failure the lease expires on its own.
+// release it before its TTL ran out, so look and release it. It runs in the
+// background, so that Acquire returns when its context ends and not up to
+// the cleanup's bound later; bounded by min(RenewDeadline, 2 s); on failure
+// the lease expires on its own.
 func (lk *Locker) cleanup(bkey string, owner backend.Owner) {
 	ctx, cancel := context.WithTimeout(context.Background(), min(lk.cfg.renewDeadline, 2*time.Second))
 	defer cancel()

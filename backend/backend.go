@@ -57,6 +57,10 @@ var (
 	ErrOverlap = errors.New("leasehold/backend: too many running occurrences")
 	// ErrClosed: the backend was closed.
 	ErrClosed = errors.New("leasehold/backend: closed")
+	// ErrNotApplied: the request was never sent (its context ended while it
+	// waited for a connection), so it cannot have changed anything. Unlike
+	// a timeout after sending, it leaves no outcome to find out.
+	ErrNotApplied = errors.New("leasehold/backend: request not sent")
 )
 
 // Nonce is a 128-bit random value that identifies one grant (and one

@@ -41,6 +41,11 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	if err := b.check(); err != nil {
 		return backend.Grant{}, err
 	}
+	leave, err := b.gate.enter(ctx, "acquire", key)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	defer leave()
 	ms := ttlMS(ttl)
 	res, err := acquireLua.Run(ctx, b.c, []string{b.leaseKey(key), b.tokenKey(key)},
 		owner.Nonce.String(), owner.Instance, ms).Slice()
@@ -74,6 +79,11 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 	if err := b.check(); err != nil {
 		return backend.Grant{}, err
 	}
+	leave, err := b.gate.enter(ctx, "renew", key)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	defer leave()
 	ms := ttlMS(ttl)
 	n, err := renewLua.Run(ctx, b.c, []string{b.leaseKey(key)}, value(token, owner), ms).Int64()
 	if err != nil {
@@ -94,6 +104,11 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	if err := b.check(); err != nil {
 		return err
 	}
+	leave, err := b.gate.enter(ctx, "release", key)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	n, err := releaseLua.Run(ctx, b.c, []string{b.leaseKey(key)}, value(token, owner), b.channel(key)).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: release %q token %d: %w", key, token, err)

@@ -69,6 +69,11 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	if err := b.check(); err != nil {
 		return backend.Grant{}, err
 	}
+	leave, err := b.gate.enter(ctx, "claim", req.Job)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	defer leave()
 	at := backend.Instant(req.ScheduledAt)
 	ttl := time.Duration(ttlMS(req.TTL)) * time.Millisecond
 	res, err := claimLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, req.Job, fmtAt(at), req.SpecVersion,

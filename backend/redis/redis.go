@@ -95,6 +95,7 @@ type Backend struct {
 	db     int
 
 	closed atomic.Bool
+	gate   gate // see gate.go
 	ps     *notifier
 	once   sync.Once
 }
@@ -141,6 +142,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	if c, ok := client.(*goredis.Client); ok {
 		b.db = c.Options().DB
 	}
+	b.gate = newGate(client)
 	b.ps = newNotifier(b)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 	defer cancel()
