@@ -33,6 +33,8 @@ type Config struct {
 	Grace     Duration    `yaml:"grace"`     // shutdown grace (default 30s)
 	Retention Duration    `yaml:"retention"` // run history kept (default 7 days)
 	Jobs      []JobConfig `yaml:"jobs"`
+	HTTP      HTTPConfig  `yaml:"http"` // admin API and dashboard
+	Log       LogConfig   `yaml:"log"`
 
 	path  string
 	lines map[string]int // "jobs[2].schedule" -> line
@@ -195,6 +197,9 @@ func (c *Config) validate() error {
 	}
 	if c.Retention < 0 {
 		return c.errf("retention", "%v is negative", time.Duration(c.Retention))
+	}
+	if err := c.validateHTTP(); err != nil {
+		return err
 	}
 	seen := map[string]int{}
 	for i := range c.Jobs {

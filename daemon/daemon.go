@@ -12,11 +12,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/daemon/admin"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -31,10 +34,17 @@ type Daemon struct {
 	log   *slog.Logger
 	sched *schedule.Scheduler
 	lk    *leasehold.Locker
+	admin *admin.Server // nil when http.listen is off
+
+	adminMu   sync.Mutex
+	adminAddr net.Addr
+	ready     chan struct{} // closed once Run holds the instance id and the API listens
 }
 
 // New prepares a daemon for cfg over b. It does not start anything.
-func New(cfg *Config, b backend.Backend, log *slog.Logger) (*Daemon, error) {
+// adminOpts are passed to the admin API server (admin.WithHandler mounts
+// more handlers); the config's http section sets its address, tokens and TLS.
+func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Option) (*Daemon, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -62,7 +72,13 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Daemon{cfg: cfg, b: b, log: log, sched: sched, lk: lk}, nil
+	d := &Daemon{cfg: cfg, b: b, log: log, sched: sched, lk: lk, ready: make(chan struct{})}
+	if cfg.HTTP.Listen != HTTPOff {
+		if d.admin, err = newAdmin(cfg, b, sched, log, adminOpts); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 // Scheduler returns the daemon's scheduler (for triggers and status).
@@ -88,6 +104,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.sched.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
+	stopAdmin, err := d.serveAdmin()
+	if err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.cfg.Grace)+10*time.Second)
+		defer cancel()
+		_ = d.sched.Shutdown(sctx)
+		return err
+	}
+	defer stopAdmin()
+	close(d.ready)
 	d.log.Info("leasehold daemon running", "instance", d.cfg.Instance, "namespace", d.cfg.Namespace,
 		"backend", redactURL(d.cfg.Backend), "jobs", len(d.cfg.Jobs))
 	var runErr error

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os/signal"
 	"sort"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/daemon"
+	"github.com/leasehold/leasehold/daemon/admin"
 	"github.com/leasehold/leasehold/internal/open"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -56,7 +56,7 @@ func (a *app) openURL(ctx context.Context, raw string) (backend.Backend, error) 
 }
 
 func newRunCmd(a *app) *cobra.Command {
-	var config string
+	var config, httpAddr, logFormat, logLevel string
 	cmd := &cobra.Command{
 		Use:   "run --config leasehold.yaml",
 		Short: "Run the jobs of a config file, each occurrence once across all daemons",
@@ -76,6 +76,19 @@ same backend refuses to start.`,
 			if err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("http") {
+				cfg.SetListen(httpAddr)
+			}
+			if cmd.Flags().Changed("log-format") {
+				cfg.Log.Format = logFormat
+			}
+			if cmd.Flags().Changed("log-level") {
+				cfg.Log.Level = logLevel
+			}
+			log, err := daemon.NewLogger(a.stderr, cfg.Log.Format, cfg.Log.Level, cfg.Instance)
+			if err != nil {
+				return &exitError{code: ExitUsage, err: err}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			b, err := a.openURL(ctx, cfg.Backend)
@@ -83,7 +96,6 @@ same backend refuses to start.`,
 				return err
 			}
 			defer b.Close()
-			log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			d, err := daemon.New(cfg, b, log)
 			if err != nil {
 				return &exitError{code: ExitUsage, err: err}
@@ -92,6 +104,9 @@ same backend refuses to start.`,
 		},
 	}
 	cmd.Flags().StringVar(&config, "config", "", "config `file` (YAML)")
+	cmd.Flags().StringVar(&httpAddr, "http", admin.DefaultAddress, "admin API and dashboard `address` (host:port, or off); overrides http.listen")
+	cmd.Flags().StringVar(&logFormat, "log-format", "text", "log `format`: text or json; overrides log.format")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn or error; overrides log.level")
 	return cmd
 }
 

@@ -1,0 +1,130 @@
+package admin
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+)
+
+// Scope is what a bearer token allows.
+type Scope string
+
+const (
+	// ScopeRead allows the GET endpoints.
+	ScopeRead Scope = "read"
+	// ScopeAdmin allows everything: the GET endpoints and the actions
+	// (trigger, pause, resume, resign).
+	ScopeAdmin Scope = "admin"
+)
+
+// MinTokenLen is the shortest bearer token accepted (bytes).
+const MinTokenLen = 16
+
+// Token is a bearer token and its scope.
+type Token struct {
+	Secret string
+	Scope  Scope
+}
+
+// String hides the secret, so that a Token printed by mistake leaks nothing.
+func (t Token) String() string {
+	return fmt.Sprintf("Token{scope=%s, secret=[%d bytes]}", t.Scope, len(t.Secret))
+}
+
+func (t Token) validate(i int) error {
+	switch {
+	case t.Scope != ScopeRead && t.Scope != ScopeAdmin:
+		return fieldErr(fmt.Sprintf("tokens[%d].scope", i), "%q is not %q or %q", t.Scope, ScopeRead, ScopeAdmin)
+	case len(t.Secret) < MinTokenLen:
+		// The secret itself is never printed.
+		return fieldErr(fmt.Sprintf("tokens[%d].secret", i), "is %d bytes; at least %d are required", len(t.Secret), MinTokenLen)
+	case strings.ContainsAny(t.Secret, " \t\r\n"):
+		return fieldErr(fmt.Sprintf("tokens[%d].secret", i), "contains white space")
+	}
+	return nil
+}
+
+// allows reports whether a token of scope have may call a route needing need.
+func (have Scope) allows(need Scope) bool { return have == ScopeAdmin || have == need }
+
+// tokenSet compares presented tokens in constant time: every configured
+// token is compared (by SHA-256, so lengths leak nothing), whatever matches.
+type tokenSet struct {
+	sums   [][sha256.Size]byte
+	scopes []Scope
+}
+
+func newTokenSet(ts []Token) tokenSet {
+	var s tokenSet
+	for _, t := range ts {
+		s.sums = append(s.sums, sha256.Sum256([]byte(t.Secret)))
+		s.scopes = append(s.scopes, t.Scope)
+	}
+	return s
+}
+
+func (s tokenSet) empty() bool { return len(s.sums) == 0 }
+
+// lookup returns the scope of the presented secret, or "".
+func (s tokenSet) lookup(secret string) Scope {
+	sum := sha256.Sum256([]byte(secret))
+	var found Scope
+	for i := range s.sums {
+		if subtle.ConstantTimeCompare(sum[:], s.sums[i][:]) == 1 {
+			found = s.scopes[i]
+		}
+	}
+	return found
+}
+
+// authorize checks the request's bearer token against need. With no tokens
+// configured (allowed on a loopback listener only) every request passes.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, need Scope) bool {
+	if s.tokens.empty() {
+		return true
+	}
+	h := r.Header.Get("Authorization")
+	scheme, secret, ok := strings.Cut(h, " ")
+	refuse := func(status int, reason, msg string) bool {
+		// Never the token: only why it was refused.
+		s.cfg.logger.Warn("admin API: request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "reason", reason)
+		if status == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="leasehold"`)
+		}
+		writeError(w, status, "Authorization", msg)
+		return false
+	}
+	switch {
+	case h == "":
+		return refuse(http.StatusUnauthorized, "no bearer token", "a bearer token is required (header Authorization: Bearer <token>)")
+	case !ok || !strings.EqualFold(scheme, "Bearer") || secret == "":
+		return refuse(http.StatusUnauthorized, "malformed Authorization header", "the Authorization header is not \"Bearer <token>\"")
+	}
+	scope := s.tokens.lookup(strings.TrimSpace(secret))
+	switch {
+	case scope == "":
+		return refuse(http.StatusUnauthorized, "unknown token", "the bearer token is not valid")
+	case !scope.allows(need):
+		return refuse(http.StatusForbidden, "token scope "+string(scope)+" lacks "+string(need),
+			fmt.Sprintf("the bearer token's scope %q does not allow this; it needs %q", scope, need))
+	}
+	return true
+}
+
+// IsLoopback reports whether the listen address addr (host:port) binds a
+// loopback interface only: "localhost" or a loopback IP. An empty host (all
+// interfaces) is not loopback.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

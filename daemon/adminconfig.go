@@ -1,0 +1,146 @@
+package daemon
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/leasehold/leasehold/daemon/admin"
+)
+
+// Environment variables that add bearer tokens to the admin API (in
+// addition to http.tokens in the config).
+const (
+	EnvAdminToken = "LEASEHOLD_ADMIN_TOKEN" // scope admin
+	EnvReadToken  = "LEASEHOLD_READ_TOKEN"  // scope read
+)
+
+// HTTPConfig configures the admin HTTP API and dashboard.
+type HTTPConfig struct {
+	// Listen is host:port (default 127.0.0.1:7070), or "off". When the
+	// default address is taken (several daemons on one host), the daemon
+	// logs a warning and runs without the API; an address given explicitly
+	// must be free.
+	Listen  string        `yaml:"listen"`
+	TLSCert string        `yaml:"tls_cert"` // PEM file; with tls_key, serve HTTPS
+	TLSKey  string        `yaml:"tls_key"`
+	Tokens  []TokenConfig `yaml:"tokens"`
+
+	explicit bool // Listen came from the config or the command line
+}
+
+// TokenConfig is one bearer token: the secret itself (token) or the name
+// of an environment variable holding it (token_env), and its scope.
+type TokenConfig struct {
+	Scope    string `yaml:"scope"` // read or admin
+	Token    string `yaml:"token"`
+	TokenEnv string `yaml:"token_env"`
+}
+
+// LogConfig configures the daemon's log.
+type LogConfig struct {
+	Format string `yaml:"format"` // text (default) or json
+	Level  string `yaml:"level"`  // debug, info (default), warn, error
+}
+
+// HTTPOff disables the admin API when given as http.listen or --http.
+const HTTPOff = "off"
+
+// SetListen sets the admin API's address from the command line.
+func (c *Config) SetListen(addr string) {
+	c.HTTP.Listen, c.HTTP.explicit = addr, true
+}
+
+func (c *Config) validateHTTP() error {
+	h := &c.HTTP
+	if h.Listen == "" {
+		h.Listen = admin.DefaultAddress
+	} else {
+		h.explicit = true
+	}
+	for i, t := range h.Tokens {
+		f := func(name string) string { return fmt.Sprintf("http.tokens[%d].%s", i, name) }
+		if t.Scope != string(admin.ScopeRead) && t.Scope != string(admin.ScopeAdmin) {
+			return c.errf(f("scope"), "%q is not read or admin", t.Scope)
+		}
+		if (t.Token == "") == (t.TokenEnv == "") {
+			return c.errf(f("token"), "give exactly one of token and token_env")
+		}
+		if t.Token != "" && len(t.Token) < admin.MinTokenLen {
+			return c.errf(f("token"), "is %d bytes; at least %d are required", len(t.Token), admin.MinTokenLen)
+		}
+	}
+	if (h.TLSCert == "") != (h.TLSKey == "") {
+		return c.errf("http", "tls_cert %q and tls_key %q: give both or neither", h.TLSCert, h.TLSKey)
+	}
+	switch strings.ToLower(c.Log.Format) {
+	case "", "text", "json":
+	default:
+		return c.errf("log.format", "%q is not text or json", c.Log.Format)
+	}
+	if _, err := parseLevel(c.Log.Level); err != nil {
+		return c.errf("log.level", "%v", err)
+	}
+	return nil
+}
+
+// adminTokens resolves the configured tokens and the environment's.
+func (c *Config) adminTokens() ([]admin.Token, error) {
+	var out []admin.Token
+	for i, t := range c.HTTP.Tokens {
+		secret := t.Token
+		if t.TokenEnv != "" {
+			secret = os.Getenv(t.TokenEnv)
+			if secret == "" {
+				return nil, c.errf(fmt.Sprintf("http.tokens[%d].token_env", i), "environment variable %q is empty or unset", t.TokenEnv)
+			}
+		}
+		out = append(out, admin.Token{Secret: secret, Scope: admin.Scope(t.Scope)})
+	}
+	for env, scope := range map[string]admin.Scope{EnvAdminToken: admin.ScopeAdmin, EnvReadToken: admin.ScopeRead} {
+		if v := os.Getenv(env); v != "" {
+			if len(v) < admin.MinTokenLen {
+				return nil, fmt.Errorf("%w: $%s is %d bytes; at least %d are required", ErrConfig, env, len(v), admin.MinTokenLen)
+			}
+			out = append(out, admin.Token{Secret: v, Scope: scope})
+		}
+	}
+	return out, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "", "info":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
+}
+
+// NewLogger returns the daemon's logger writing to w in format ("text" or
+// "json") at level ("debug", "info", "warn", "error"; "" = info), with the
+// instance id on every line.
+func NewLogger(w io.Writer, format, level, instance string) (*slog.Logger, error) {
+	lv, err := parseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("%w: log level %v", ErrConfig, err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler
+	switch strings.ToLower(format) {
+	case "", "text":
+		h = slog.NewTextHandler(w, opts)
+	case "json":
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		return nil, fmt.Errorf("%w: log format %q is not text or json", ErrConfig, format)
+	}
+	return slog.New(h).With("instance", instance), nil
+}

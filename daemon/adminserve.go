@@ -1,0 +1,80 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"syscall"
+
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+func newAdmin(cfg *Config, b backend.Backend, sched *schedule.Scheduler, log *slog.Logger, extra []admin.Option) (*admin.Server, error) {
+	tokens, err := cfg.adminTokens()
+	if err != nil {
+		return nil, err
+	}
+	opts := []admin.Option{admin.WithAddress(cfg.HTTP.Listen), admin.WithTokens(tokens...), admin.WithLogger(log)}
+	if cfg.HTTP.TLSCert != "" {
+		opts = append(opts, admin.WithTLS(cfg.HTTP.TLSCert, cfg.HTTP.TLSKey))
+	}
+	srv, err := admin.New(b, sched, append(opts, extra...)...)
+	if errors.Is(err, admin.ErrInsecure) || errors.Is(err, admin.ErrConfig) {
+		return nil, fmt.Errorf("%w: %s: http: %w", ErrConfig, cfg.path, err)
+	}
+	return srv, err
+}
+
+// serveAdmin starts the admin API; the returned function stops it. When the
+// default address is taken, it logs a warning and serves nothing.
+func (d *Daemon) serveAdmin() (stop func(), err error) {
+	if d.admin == nil {
+		return func() {}, nil
+	}
+	ln, err := d.admin.Listen()
+	if errors.Is(err, syscall.EADDRINUSE) && !d.cfg.HTTP.explicit {
+		d.log.Warn("admin API not started: its default address is in use (set http.listen or --http, e.g. 127.0.0.1:0)", "addr", d.cfg.HTTP.Listen)
+		return func() {}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.adminMu.Lock()
+	d.adminAddr = ln.Addr()
+	d.adminMu.Unlock()
+	scheme := "http"
+	if d.admin.TLS() {
+		scheme = "https"
+	}
+	d.log.Info("admin API and dashboard listening", "url", scheme+"://"+ln.Addr().String()+"/", "auth", len(d.cfg.HTTP.Tokens) > 0 || d.adminTokensFromEnv())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := d.admin.Serve(ctx, ln); err != nil {
+			d.log.Error("admin API stopped", "err", err)
+		}
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+func (d *Daemon) adminTokensFromEnv() bool {
+	ts, err := d.cfg.adminTokens()
+	return err == nil && len(ts) > 0
+}
+
+// Ready is closed once Run holds the instance id, has started the scheduler
+// and the admin API listens (if it does).
+func (d *Daemon) Ready() <-chan struct{} { return d.ready }
+
+// AdminAddr returns the admin API's listen address once Ready, or nil if it
+// does not listen.
+func (d *Daemon) AdminAddr() net.Addr {
+	d.adminMu.Lock()
+	defer d.adminMu.Unlock()
+	return d.adminAddr
+}
