@@ -1,0 +1,70 @@
+package admin
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// TestOpenAPIMatchesRoutes: every route the mux serves is in openapi.yaml
+// and every operation there is served.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	var doc struct {
+		OpenAPI string                            `yaml:"openapi"`
+		Paths   map[string]map[string]interface{} `yaml:"paths"`
+	}
+	if err := yaml.Unmarshal(openAPIDoc, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.") {
+		t.Fatalf("openapi version %q", doc.OpenAPI)
+	}
+	var inDoc, served []string
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			switch method {
+			case "get", "post", "put", "delete", "patch":
+				inDoc = append(inDoc, strings.ToUpper(method)+" "+path)
+			}
+		}
+	}
+	b := memory.New()
+	sched, err := schedule.New(b, schedule.WithInstance("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sched.Register(schedule.Job{Name: "j", Schedule: "@daily", Func: func(_ context.Context, _ schedule.Run) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(b, sched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range s.routes() {
+		p := rt.path
+		if p == "/{$}" {
+			p = "/"
+		}
+		served = append(served, rt.method+" "+p)
+		// The mux really serves it: not the JSON 404 or 405 fallbacks.
+		req := httptest.NewRequest(rt.method, strings.NewReplacer("{job}", "j", "{role}", "schedule%2Fleader").Replace(p), nil)
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, req)
+		if rec.Code == http.StatusMethodNotAllowed || strings.Contains(rec.Body.String(), "no API endpoint") {
+			t.Errorf("%s %s is in the route table but not served: %d %s", rt.method, p, rec.Code, rec.Body)
+		}
+	}
+	sort.Strings(inDoc)
+	sort.Strings(served)
+	if strings.Join(inDoc, "\n") != strings.Join(served, "\n") {
+		t.Fatalf("openapi.yaml and the routes differ:\nin the document:\n  %s\nserved:\n  %s", strings.Join(inDoc, "\n  "), strings.Join(served, "\n  "))
+	}
+}
