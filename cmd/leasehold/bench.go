@@ -11,5 +11,6 @@ func newBenchCmd(a *app) *cobra.Command {
 		Short: "Measure leasehold against its peers and the backends' floors, in one run",
 		Args:  cobra.NoArgs,
 	}
+	cmd.AddCommand(newBenchRedisCmd(a))
 	return cmd
 }
