@@ -379,6 +379,8 @@ func (l *Lock) watch(lastSent time.Time) {
 		case errors.Is(err, backend.ErrLeaseLost):
 			l.lose(fmt.Errorf("key %q, token %d: %w", l.key, l.token, err))
 			return
+		case l.ctx.Err() != nil:
+			continue // released or lost while renewing: not a renewal failure
 		default:
 			if o := cfg.observer; o != nil {
 				ev := l.event(EventRenewFailed)
