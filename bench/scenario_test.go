@@ -2,9 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/redis"
+	"github.com/leasehold/leasehold/internal/benchkit"
 )
 
 func pct(d []time.Duration, p float64) time.Duration {
@@ -45,67 +43,17 @@ func BenchmarkSeed(b *testing.B) {
 		_ = l.Release(context.Background())
 	}
 	for i := 0; i < b.N; i++ {
-		const n, keys = 10000, 100
-		var (
-			mu                                          sync.Mutex
-			lat                                         []time.Duration
-			acquired, notAcq, notSent, indeterminate, e int
-			firstErr, firstIndet                        error
-			wg                                          sync.WaitGroup
-		)
-		start := make(chan struct{})
-		for g := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-				defer cancel()
-				t0 := time.Now()
-				l, err := lk.Acquire(ctx, fmt.Sprintf("k%d", g%keys))
-				d := time.Since(t0)
-				if err == nil {
-					_ = l.Release(context.Background())
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				lat = append(lat, d)
-				switch {
-				case err == nil:
-					acquired++
-				case errors.Is(err, leasehold.ErrIndeterminate):
-					indeterminate++ // ctx ended while a request was in flight
-					if firstIndet == nil {
-						firstIndet = err
-					}
-				case errors.Is(err, backend.ErrNotApplied):
-					notSent++ // ctx ended before the request left the queue
-				case errors.Is(err, context.DeadlineExceeded), errors.Is(err, leasehold.ErrNotAcquired):
-					notAcq++
-				default:
-					e++
-					if firstErr == nil {
-						firstErr = err
-					}
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		slices.Sort(lat)
-		b.ReportMetric(float64(acquired), "acquired")
-		b.ReportMetric(float64(notAcq), "not-acquired")
-		b.ReportMetric(float64(notSent), "not-sent")
-		b.ReportMetric(float64(indeterminate), "indeterminate")
-		b.ReportMetric(float64(e), "errors")
-		b.ReportMetric(float64(pct(lat, 0.5).Microseconds())/1000, "p50-ms")
-		b.ReportMetric(float64(pct(lat, 0.99).Microseconds())/1000, "p99-ms")
-		b.ReportMetric(float64(pct(lat, 0.999).Microseconds())/1000, "p99.9-ms")
-		if firstErr != nil {
-			b.Logf("first error: %v", firstErr)
-		}
-		if firstIndet != nil {
-			b.Logf("first indeterminate outcome: %v", firstIndet)
+		r := benchkit.Crowd(context.Background(), lk, 10000, 100, 50*time.Millisecond)
+		b.ReportMetric(float64(r.Acquired), "acquired")
+		b.ReportMetric(float64(r.NotAcquired-r.NotSent), "not-acquired")
+		b.ReportMetric(float64(r.NotSent), "not-sent")
+		b.ReportMetric(float64(r.Indeterminate), "indeterminate")
+		b.ReportMetric(float64(r.Errors), "errors")
+		b.ReportMetric(float64(r.P50.Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(r.P99.Microseconds())/1000, "p99-ms")
+		b.ReportMetric(float64(r.P999.Microseconds())/1000, "p99.9-ms")
+		if r.FirstError != nil {
+			b.Logf("first error: %v", r.FirstError)
 		}
 	}
 }
@@ -130,27 +78,10 @@ func BenchmarkHandover(b *testing.B) {
 		b.Run(mode.name, func(b *testing.B) {
 			holder, _ := leasehold.NewLocker(mode.be, leasehold.WithInstance("holder"), leasehold.WithTTL(ttl))
 			waiter, _ := leasehold.NewLocker(mode.be, leasehold.WithInstance("waiter"), leasehold.WithTTL(ttl))
-			ctx := context.Background()
-			var lat []time.Duration
-			for i := 0; i < b.N; i++ {
-				h, err := holder.Acquire(ctx, "handover/k")
-				if err != nil {
-					b.Fatal(err)
-				}
-				got := make(chan time.Time, 1)
-				go func() {
-					w, err := waiter.Acquire(ctx, "handover/k")
-					got <- time.Now()
-					if err == nil {
-						_ = w.Release(ctx)
-					}
-				}()
-				time.Sleep(20 * time.Millisecond) // let the waiter block (benchmark pacing, not a test)
-				released := time.Now()
-				_ = h.Release(ctx)
-				lat = append(lat, (<-got).Sub(released))
+			lat, err := benchkit.Handover(context.Background(), holder, waiter, "handover/k", b.N)
+			if err != nil {
+				b.Fatal(err)
 			}
-			slices.Sort(lat)
 			b.ReportMetric(float64(pct(lat, 0.5).Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(pct(lat, 0.99).Microseconds())/1000, "p99-ms")
 		})
