@@ -17,9 +17,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -48,7 +51,12 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 	if log == nil {
 		log = slog.Default()
 	}
-	sched, err := schedule.New(b, schedule.WithInstance(cfg.Instance), schedule.WithNamespace(cfg.Namespace),
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		return nil, err
+	}
+	sched, err := schedule.New(b, schedule.WithInstance(cfg.Instance), schedule.WithNamespace(cfg.Namespace), schedule.WithObserver(m),
 		schedule.WithLogger(log), schedule.WithGrace(time.Duration(cfg.Grace)), schedule.WithRetention(time.Duration(cfg.Retention)))
 	if err != nil {
 		return nil, err
@@ -68,12 +76,21 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 			return nil, err
 		}
 	}
-	lk, err := leasehold.NewLocker(b, leasehold.WithInstance(cfg.Instance), leasehold.WithNamespace(cfg.Namespace), leasehold.WithLogger(log))
+	lk, err := leasehold.NewLocker(b, leasehold.WithInstance(cfg.Instance), leasehold.WithNamespace(cfg.Namespace), leasehold.WithLogger(log),
+		leasehold.WithObserver(m))
 	if err != nil {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, b: b, log: log, sched: sched, lk: lk, ready: make(chan struct{})}
 	if cfg.HTTP.Listen != HTTPOff {
+		// /metrics, /healthz and /readyz, without the API's authentication.
+		routes, err := metrics.Routes(reg, b, cfg.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		for pattern, h := range routes {
+			adminOpts = append(adminOpts, admin.WithHandler(pattern, h))
+		}
 		if d.admin, err = newAdmin(cfg, b, sched, log, adminOpts); err != nil {
 			return nil, err
 		}

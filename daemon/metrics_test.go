@@ -1,0 +1,98 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/sqlite"
+)
+
+// TestDaemonServesMetricsAndHealth runs a daemon with one job over SQLite
+// and reads /metrics, /healthz and /readyz from its admin listener.
+func TestDaemonServesMetricsAndHealth(t *testing.T) {
+	dir := t.TempDir()
+	yml := `
+instance: d1
+namespace: shop
+http:
+  listen: 127.0.0.1:0
+jobs:
+  - name: tick
+    schedule: "@every 100ms"
+    command:
+      argv: ["true"]
+`
+	cfg, err := Parse(filepath.Join(dir, "leasehold.yaml"), []byte(yml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sqlite.Open(context.Background(), filepath.Join(dir, "d.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	d, err := New(cfg, b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		t.Fatalf("daemon stopped: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("daemon not ready in 20s")
+	}
+	base := "http://" + d.AdminAddr().String()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if code, body := get(p); code != 200 {
+			t.Fatalf("%s = %d %s", p, code, body)
+		}
+	}
+	want := []string{
+		`leasehold_runs_total{job="tick",namespace="shop",result="succeeded"}`,
+		`leasehold_claims_total{job="tick",namespace="shop",result="won"}`,
+		// the daemon's instance-id lock
+		`leasehold_acquire_duration_seconds_count{backend="sqlite",kind="lock",namespace="shop",result="ok"} 1`,
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body := get("/metrics")
+		missing := ""
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				missing = w
+				break
+			}
+		}
+		if code == 200 && missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics (%d) lacks %s after 20s:\n%s", code, missing, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
