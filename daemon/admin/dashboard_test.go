@@ -1,0 +1,175 @@
+package admin_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// chromiumPath is Debian's chromium (scripts/test installs it).
+const chromiumPath = "/usr/bin/chromium"
+
+// EnvScreenshot names a file the dashboard test also writes its screenshot
+// to (docs/dashboard.png is made this way).
+const EnvScreenshot = "LEASEHOLD_DASHBOARD_SCREENSHOT"
+
+const dashboardJobs = `
+grace: 2s
+jobs:
+  - name: tick
+    schedule: "@every 1s"
+    lease_ttl: 2s
+    command: {argv: [/bin/true]}
+  - name: lead
+    schedule: "@every 1s"
+    mode: leader
+    lease_ttl: 2s
+    command: {argv: [/bin/true]}
+  - name: report
+    schedule: "@every 2s"
+    lease_ttl: 3s
+    command: {argv: [/bin/sleep, "0.4"]}
+  - name: flaky
+    schedule: "@every 3s"
+    lease_ttl: 2s
+    command: {argv: [/bin/false]}
+`
+
+// TestDashboardInBrowser starts three daemons on one backend, forces a
+// leader change, loads the dashboard in headless Chromium and checks what
+// the page shows; it saves a screenshot.
+func TestDashboardInBrowser(t *testing.T) {
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if inCI() {
+			t.Fatalf("chromium is required in CI: %v", err)
+		}
+		t.Skipf("no chromium at %s", chromiumPath)
+	}
+	b := memory.New()
+	nodes := map[string]*node{}
+	for _, name := range []string{"web-1", "web-2", "web-3"} {
+		nodes[name] = startNode(t, b, name, "default", dashboardJobs)
+	}
+	n := nodes["web-1"]
+	leaderOf := func() (string, admin.Leader) {
+		var st struct{ Leaders []admin.Leader }
+		n.mustGet("/api/v1/leaders", &st)
+		for _, l := range st.Leaders {
+			if l.Role == schedule.LeaderRole {
+				return l.Instance, l
+			}
+		}
+		return "", admin.Leader{}
+	}
+	leadRunners := func() map[string]bool {
+		var p admin.RunPage
+		n.mustGet("/api/v1/runs?job=lead&state=succeeded", &p)
+		m := map[string]bool{}
+		for _, r := range p.Runs {
+			m[r.Instance] = true
+		}
+		return m
+	}
+	var first string
+	waitFor(t, 20*time.Second, "a leader that ran the leader job", func() bool {
+		first, _ = leaderOf()
+		return first != "" && leadRunners()[first]
+	})
+	// Force a leader change through the leader's own API.
+	if code, m := nodes[first].call("POST", "/api/v1/leaders/schedule%2Fleader/resign", nil); code != 200 {
+		t.Fatalf("resign = %d %v", code, m)
+	}
+	var second string
+	waitFor(t, 20*time.Second, "a new leader that ran the leader job", func() bool {
+		second, _ = leaderOf()
+		return second != "" && second != first && leadRunners()[second]
+	})
+	waitFor(t, 20*time.Second, "a failed and a succeeded run of report", func() bool {
+		var f, s admin.RunPage
+		n.mustGet("/api/v1/runs?job=flaky&state=failed", &f)
+		n.mustGet("/api/v1/runs?job=report&state=succeeded", &s)
+		return len(f.Runs) > 0 && len(s.Runs) > 1
+	})
+
+	dir := t.TempDir()
+	actx, acancel := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("no-default-browser-check", true),
+		chromedp.UserDataDir(filepath.Join(dir, "profile")), chromedp.WindowSize(1400, 1150))
+	defer acancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, tcancel := context.WithTimeout(ctx, 90*time.Second)
+	defer tcancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(n.url+"/")); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	var loaded bool
+	waitFor(t, 30*time.Second, "the page loaded its data", func() bool {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.body.dataset.loaded === "true" && document.querySelectorAll("#runs tbody tr[data-job]").length > 0`))
+		loaded = err == nil && v
+		return loaded
+	})
+	strs := func(expr string) []string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	instances := strs(`[...document.querySelectorAll("#instances tbody tr")].map(r => r.dataset.instance + ":" + r.children[1].textContent)`)
+	for _, want := range []string{"web-1:alive", "web-2:alive", "web-3:alive"} {
+		if !contains(instances, want) {
+			t.Errorf("instances shown %v, lack %s", instances, want)
+		}
+	}
+	leaders := strs(`[...document.querySelectorAll("#leaders tbody tr")].map(r => r.dataset.role + "=" + r.dataset.leader)`)
+	now, _ := leaderOf()
+	if len(leaders) != 1 || leaders[0] != schedule.LeaderRole+"="+now {
+		t.Errorf("leaders shown %v, want %s=%s", leaders, schedule.LeaderRole, now)
+	}
+	jobs := strs(`[...document.querySelectorAll("#jobs tbody tr")].map(r => r.dataset.job)`)
+	if strings.Join(jobs, ",") != "flaky,lead,report,tick" {
+		t.Errorf("jobs shown %v", jobs)
+	}
+	states := strs(`[...document.querySelectorAll("#runs tbody tr")].map(r => r.children[2].textContent)`)
+	if !contains(states, "succeeded") || !contains(states, "failed") {
+		t.Errorf("run states shown %v lack succeeded and failed", states)
+	}
+	// The timeline of the leader job shows both leaders' occurrences.
+	cells := strs(`[...document.querySelectorAll('#timeline .tl-row[data-job="lead"] .cell')].map(c => c.dataset.instance)`)
+	if !contains(cells, first) || !contains(cells, second) {
+		t.Errorf("timeline of lead shows instances %v, want %s and %s", cells, first, second)
+	}
+	locks := strs(`[...document.querySelectorAll("#locks tbody tr")].map(r => r.children[0].textContent)`)
+	if !contains(locks, "instances/web-1") {
+		t.Errorf("locks shown %v", locks)
+	}
+
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	out := filepath.Join(dir, "dashboard.png")
+	if err := os.WriteFile(out, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", out, len(shot))
+	if p := os.Getenv(EnvScreenshot); p != "" {
+		if err := os.WriteFile(p, shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot also written to %s", p)
+	}
+}
