@@ -69,9 +69,9 @@ type Report struct {
 
 	Linearizable string `json:"linearizable"` // Ok, Illegal, Unknown (timed out)
 	LeaseOps     int    `json:"lease_ops"`
-	// StraddlingRestart: lease operations left out of the check because
-	// they straddle a restart of a backend without durable fencing (each
-	// span between restarts is checked on its own).
+	// StraddlingRestart: lease operations that straddle a restart of a
+	// backend without durable fencing, taken as indeterminate in the span
+	// before it (each span between restarts is checked on its own).
 	StraddlingRestart int `json:"straddling_restart,omitempty"`
 
 	Failures  []string `json:"failures,omitempty"`
@@ -438,9 +438,11 @@ func (c *check) leaseOps() []porcupine.Operation {
 // linearizability checks the lease operations with porcupine. For a
 // backend that does not declare durable fencing and was restarted, the
 // restart is the predicted loss of state: each span between restarts is
-// checked on its own from an empty state (operations that straddle a
-// restart are left out and counted), so that an anomaly inside a span is
-// still a failure.
+// checked on its own from an empty state, so that an anomaly inside a span
+// is still a failure. An operation sent before a restart began and
+// answered after the server was back belongs to both spans: in the earlier
+// one as indeterminate (whatever it did there was lost), in the later one
+// with its answer (which came from the restarted server).
 func (c *check) linearizability(timeout time.Duration) porcupine.LinearizationInfo {
 	ops := c.leaseOps()
 	c.r.LeaseOps = len(ops)
@@ -450,32 +452,38 @@ func (c *check) linearizability(timeout time.Duration) porcupine.LinearizationIn
 		c.r.Linearizable = string(res)
 		return info
 	}
-	bounds := []int64{math.MinInt64}
+	// Span i runs from the end of restart i-1 to the start of restart i.
+	los, his := []int64{math.MinInt64}, []int64{}
 	for _, r := range c.restarts {
-		bounds = append(bounds, r[0], r[1])
+		his = append(his, r[0])
+		los = append(los, r[1])
 	}
-	bounds = append(bounds, math.MaxInt64)
+	his = append(his, math.MaxInt64)
 	worst := porcupine.Ok
 	var shown porcupine.LinearizationInfo
-	for i := 0; i+1 < len(bounds); i += 2 {
+	for i := range los {
+		lo, hi := los[i], his[i]
 		var span []porcupine.Operation
 		for _, op := range ops {
-			if op.Call >= bounds[i] && op.Return <= bounds[i+1] {
-				span = append(span, op)
+			if op.Return <= lo || op.Call >= hi {
+				continue
 			}
+			if op.Return > hi || op.Call < lo && op.Return <= lo {
+				out := op.Output.(LeaseOutput)
+				out.Result = history.Indeterminate
+				op.Output = out
+				c.r.StraddlingRestart++
+			}
+			span = append(span, op)
 		}
-		c.r.StraddlingRestart -= len(span)
 		res, info := porcupine.CheckOperationsVerbose(model, span, timeout)
-		if i == 0 || res == porcupine.Illegal || (res == porcupine.Unknown && worst == porcupine.Ok) {
-			if res != porcupine.Ok || i == 0 {
-				shown = info
-			}
-			if res != porcupine.Ok {
-				worst = res
-			}
+		if i == 0 || res != porcupine.Ok && worst != porcupine.Illegal {
+			shown = info
+		}
+		if res == porcupine.Illegal || res == porcupine.Unknown && worst == porcupine.Ok {
+			worst = res
 		}
 	}
-	c.r.StraddlingRestart += len(ops)
 	c.r.Linearizable = string(worst)
 	return shown
 }

@@ -27,7 +27,8 @@ func workerCommand(env []string) *exec.Cmd {
 	return cmd
 }
 
-// chaosDuration is the fault phase of each backend's run: 20 s, or
+// chaosDuration is the fault phase of each backend's run: 15 s (every
+// fault is applied at least once even if that takes longer), or
 // $LEASEHOLD_CHAOS_DURATION.
 func chaosDuration(t *testing.T) time.Duration {
 	if v := os.Getenv("LEASEHOLD_CHAOS_DURATION"); v != "" {
@@ -37,7 +38,7 @@ func chaosDuration(t *testing.T) time.Duration {
 		}
 		return d
 	}
-	return 20 * time.Second
+	return 15 * time.Second
 }
 
 func seed(t *testing.T) uint64 {
@@ -102,8 +103,8 @@ func TestChaos(t *testing.T) {
 			if r.Expected == 0 || r.Ran == 0 {
 				t.Errorf("no occurrences ran (%d expected)", r.Expected)
 			}
-			if r.FencedRejected == 0 {
-				t.Errorf("the fenced sink rejected nothing: no stale holder was caught, so the faults did not bite")
+			if r.FencedRejected == 0 && r.UnfencedDuplicates == 0 {
+				t.Errorf("no stale write at all (nothing rejected by the fenced sink, no duplicate in the unfenced log): the faults did not bite")
 			}
 			caps := r.Run.Capabilities
 			if applied[harness.FaultRestartBackend] && !caps.DurableFencing {
@@ -127,7 +128,7 @@ func TestChaos(t *testing.T) {
 // reclaimed and run again — and the fenced sink must have kept one effect
 // of each: proof that the fault took effect and that fencing caught it.
 func TestControlPauseRetry(t *testing.T) {
-	r := run(t, harness.Config{Backend: "sqlite", Instances: 3, Duration: 10 * time.Second, Faults: []string{harness.FaultPause}})
+	r := run(t, harness.Config{Backend: "sqlite", Instances: 3, Duration: 8 * time.Second, Faults: []string{harness.FaultPause}})
 	if r.UnfencedDuplicates == 0 {
 		t.Fatalf("the unfenced log shows no duplicate effect: the pauses did not take effect")
 	}
@@ -143,7 +144,7 @@ func TestControlPauseRetry(t *testing.T) {
 // checks off and a token counter that resets on release, run through the
 // same harness, must be flagged by the checker.
 func TestControlBrokenBackend(t *testing.T) {
-	r := run(t, harness.Config{Backend: "sqlite", Broken: true, Instances: 3, Duration: 10 * time.Second,
+	r := run(t, harness.Config{Backend: "sqlite", Broken: true, Instances: 3, Duration: 8 * time.Second,
 		Faults: []string{harness.FaultPause, harness.FaultKill}})
 	if r.Pass {
 		t.Fatalf("the checker passed a deliberately broken backend")
