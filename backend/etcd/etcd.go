@@ -29,12 +29,19 @@
 //     key has a lease of its own, Renew is a keep-alive of that lease, and
 //     Release deletes the key guarded by create revision and owner. A
 //     released key's lease is idle and still alive: it goes to a pool, and
-//     the next Acquire with the same TTL sends a keep-alive for it in
-//     parallel with its Txn (one round trip; the grant counts only if the
-//     keep-alive succeeded, so the TTL runs from after the send). Without
-//     a pooled lease, Acquire is LeaseGrant then the Txn. Keep-alives go
-//     over a few long-lived streams shared by all locks of the backend (see
-//     pool.go and kastream.go).
+//     the next Acquire with the same TTL reuses it. Lock leases are granted
+//     1 s longer than asked (the slack) and grants report the TTL without
+//     it, so a pooled lease refreshed (granted or kept alive) within the
+//     last 0.8 s needs no keep-alive: Acquire is then its Txn alone, one
+//     RPC, the same as a Mutex on a shared session. An older pooled lease
+//     gets a keep-alive sent in parallel with the Txn (the grant counts only
+//     if it succeeded). Without a pooled lease, Acquire is LeaseGrant then
+//     the Txn. Release is one Txn; for its own grants the backend knows the
+//     lease and owner locally. The price of the slack: a key whose holder
+//     died outlives its last renewal by up to TTL + 1 s. Keep-alives go over
+//     a few long-lived streams shared by all locks of the backend (see
+//     pool.go and kastream.go). What still costs more than a Mutex: the
+//     counter key written by every grant (measured in docs/benchmarks.md).
 //   - TTL: etcd leases have whole-second TTLs and a server-side floor of
 //     1.5 × the election timeout (2 s with etcd's defaults, 1 s with a
 //     ≤ 600 ms election timeout). The requested TTL is rounded up to whole

@@ -34,8 +34,10 @@ func parseOwner(v []byte) (backend.Owner, error) {
 
 // Acquire implements backend.Leases: one Txn that creates the lock key on
 // a lease of its own if the key is absent, or returns the holder. The lease
-// is an idle one from the pool refreshed by a keep-alive sent in parallel
-// with the Txn (one round trip), or else a new LeaseGrant before the Txn.
+// is an idle one from the pool — used as it is if it was refreshed within
+// the slack (the Txn alone), else refreshed by a keep-alive sent in
+// parallel with the Txn (one round trip) — or else a new LeaseGrant before
+// the Txn.
 func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
 		return backend.Grant{}, err
@@ -44,13 +46,26 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		return backend.Grant{}, err
 	}
 	secs := ttlSeconds(ttl)
-	if x, ok := b.pool.take(secs, time.Now()); ok {
-		if g, err, done := b.acquirePooled(ctx, key, owner, x); done {
+	if x, current, ok := b.pool.take(secs, time.Now()); ok {
+		if current {
+			// Refreshed within the slack: it outlives the grant's TTL
+			// from now without a keep-alive (see pool.go).
+			resp, err := b.acquireTxn(ctx, key, owner, x.id)
+			switch {
+			case err == nil:
+				return b.decide(ctx, key, owner, x, resp)
+			case !errors.Is(err, rpctypes.ErrLeaseNotFound):
+				// Unknown outcome: if applied, the retry finds the key and
+				// re-sends a keep-alive; Release revokes the untracked lease.
+				return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+			}
+			// Revoked under us (cannot happen while tracked): grant anew.
+		} else if g, err, done := b.acquirePooled(ctx, key, owner, x); done {
 			return g, err
 		}
 	}
 	sent := time.Now()
-	lg, err := b.c.Grant(ctx, secs)
+	lg, err := b.c.Grant(ctx, secs+leaseSlack)
 	if err != nil {
 		return backend.Grant{}, b.wrap(err, fmt.Sprintf("grant a lease for key %q", key))
 	}
@@ -90,6 +105,7 @@ func (b *Backend) acquirePooled(ctx context.Context, key string, owner backend.O
 		if resp.Succeeded {
 			// Ours, but the lease's life is unknown: report an unknown
 			// outcome; the retry answers "yours" after a keep-alive.
+			x.lock, x.owner = lockRef{key, uint64(resp.Header.Revision)}, owner
 			b.pool.hold(x)
 			return backend.Grant{}, b.wrap(ka.err, fmt.Sprintf("refresh the lease of key %q", key)), true
 		}
@@ -125,8 +141,11 @@ func (b *Backend) decide(ctx context.Context, key string, owner backend.Owner, x
 			return backend.Grant{}, fmt.Errorf("etcd: key %q: revision %d is not above the last token %d recorded in %q: refusing a token that goes backwards",
 				key, token, prev[0].ModRevision, ck)
 		}
-		b.pool.hold(x)
-		return backend.Grant{Token: token, TTL: time.Duration(x.ttl) * time.Second}, nil
+		if x.id != 0 {
+			x.lock, x.owner = lockRef{key, token}, owner
+			b.pool.hold(x)
+		}
+		return backend.Grant{Token: token, TTL: lockTTL(x.ttl)}, nil
 	}
 	if x.id != 0 && !b.pool.put(x.req, x) { // unused: keep it for the next Acquire
 		go b.revoke(x.id)
@@ -151,7 +170,7 @@ func (b *Backend) decide(ctx context.Context, key string, owner backend.Owner, x
 			return backend.Grant{}, b.wrap(err, fmt.Sprintf("renew the lease of key %q on retry", key))
 		}
 		b.pool.renewed(clientv3.LeaseID(kv.Lease), sent)
-		return backend.Grant{Token: uint64(kv.CreateRevision), TTL: ka}, nil
+		return backend.Grant{Token: uint64(kv.CreateRevision), TTL: lockTTL(int64(ka / time.Second))}, nil
 	}
 	l := backend.Lease{Key: key, Owner: holder, Token: uint64(kv.CreateRevision)}
 	return backend.Grant{}, &backend.HeldError{Holder: l}
@@ -205,11 +224,14 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 		return backend.Grant{}, b.wrap(err, fmt.Sprintf("renew key %q", key))
 	}
 	b.pool.renewed(clientv3.LeaseID(kv.Lease), sent)
-	return backend.Grant{Token: token, TTL: ka}, nil
+	return backend.Grant{Token: token, TTL: lockTTL(int64(ka / time.Second))}, nil
 }
 
 // Release implements backend.Leases: delete guarded by create revision and
-// owner, then revoke the grant's lease. The counter key stays.
+// owner; the grant's lease, now idle, goes to the pool (or is revoked). The
+// counter key stays. For grants this backend made, the lease id and owner
+// are known locally; otherwise the Txn also compares the owner and the
+// delete returns the deleted key to learn the lease.
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
 	if err := backend.CheckRelease(key, owner, token); err != nil {
 		return err
@@ -218,23 +240,39 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 		return err
 	}
 	lk := b.LockKey(key)
-	resp, err := b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(lk), "=", int64(token)), clientv3.Compare(clientv3.Value(lk), "=", ownerValue(owner))).
-		Then(clientv3.OpGet(lk), clientv3.OpDelete(lk)).
-		Commit()
+	id, granted, known := b.pool.leaseOf(key, token)
+	if known && granted != owner {
+		return fmt.Errorf("%w: key %q, token %d: not held by this owner", backend.ErrLeaseLost, key, token)
+	}
+	// A create revision names one grant; for a grant this backend made to
+	// owner, comparing it is enough (each compare is a read on the server).
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", int64(token))}
+	var opts []clientv3.OpOption
+	if !known {
+		cmps = append(cmps, clientv3.Compare(clientv3.Value(lk), "=", ownerValue(owner)))
+		opts = append(opts, clientv3.WithPrevKV())
+	}
+	resp, err := b.c.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(lk, opts...)).Commit()
 	if err != nil {
 		return b.wrap(err, fmt.Sprintf("release key %q", key))
 	}
 	if !resp.Succeeded {
+		if known {
+			b.pool.release(id) // expired or deleted: forget it
+		}
 		return fmt.Errorf("%w: key %q, token %d: not held", backend.ErrLeaseLost, key, token)
 	}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		// The key is gone and its lease idle: keep it for the next Acquire,
-		// or revoke it (off the caller's path; it would expire anyway).
-		id := clientv3.LeaseID(kvs[0].Lease)
-		if x, ok := b.pool.release(id); !ok || !b.pool.put(x.req, x) {
-			go b.revoke(id)
+	if !known {
+		kvs := resp.Responses[0].GetResponseDeleteRange().PrevKvs
+		if len(kvs) != 1 {
+			return nil
 		}
+		id = clientv3.LeaseID(kvs[0].Lease)
+	}
+	// The key is gone and its lease idle: keep it for the next Acquire, or
+	// revoke it (off the caller's path; it would expire anyway).
+	if x, ok := b.pool.release(id); !ok || !b.pool.put(x.req, x) {
+		go b.revoke(id)
 	}
 	return nil
 }
@@ -257,7 +295,9 @@ func (b *Backend) view(ctx context.Context, kv *mvccpb.KeyValue) (backend.Lease,
 	if ttl.TTL <= 0 {
 		return l, false, nil
 	}
-	l.Remaining = time.Duration(ttl.TTL) * time.Second
+	// The lease's TTL minus the slack, as grants report it (pool.go); a
+	// lease inside its slack is still held, so at least 1 ms.
+	l.Remaining = max(time.Duration(ttl.TTL-leaseSlack)*time.Second, time.Millisecond)
 	return l, true, nil
 }
 
