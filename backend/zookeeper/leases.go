@@ -79,7 +79,12 @@ func (b *Backend) lease(key, name string) (backend.Lease, *zk.Stat, error) {
 	return l, st, nil
 }
 
-// Acquire implements backend.Leases (a try; see the package doc).
+// Acquire implements backend.Leases (a try; see the package doc): create
+// the owner's protected ephemeral sequential node, then list the queue and
+// read the node's stat at once (two requests pipelined on the session). The
+// grant is the node's: its czxid is the token. The queue is listed before
+// the create only when an earlier attempt with this owner nonce may have
+// left a node (its outcome was unknown), so that the retry finds and owns it.
 func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
 		return backend.Grant{}, err
@@ -91,20 +96,36 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		return backend.Grant{}, err
 	}
 	dir := b.lockDir(key)
-	q, err := b.queue(key)
-	if err != nil {
-		return backend.Grant{}, err
+	g := b.grantTTL(ttl)
+	if path, token, ok := b.grantOf(key, owner); ok {
+		// A retry of a grant made here: yours, if its node still exists;
+		// the read proves the session alive after this call's send time.
+		exists, st, err := b.conn.Exists(path)
+		if err != nil {
+			return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+		}
+		if !exists || uint64(st.Czxid) != token || st.EphemeralOwner != b.conn.SessionID() {
+			b.disarm(path)
+			return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: gone before the retry", backend.ErrLeaseLost, key, token)
+		}
+		b.arm(path, nil, g)
+		return backend.Grant{Token: token, TTL: g}, nil
 	}
 	mine := ""
-	for _, n := range q { // a retry: our earlier create was applied
-		if strings.HasPrefix(n, nodeName(owner)) {
-			mine = n
+	if b.unsure(owner.Nonce) {
+		q, err := b.queue(key)
+		if err != nil {
+			return backend.Grant{}, err
+		}
+		for _, n := range q { // a retry: our earlier create was applied
+			if strings.HasPrefix(n, nodeName(owner)) {
+				mine = n
+			}
 		}
 	}
 	if mine == "" {
-		data := nodeData(owner, b.grantTTL(ttl))
 		for {
-			p, err := b.conn.Create(dir+"/"+nodeName(owner), data, zk.FlagEphemeral|zk.FlagSequence, b.acl)
+			p, err := b.conn.Create(dir+"/"+nodeName(owner), nodeData(owner, g), zk.FlagEphemeral|zk.FlagSequence, b.acl)
 			if err == zk.ErrNoNode {
 				if _, err := b.conn.CreateContainer(dir, nil, zk.FlagContainer, b.acl); err != nil && err != zk.ErrNodeExists {
 					return backend.Grant{}, b.wrap(err, fmt.Sprintf("create the queue of key %q", key))
@@ -113,19 +134,37 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 			}
 			if err != nil {
 				// Unknown outcome: a retry with this nonce finds the node.
+				b.setUnsure(owner.Nonce, true)
 				return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
 			}
 			mine = p[len(dir)+1:]
 			break
 		}
-		if q, err = b.queue(key); err != nil {
-			return backend.Grant{}, err
-		}
 	}
 	path := dir + "/" + mine
-	if len(q) == 0 || q[0] != mine {
+	var (
+		exists bool
+		st     *zk.Stat
+		serr   error
+		read   = make(chan struct{})
+	)
+	go func() {
+		defer close(read)
+		exists, st, serr = b.conn.Exists(path)
+	}()
+	q, err := b.queue(key)
+	<-read
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		b.setUnsure(owner.Nonce, true) // our node may stay: the retry finds it
+		return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+	}
+	if len(q) == 0 || q[0] != mine || !exists {
 		// A predecessor holds the key (or our node is gone): withdraw.
-		_ = b.conn.Delete(path, -1)
+		derr := b.conn.Delete(path, -1)
+		b.setUnsure(owner.Nonce, derr != nil && derr != zk.ErrNoNode)
 		b.disarm(path)
 		for _, n := range q {
 			if n == mine {
@@ -137,19 +176,15 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		}
 		return backend.Grant{}, fmt.Errorf("zookeeper: acquire key %q: the queue changed, try again: %w", key, backend.ErrHeld)
 	}
-	// Ours is the lowest: granted. A write proves the session alive now.
-	g := b.grantTTL(ttl)
-	st, err := b.conn.Set(path, nodeData(owner, g), -1)
-	if err != nil {
-		if err == zk.ErrNoNode {
-			return backend.Grant{}, fmt.Errorf("%w: key %q: our node vanished (session expired)", backend.ErrLeaseLost, key)
-		}
-		return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
-	}
+	b.setUnsure(owner.Nonce, false)
+	// Ours is the lowest: granted. The session was alive when the create
+	// (and the reads) arrived, after this call's send time, so the session
+	// cannot expire before send time + timeout ≥ send time + g.
 	if st.EphemeralOwner != b.conn.SessionID() {
 		return backend.Grant{}, fmt.Errorf("%w: key %q is held by owner %s through another session", backend.ErrLeaseLost, key, owner.Instance)
 	}
 	b.arm(path, nil, g)
+	b.track(key, uint64(st.Czxid), path, owner)
 	return backend.Grant{Token: uint64(st.Czxid), TTL: g}, nil
 }
 
@@ -218,6 +253,24 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if path, granted, ok := b.tracked(key, token); ok && b.armed(path) {
+		// A grant this backend made and keeps alive: its node's path is
+		// unique to the grant (sequence numbers are never reused), so one
+		// delete releases it.
+		if granted != owner {
+			return fmt.Errorf("%w: key %q, token %d: not held by this owner", backend.ErrLeaseLost, key, token)
+		}
+		err := b.conn.Delete(path, -1)
+		switch {
+		case err == zk.ErrNoNode:
+			b.disarm(path)
+			return fmt.Errorf("%w: key %q, token %d: gone while releasing", backend.ErrLeaseLost, key, token)
+		case err != nil:
+			return b.wrap(err, fmt.Sprintf("release key %q", key))
+		}
+		b.disarm(path)
+		return nil
 	}
 	path, st, err := b.find(key, owner, token)
 	if err != nil {

@@ -143,7 +143,11 @@ type Backend struct {
 	mu         sync.Mutex
 	closed     bool
 	negotiated time.Duration
-	timers     map[string]*time.Timer // ephemeral node path → TTL deletion
+	timers     map[string]*time.Timer     // ephemeral node path → TTL deletion
+	grants     map[grantRef]grantRec      // lock grants this backend keeps alive
+	grantAt    map[string]grantRef        // the same, by node path
+	grantBy    map[backend.Nonce]grantRef // the same, by owner nonce
+	unsureOf   map[backend.Nonce]bool     // owners whose node may exist unknown to them
 	done       chan struct{}
 
 	handshake  chan struct{} // closed once the granted timeout is known
@@ -198,7 +202,7 @@ func OpenConfig(cfg Config) (*Backend, error) {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
-	b := &Backend{prefix: p, acl: zk.WorldACL(zk.PermAll), timers: map[string]*time.Timer{}, done: make(chan struct{}), handshake: make(chan struct{})}
+	b := &Backend{prefix: p, acl: zk.WorldACL(zk.PermAll), timers: map[string]*time.Timer{}, grants: map[grantRef]grantRec{}, grantAt: map[string]grantRef{}, grantBy: map[backend.Nonce]grantRef{}, unsureOf: map[backend.Nonce]bool{}, done: make(chan struct{}), handshake: make(chan struct{})}
 	conn, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(handshakeLogger{b}), zk.WithLogInfo(true))
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper: connect to %v: %w", cfg.Servers, err)
@@ -353,6 +357,7 @@ func (b *Backend) arm(path string, want []byte, ttl time.Duration) {
 			return
 		}
 		delete(b.timers, path)
+		b.forget(path)
 		b.mu.Unlock()
 		if data, st, err := b.conn.Get(path); err == nil && (want == nil || string(data) == string(want)) {
 			_ = b.conn.Delete(path, st.Version)
@@ -361,13 +366,90 @@ func (b *Backend) arm(path string, want []byte, ttl time.Duration) {
 	b.timers[path] = t
 }
 
-// disarm stops the TTL deletion of path.
+// disarm stops the TTL deletion of path and forgets its grant.
 func (b *Backend) disarm(path string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if t := b.timers[path]; t != nil {
 		t.Stop()
 		delete(b.timers, path)
+	}
+	b.forget(path)
+}
+
+// forget drops the grant of path; b.mu is held.
+func (b *Backend) forget(path string) {
+	if r, ok := b.grantAt[path]; ok {
+		if b.grantBy[b.grants[r].owner.Nonce] == r {
+			delete(b.grantBy, b.grants[r].owner.Nonce)
+		}
+		delete(b.grants, r)
+		delete(b.grantAt, path)
+	}
+}
+
+// grantRef names one lock grant: key and token.
+type grantRef struct {
+	key   string
+	token uint64
+}
+
+type grantRec struct {
+	path  string
+	owner backend.Owner
+}
+
+// track records a lock grant this backend made, so Release needs no lookup.
+func (b *Backend) track(key string, token uint64, path string, owner backend.Owner) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.grants[grantRef{key, token}] = grantRec{path: path, owner: owner}
+	b.grantAt[path] = grantRef{key, token}
+	b.grantBy[owner.Nonce] = grantRef{key, token}
+}
+
+// grantOf returns the grant on key this backend made to owner and keeps
+// alive: an Acquire retried after its reply was lost answers with it.
+func (b *Backend) grantOf(key string, owner backend.Owner) (path string, token uint64, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.grantBy[owner.Nonce]
+	if !ok || r.key != key || b.grants[r].owner != owner || b.timers[b.grants[r].path] == nil {
+		return "", 0, false
+	}
+	return b.grants[r].path, r.token, true
+}
+
+// tracked returns the path and owner of a grant this backend made.
+func (b *Backend) tracked(key string, token uint64) (string, backend.Owner, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.grants[grantRef{key, token}]
+	return r.path, r.owner, ok
+}
+
+// maxUnsure bounds the owners remembered as unsure; past it every Acquire
+// lists the queue first (the safe, slower path).
+const maxUnsure = 4096
+
+// unsure reports whether an earlier Acquire by this owner nonce may have
+// left a node: then the queue must be searched for it before creating.
+func (b *Backend) unsure(n backend.Nonce) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.unsureOf[n] || len(b.unsureOf) >= maxUnsure
+}
+
+func (b *Backend) setUnsure(n backend.Nonce, v bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if v {
+		b.unsureOf[n] = true
+	} else {
+		delete(b.unsureOf, n)
 	}
 }
 
