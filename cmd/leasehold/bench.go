@@ -12,5 +12,6 @@ func newBenchCmd(a *app) *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(newBenchRedisCmd(a))
+	cmd.AddCommand(newBenchMatrixCmd(a))
 	return cmd
 }

@@ -139,3 +139,56 @@ func guard(f func() error) (err error) {
 	}()
 	return f()
 }
+
+// Server is a backend server (or SQLite file) started for a measurement
+// outside tests, such as "leasehold bench matrix".
+type Server struct {
+	URL string
+	bs  backendServer
+}
+
+// StartServer starts a private server of kind (see Kinds) with its files
+// under dir. stop stops it and removes nothing.
+func StartServer(kind, dir string) (s *Server, stop func(), err error) {
+	rt := newRunTB(dir)
+	err = guard(func() error {
+		bs, err := startBackend(rt, kind, dir)
+		s = &Server{URL: bs.url, bs: bs}
+		return err
+	})
+	if err != nil {
+		rt.cleanup()
+		return nil, func() {}, err
+	}
+	return s, rt.cleanup, nil
+}
+
+// Restartable reports whether Crash can restart the server.
+func (s *Server) Restartable() bool { return s.bs.server != nil }
+
+// Crash kills the server with SIGKILL and starts it again on the same port
+// and data, returning when it answers again.
+func (s *Server) Crash() error {
+	if s.bs.server == nil {
+		return fmt.Errorf("%w: no server of ours to restart", errNoServer)
+	}
+	return guard(func() error { s.bs.server.Kill(); s.bs.server.Start(); return nil })
+}
+
+// Kill kills the server with SIGKILL; Start starts it again.
+func (s *Server) Kill() error {
+	if s.bs.server == nil {
+		return errNoServer
+	}
+	return guard(func() error { s.bs.server.Kill(); return nil })
+}
+
+// Start starts a killed server again, returning when it answers.
+func (s *Server) Start() error {
+	if s.bs.server == nil {
+		return errNoServer
+	}
+	return guard(func() error { s.bs.server.Start(); return nil })
+}
+
+var errNoServer = errors.New("harness: no server to restart")
