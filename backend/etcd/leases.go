@@ -366,13 +366,21 @@ func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error)
 	if err != nil {
 		return nil, b.wrap(err, fmt.Sprintf("get key %q", key))
 	}
-	ch := make(chan struct{})
 	if len(resp.Kvs) == 0 {
+		ch := make(chan struct{})
 		close(ch)
 		return ch, nil
 	}
+	return b.waitDelete(ctx, lk, resp.Header.Revision+1), nil
+}
+
+// waitDelete watches lk from revision rev for a delete; the channel also
+// closes when the watch ends for any other reason (compaction, no leader,
+// backend closed, ctx done).
+func (b *Backend) waitDelete(ctx context.Context, lk string, rev int64) <-chan struct{} {
+	ch := make(chan struct{})
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	wc := b.c.Watch(wctx, lk, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
+	wc := b.c.Watch(wctx, lk, clientv3.WithRev(rev), clientv3.WithFilterPut())
 	go func() {
 		defer close(ch)
 		defer cancel()
@@ -394,5 +402,5 @@ func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error)
 			}
 		}
 	}()
-	return ch, nil
+	return ch
 }
