@@ -215,11 +215,26 @@ func (b *Backend) migrate(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('leasehold migrate ' || $1))`, b.schema+"."+b.prefix); err != nil {
 		return fail(err)
 	}
-	if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{b.schema}.Sanitize()); err != nil {
+	// CREATE … IF NOT EXISTS needs the right to create even when the object
+	// exists, so a role confined to a schema it was given (no CREATE on the
+	// database, perhaps not on the schema either) could not open it: look
+	// first, create only what is missing.
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, b.schema).Scan(&exists); err != nil {
 		return fail(err)
 	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+b.tMeta+` (name text PRIMARY KEY, value integer NOT NULL)`); err != nil {
+	if !exists {
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{b.schema}.Sanitize()); err != nil {
+			return fail(err)
+		}
+	}
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, b.tMeta).Scan(&exists); err != nil {
 		return fail(err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+b.tMeta+` (name text PRIMARY KEY, value integer NOT NULL)`); err != nil {
+			return fail(err)
+		}
 	}
 	var v int
 	err = tx.QueryRow(ctx, `SELECT value FROM `+b.tMeta+` WHERE name = 'schema_version'`).Scan(&v)
