@@ -59,11 +59,16 @@ func occurrence(job string, at time.Time) string {
 // claims of one job are serialised), then inserts the run with ON CONFLICT
 // DO NOTHING; the primary key (job, scheduled_at) is the guarantee. The job
 // row is touched only when the occurrence is not in the future beyond
-// MaxEarly by the server's clock. The result says which happened.
+// MaxEarly by the server's clock, and not already in the statement's
+// snapshot: a scheduler that comes late to a claimed occurrence writes
+// nothing (without that check every losing attempt bumped the counter, and
+// all attempts of a job queued on its row for one WAL flush each). The
+// result says which happened.
 func (b *Backend) claimSQL() string {
 	return `WITH j AS (
 		INSERT INTO ` + b.tJobs + ` AS j (job, counter, high_at, high_version)
 		SELECT $1, 1, $2, $3 WHERE $2 <= clock_timestamp() + $7 * interval '1 microsecond'
+			AND NOT EXISTS (SELECT 1 FROM ` + b.tRuns + ` WHERE job = $1 AND scheduled_at = $2)
 		ON CONFLICT (job) DO UPDATE SET counter = j.counter + 1,
 			high_version = CASE WHEN j.high_at IS NULL OR excluded.high_at > j.high_at THEN excluded.high_version ELSE j.high_version END,
 			high_at = GREATEST(j.high_at, excluded.high_at)
