@@ -65,6 +65,7 @@ func BenchmarkMySQL(b *testing.B) {
 		p    pair
 	}{
 		{"leasehold", lockerPair(be)},
+		{"leasehold-backend", leaseholdPair(be)},
 		{"floor-odku+delete", mysqlODKUFloor(be)},
 	}
 	for _, g := range []int{1, 64} {
