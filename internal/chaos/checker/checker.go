@@ -56,6 +56,9 @@ type Report struct {
 	Ran           int                       `json:"occurrences_ran"` // with an accepted effect at the fenced sink
 	Missed        []string                  `json:"missed,omitempty"`
 	MissedInFault int                       `json:"missed_during_faults"`
+	// LongestMiss is the longest run of consecutive missed occurrences, in
+	// schedule time: a liveness figure (no claim for that long).
+	LongestMiss time.Duration `json:"longest_miss"`
 
 	FencedAccepted     int   `json:"fenced_accepted"`
 	FencedRejected     int   `json:"fenced_rejected"`       // stale holders caught by fencing
@@ -306,6 +309,7 @@ func (c *check) missed(fenced []history.Event) {
 	}
 	from := (c.run.WindowWall[0]/every + 1) * every
 	to := c.run.WindowWall[1] - c.run.JobWork.Milliseconds() - c.run.TTL.Milliseconds() - 500
+	var runStart int64
 	for at := from; at <= to; at += every {
 		c.r.Expected++
 		key := harness.JobName + "@" + strconv.FormatInt(at, 10)
@@ -314,6 +318,10 @@ func (c *check) missed(fenced []history.Event) {
 			continue
 		}
 		c.r.Missed = append(c.r.Missed, key)
+		if done[harness.JobName+"@"+strconv.FormatInt(at-every, 10)] || at == from {
+			runStart = at
+		}
+		c.r.LongestMiss = max(c.r.LongestMiss, time.Duration(at-runStart+every)*time.Millisecond)
 		mono := c.run.WindowMono[0] + (at-c.run.WindowWall[0])*int64(time.Millisecond)
 		for _, f := range c.run.Applied {
 			if mono >= f.From-int64(c.run.TTL) && mono <= f.To+2*int64(c.run.TTL) {

@@ -43,8 +43,8 @@ func (r *Report) Summary() string {
 	for _, n := range run.Notes {
 		fmt.Fprintf(&b, "  note: %s\n", n)
 	}
-	fmt.Fprintf(&b, "  occurrences: %d expected, %d took effect at the fenced sink, %d missed (%d of them during a fault)\n",
-		r.Expected, r.Ran, len(r.Missed), r.MissedInFault)
+	fmt.Fprintf(&b, "  occurrences: %d expected, %d took effect at the fenced sink, %d missed (%d of them during a fault; longest run of misses %v)\n",
+		r.Expected, r.Ran, len(r.Missed), r.MissedInFault, r.LongestMiss)
 	var unexplained int
 	for _, d := range r.FencedDuplicates {
 		if !d.Explained {

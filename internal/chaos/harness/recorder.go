@@ -57,6 +57,10 @@ func classify(err error) string {
 	switch {
 	case err == nil:
 		return history.OK
+	case errors.Is(err, backend.ErrNotApplied):
+		// Never sent (it may wrap the cause, such as ErrLeaseLost of the
+		// lock's context): nothing was asked of the backend.
+		return history.Refused
 	case errors.Is(err, backend.ErrHeld):
 		return history.Held
 	case errors.Is(err, backend.ErrLeaseLost):
