@@ -124,10 +124,10 @@ func parseLevel(s string) (slog.Level, error) {
 	return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
 }
 
-// NewLogger returns the daemon's logger writing to w in format ("text" or
-// "json") at level ("debug", "info", "warn", "error"; "" = info), with the
-// instance id on every line.
-func NewLogger(w io.Writer, format, level, instance string) (*slog.Logger, error) {
+// NewLogger returns a logger for the daemon writing to w in format ("text"
+// or "json") at level ("debug", "info", "warn", "error"; "" = info). New
+// adds the instance id to every line.
+func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	lv, err := parseLevel(level)
 	if err != nil {
 		return nil, fmt.Errorf("%w: log level %v", ErrConfig, err)
@@ -142,5 +142,5 @@ func NewLogger(w io.Writer, format, level, instance string) (*slog.Logger, error
 	default:
 		return nil, fmt.Errorf("%w: log format %q is not text or json", ErrConfig, format)
 	}
-	return slog.New(h).With("instance", instance), nil
+	return slog.New(h), nil
 }

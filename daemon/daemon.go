@@ -51,6 +51,7 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 	if log == nil {
 		log = slog.Default()
 	}
+	log = log.With("instance", cfg.Instance) // on every line of the daemon, its scheduler and its API
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	if err != nil {
@@ -130,7 +131,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	defer stopAdmin()
 	close(d.ready)
-	d.log.Info("leasehold daemon running", "instance", d.cfg.Instance, "namespace", d.cfg.Namespace,
+	d.log.Info("leasehold daemon running", "namespace", d.cfg.Namespace,
 		"backend", redactURL(d.cfg.Backend), "jobs", len(d.cfg.Jobs))
 	var runErr error
 	select {

@@ -10,12 +10,13 @@ import (
 )
 
 func ExampleNewLogger() {
-	log, err := daemon.NewLogger(os.Stdout, "json", "info", "web-1")
+	log, err := daemon.NewLogger(os.Stdout, "json", "info")
 	if err != nil {
 		panic(err)
 	}
-	// Every line carries the instance id; drop the time for a stable output.
-	log = slog.New(noTime{log.Handler()})
+	// Drop the time for a stable output. daemon.New adds the instance id
+	// to every line of the daemon, as here.
+	log = slog.New(noTime{log.With("instance", "web-1").Handler()})
 	log.Info("run finished", "job", "report", "token", "42")
 	// Output:
 	// {"level":"INFO","msg":"run finished","instance":"web-1","job":"report","token":"42"}

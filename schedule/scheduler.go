@@ -351,7 +351,8 @@ func (s *Scheduler) Trigger(ctx context.Context, job, key string) error {
 		err := safeCall(rctx, e.job.Func, r)
 		took := time.Since(start)
 		stop()
-		_ = c.Finish(context.WithoutCancel(ctx), err)
+		ferr := c.Finish(context.WithoutCancel(ctx), err)
+		s.cfg.logger.Info("triggered run finished", "job", job, "trigger key", key, "token", r.Token, "took", took, "err", err, "record err", ferr)
 		s.emitRun(r, took, err)
 	}()
 	return nil

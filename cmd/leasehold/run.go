@@ -85,7 +85,7 @@ same backend refuses to start.`,
 			if cmd.Flags().Changed("log-level") {
 				cfg.Log.Level = logLevel
 			}
-			log, err := daemon.NewLogger(a.stderr, cfg.Log.Format, cfg.Log.Level, cfg.Instance)
+			log, err := daemon.NewLogger(a.stderr, cfg.Log.Format, cfg.Log.Level)
 			if err != nil {
 				return &exitError{code: ExitUsage, err: err}
 			}

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -100,9 +101,31 @@ func TestAuth(t *testing.T) {
 			t.Errorf("GET %s without a token = %d", p, code)
 		}
 	}
+	waitFor(t, 20*time.Second, "a run logged", func() bool { return strings.Contains(n.log.String(), `"msg":"run finished"`) })
 	logs := n.log.String()
 	if !strings.Contains(logs, "request refused") || !strings.Contains(logs, "unknown token") || !strings.Contains(logs, "lacks admin") {
 		t.Fatalf("failed attempts not logged:\n%s", logs)
+	}
+	// Structured logs: every line has the instance id; run lines have the
+	// job, the occurrence and the token.
+	runLines := 0
+	for _, line := range lines(logs) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line is not JSON: %s", line)
+		}
+		if m["instance"] != "d1" {
+			t.Errorf("log line without the instance id: %s", line)
+		}
+		if m["msg"] == "run finished" {
+			runLines++
+			if m["job"] == nil || m["at"] == nil || m["token"] == nil {
+				t.Errorf("run line without job, occurrence or token: %s", line)
+			}
+		}
+	}
+	if runLines == 0 {
+		t.Errorf("no run was logged:\n%s", logs)
 	}
 	for _, secret := range []string{readSecret, adminSecret, "not-the-token-0123456789"} {
 		if strings.Contains(logs, secret) {

@@ -78,7 +78,7 @@ func startNode(t *testing.T, b backend.Backend, instance, namespace, conf string
 		cfg.SetListen("127.0.0.1:0")
 	}
 	logs := &syncBuffer{}
-	log, err := daemon.NewLogger(logs, "json", "debug", instance)
+	log, err := daemon.NewLogger(logs, "json", "debug")
 	if err != nil {
 		t.Fatal(err)
 	}
