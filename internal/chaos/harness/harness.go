@@ -306,7 +306,9 @@ func execute(ctx context.Context, cfg Config, tb testing.TB) (*Run, error) {
 		switch kind {
 		case FaultKill:
 			busy.forget(workers[i].name)
-			ferr = workers[i].kill(cfg, filepath.Join(cfg.Out, workers[i].name+".log"), time.Duration(200+rng.IntN(800))*time.Millisecond)
+			down := time.Duration(200+rng.IntN(800)) * time.Millisecond
+			f.Detail = "SIGKILL, started again after " + down.String()
+			ferr = workers[i].kill(cfg, filepath.Join(cfg.Out, workers[i].name+".log"), down)
 		case FaultPause:
 			// Past the TTL, and past a 2 s ZooKeeper session, with time
 			// for another worker to take over and write.
