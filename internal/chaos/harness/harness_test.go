@@ -127,8 +127,12 @@ func TestChaos(t *testing.T) {
 // effect twice — the paused runner woke and wrote after its occurrence was
 // reclaimed and run again — and the fenced sink must have kept one effect
 // of each: proof that the fault took effect and that fencing caught it.
+//
+// It runs on Redis, not SQLite: a process paused inside a SQLite write
+// transaction holds the database's write lock, so no other instance can
+// reclaim until it wakes — and then the stale runner writes first.
 func TestControlPauseRetry(t *testing.T) {
-	r := run(t, harness.Config{Backend: "sqlite", Instances: 3, Duration: 8 * time.Second, Faults: []string{harness.FaultPause}})
+	r := run(t, harness.Config{Backend: "redis", Instances: 3, Duration: 8 * time.Second, Faults: []string{harness.FaultPause}})
 	if r.UnfencedDuplicates == 0 {
 		t.Fatalf("the unfenced log shows no duplicate effect: the pauses did not take effect")
 	}
