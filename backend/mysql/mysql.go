@@ -1,6 +1,15 @@
-// Package mysql is the MySQL 8 / MariaDB (10.6+) leasehold backend: leases
-// and the run ledger in InnoDB tables, through go-sql-driver/mysql. It is
-// tested on MariaDB 10.11 and written for MySQL 8 as well.
+// Package mysql is the MariaDB leasehold backend, written for MySQL 8 as
+// well: leases and the run ledger in InnoDB tables, through
+// go-sql-driver/mysql.
+//
+// Tested: MariaDB 10.11 only (the conformance suite, process and proxy
+// fault tests, a server crash and restart, TLS). MySQL 8 is NOT tested —
+// no MySQL server can be had on the machines this is developed on — so it
+// is not claimed as supported. The SQL keeps to what both servers document
+// (ON DUPLICATE KEY UPDATE with VALUES(), which MySQL 8.0.20+ deprecates
+// but still runs, with a warning; LAST_INSERT_ID(expr); NOW(6); GET_LOCK);
+// run this package's tests against a MySQL 8 server
+// (LEASEHOLD_TEST_MYSQL_URL) before relying on it there.
 //
 // What it guarantees, and why:
 //
@@ -87,6 +96,7 @@ func WithTablePrefix(p string) Option {
 // number of processes may share the tables.
 type Backend struct {
 	db      *sql.DB
+	ownsDB  bool // made by Open/OpenConfig: Close closes it
 	dbName  string
 	prefix  string
 	durable bool
@@ -175,14 +185,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) 
 // OpenConfig is Open with a driver configuration (its session settings are
 // overridden as ParseURL does).
 func OpenConfig(ctx context.Context, cfg *driver.Config, opts ...Option) (*Backend, error) {
-	c := config{prefix: "leasehold_"}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil mysql option", backend.ErrInvalid)
-		}
-		if err := o(&c); err != nil {
-			return nil, err
-		}
+	c, err := options(opts)
+	if err != nil {
+		return nil, err
 	}
 	cfg = cfg.Clone()
 	if err := setSession(cfg); err != nil {
@@ -195,12 +200,83 @@ func OpenConfig(ctx context.Context, cfg *driver.Config, opts ...Option) (*Backe
 	db := sql.OpenDB(conn)
 	db.SetMaxIdleConns(16)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	b := &Backend{db: db, dbName: cfg.DBName, prefix: c.prefix}
-	q := func(n string) string { return "`" + c.prefix + n + "`" }
-	b.tLeases, b.tJobs, b.tRuns, b.tMeta = q("leases"), q("jobs"), q("runs"), q("meta")
+	b := newBackend(db, true, cfg.DBName, c.prefix)
 	if err := b.init(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("leasehold/mysql: open %s@%s/%s: %w", cfg.User, cfg.Addr, cfg.DBName, err)
+	}
+	return b, nil
+}
+
+func options(opts []Option) (config, error) {
+	c := config{prefix: "leasehold_"}
+	for _, o := range opts {
+		if o == nil {
+			return c, fmt.Errorf("%w: nil mysql option", backend.ErrInvalid)
+		}
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func newBackend(db *sql.DB, owns bool, dbName, prefix string) *Backend {
+	b := &Backend{db: db, ownsDB: owns, dbName: dbName, prefix: prefix}
+	q := func(n string) string { return "`" + prefix + n + "`" }
+	b.tLeases, b.tJobs, b.tRuns, b.tMeta = q("leases"), q("jobs"), q("runs"), q("meta")
+	return b
+}
+
+// ErrSession: a *sql.DB given to New lacks a connection setting the backend
+// needs.
+var ErrSession = errors.New("leasehold/mysql: connection settings unsuitable")
+
+// New returns a backend over a *sql.DB the application already has, in its
+// current database; Close does not close db. db's connections must have
+// been opened with the settings ParseURL sets — parseTime=true, loc=UTC,
+// clientFoundRows=true and time_zone='+00:00' (in a DSN:
+// "?parseTime=true&clientFoundRows=true&time_zone=%27%2B00%3A00%27") —
+// which New checks on one connection, failing with ErrSession (changing
+// nothing) when one is missing: without them expiry instants would be
+// misread, and a guarded UPDATE that changes nothing would look like a lost
+// lease.
+func New(ctx context.Context, db *sql.DB, opts ...Option) (*Backend, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: mysql db is nil", backend.ErrInvalid)
+	}
+	c, err := options(opts)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("leasehold/mysql: new: %w", err)
+	}
+	defer conn.Close()
+	var (
+		tz     string
+		now    any
+		dbName sql.NullString
+	)
+	if err := conn.QueryRowContext(ctx, `SELECT @@session.time_zone, NOW(6), DATABASE()`).Scan(&tz, &now, &dbName); err != nil {
+		return nil, fmt.Errorf("leasehold/mysql: new: read the session: %w", err)
+	}
+	if tz != "+00:00" {
+		return nil, fmt.Errorf("%w: session time_zone is %q, want '+00:00' (DSN parameter time_zone=%%27%%2B00%%3A00%%27)", ErrSession, tz)
+	}
+	if tm, ok := now.(time.Time); !ok || tm.Location() != time.UTC {
+		return nil, fmt.Errorf("%w: DATETIME values arrive as %T, want time.Time in UTC (DSN parameters parseTime=true, loc=UTC)", ErrSession, now)
+	}
+	if !dbName.Valid || dbName.String == "" {
+		return nil, fmt.Errorf("%w: the connection has no current database", ErrSession)
+	}
+	if err := probeFoundRows(ctx, conn); err != nil {
+		return nil, err
+	}
+	b := newBackend(db, false, dbName.String, c.prefix)
+	if err := b.init(ctx); err != nil {
+		return nil, fmt.Errorf("leasehold/mysql: new in database %s: %w", dbName.String, err)
 	}
 	return b, nil
 }
@@ -314,7 +390,35 @@ func (b *Backend) Database() string { return b.dbName }
 // Prefix returns the table prefix.
 func (b *Backend) Prefix() string { return b.prefix }
 
-// Close closes the connection pool; leases stay in the database.
+// probeFoundRows checks clientFoundRows: an UPDATE that matches a row but
+// changes nothing must count it. The probe is a temporary table of this
+// connection (so New needs the CREATE TEMPORARY TABLES privilege), dropped
+// at once; the database is not changed.
+func probeFoundRows(ctx context.Context, conn *sql.Conn) error {
+	const tbl = "leasehold_found_rows_probe"
+	for _, q := range []string{`DROP TEMPORARY TABLE IF EXISTS ` + tbl, `CREATE TEMPORARY TABLE ` + tbl + ` (x INT)`, `INSERT INTO ` + tbl + ` VALUES (1)`} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("leasehold/mysql: new: probe clientFoundRows: %w", err)
+		}
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `DROP TEMPORARY TABLE IF EXISTS `+tbl)
+	res, err := conn.ExecContext(ctx, `UPDATE `+tbl+` SET x = x`)
+	if err != nil {
+		return fmt.Errorf("leasehold/mysql: new: probe clientFoundRows: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("leasehold/mysql: new: probe clientFoundRows: %w", err)
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: an UPDATE that changes nothing reports %d rows, want 1 (DSN parameter clientFoundRows=true)", ErrSession, n)
+	}
+	return nil
+}
+
+// Close closes the connection pool when Open or OpenConfig made it (not a
+// *sql.DB given to New); leases stay in the database. Later calls fail
+// with ErrClosed.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -322,6 +426,9 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	if !b.ownsDB {
+		return nil
+	}
 	return b.db.Close()
 }
 

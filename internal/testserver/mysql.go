@@ -106,7 +106,9 @@ func MariaDB(t testing.TB, extra ...string) *Server {
 		Args: func(port int, dir string) []string {
 			data := filepath.Join(dir, "data")
 			if _, err := os.Stat(filepath.Join(data, "mysql")); err != nil {
-				out, err := exec.Command("mariadb-install-db", "--datadir="+data, "--user=root",
+				// --no-defaults first: the system's my.cnf (user=mysql,
+				// its own datadir and socket) must not apply.
+				out, err := exec.Command("mariadb-install-db", "--no-defaults", "--datadir="+data, "--user=root",
 					"--auth-root-authentication-method=normal", "--skip-test-db").CombinedOutput()
 				if err != nil {
 					t.Fatalf("testserver: mariadb-install-db: %v\n%s", err, out)
