@@ -22,7 +22,9 @@ func open(t testing.TB, addr string, session time.Duration, prefix ...string) *z
 	if len(prefix) > 0 {
 		p = prefix[0]
 	}
-	b, err := zookeeper.OpenConfig(zookeeper.Config{Servers: []string{addr}, Prefix: p, SessionTimeout: session})
+	// A generous connect bound: on a loaded 2-core host a fresh JVM server
+	// can take over 10 s to open its first sessions.
+	b, err := zookeeper.OpenConfig(zookeeper.Config{Servers: []string{addr}, Prefix: p, SessionTimeout: session, ConnectTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("zookeeper.OpenConfig: %v", err)
 	}
