@@ -15,7 +15,6 @@ package checker
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -410,90 +409,6 @@ func (c *check) overlaps() {
 		}
 	}
 	sort.Slice(c.r.Overlaps, func(i, j int) bool { return c.r.Overlaps[i].At < c.r.Overlaps[j].At })
-}
-
-// slackFor is the model's allowance for the rates of the server's and the
-// host's clocks: 1 % of the TTL plus 20 ms.
-func slackFor(ttl time.Duration) int64 { return int64(ttl)/100 + int64(20*time.Millisecond) }
-
-func (c *check) leaseOps() []porcupine.Operation {
-	clients := map[string]int{}
-	var out []porcupine.Operation
-	for _, op := range c.ops {
-		switch op.Kind {
-		case history.Acquire, history.Renew, history.Release:
-		default:
-			continue
-		}
-		cl := op.Process + "/" + strconv.Itoa(op.PID)
-		if _, ok := clients[cl]; !ok {
-			clients[cl] = len(clients)
-		}
-		res := op.Result
-		if res == history.Claimed {
-			res = history.Refused
-		}
-		in := LeaseInput{Kind: op.Kind, Key: op.Key, Owner: op.Owner, Token: op.Token, TTL: op.TTL, Call: op.Call, Ret: op.Ret}
-		if op.Kind == history.Acquire {
-			in.Token = 0
-		}
-		out = append(out, porcupine.Operation{ClientId: clients[cl], Input: in, Call: op.Call, Return: op.Ret,
-			Output: LeaseOutput{Result: res, Token: op.Token, TTL: op.Granted, HeldToken: op.HeldToken}, Metadata: cl})
-	}
-	return out
-}
-
-// linearizability checks the lease operations with porcupine. For a
-// backend that does not declare durable fencing and was restarted, the
-// restart is the predicted loss of state: each span between restarts is
-// checked on its own from an empty state, so that an anomaly inside a span
-// is still a failure. An operation sent before a restart began and
-// answered after the server was back belongs to both spans: in the earlier
-// one as indeterminate (whatever it did there was lost), in the later one
-// with its answer (which came from the restarted server).
-func (c *check) linearizability(timeout time.Duration) porcupine.LinearizationInfo {
-	ops := c.leaseOps()
-	c.r.LeaseOps = len(ops)
-	model := leaseModel(slackFor(c.run.TTL))
-	if c.run.Capabilities.DurableFencing || len(c.restarts) == 0 {
-		res, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
-		c.r.Linearizable = string(res)
-		return info
-	}
-	// Span i runs from the end of restart i-1 to the start of restart i.
-	los, his := []int64{math.MinInt64}, []int64{}
-	for _, r := range c.restarts {
-		his = append(his, r[0])
-		los = append(los, r[1])
-	}
-	his = append(his, math.MaxInt64)
-	worst := porcupine.Ok
-	var shown porcupine.LinearizationInfo
-	for i := range los {
-		lo, hi := los[i], his[i]
-		var span []porcupine.Operation
-		for _, op := range ops {
-			if op.Return <= lo || op.Call >= hi {
-				continue
-			}
-			if op.Return > hi || op.Call < lo && op.Return <= lo {
-				out := op.Output.(LeaseOutput)
-				out.Result = history.Indeterminate
-				op.Output = out
-				c.r.StraddlingRestart++
-			}
-			span = append(span, op)
-		}
-		res, info := porcupine.CheckOperationsVerbose(model, span, timeout)
-		if i == 0 || res != porcupine.Ok && worst != porcupine.Illegal {
-			shown = info
-		}
-		if res == porcupine.Illegal || res == porcupine.Unknown && worst == porcupine.Ok {
-			worst = res
-		}
-	}
-	c.r.Linearizable = string(worst)
-	return shown
 }
 
 func (c *check) verdict() {
