@@ -77,9 +77,15 @@ func (b *Backend) bumpSQL() string {
 var errLostRace = errors.New("lost the race")
 
 // Claim implements backend.Ledger: in one READ COMMITTED transaction, read
-// the occurrence and the server's clock, take the job's next token (which
-// locks the job's row), count running occurrences when MaxRunning is set,
-// and INSERT the run. A duplicate-key error means another claim won.
+// the occurrence; INSERT the run (token 0 for now) unless it is in the
+// future beyond MaxEarly by the server's clock; take the job's next token
+// (which locks the job's row, so the claims of one job are serialised);
+// count running occurrences when MaxRunning is set; set the run's token.
+// A duplicate-key error on the INSERT means another claim won. Inserting
+// first makes a losing claim wait on the winner's row and fail without
+// locking the job's row or writing anything (it used to bump the counter
+// first, so every concurrent loser queued on the job's row for a redo-log
+// flush of its own).
 func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
 	if err := backend.CheckClaim(req, MinTTL); err != nil {
 		return backend.Grant{}, err
@@ -105,15 +111,28 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		case !errors.Is(err, sql.ErrNoRows):
 			return err
 		}
-		var now time.Time
-		if err := tx.QueryRowContext(ctx, `SELECT NOW(6)`).Scan(&now); err != nil {
+		res, err := tx.ExecContext(ctx, `INSERT INTO `+b.tRuns+` (job, scheduled_at, spec_version, instance, nonce, token,
+			attempt, state, claimed_at, expires_at, result, error)
+			SELECT ?, ?, ?, ?, ?, 0, 1, 'running', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, '', ''
+			FROM DUAL WHERE ? <= NOW(6) + INTERVAL ? MICROSECOND`,
+			req.Job, at, req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:], micros(req.TTL), at, micros(req.MaxEarly))
+		if isErr(err, errDupEntry) {
+			return errLostRace
+		}
+		if err != nil {
 			return err
 		}
-		if at.After(now.Add(req.MaxEarly)) {
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			var now time.Time
+			if err := tx.QueryRowContext(ctx, `SELECT NOW(6)`).Scan(&now); err != nil {
+				return err
+			}
 			return fmt.Errorf("%w: %s, backend clock %s, max early %v",
 				backend.ErrTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
 		}
-		res, err := tx.ExecContext(ctx, b.bumpSQL(), req.Job, at, req.SpecVersion)
+		res, err = tx.ExecContext(ctx, b.bumpSQL(), req.Job, at, req.SpecVersion)
 		if err != nil {
 			return err
 		}
@@ -124,21 +143,14 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		if req.MaxRunning > 0 {
 			var n int
 			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+b.tRuns+`
-				WHERE job = ? AND state = 'running' AND expires_at > NOW(6)`, req.Job).Scan(&n); err != nil {
+				WHERE job = ? AND state = 'running' AND expires_at > NOW(6) AND scheduled_at <> ?`, req.Job, at).Scan(&n); err != nil {
 				return err
 			}
 			if n >= req.MaxRunning {
 				return fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, n, req.MaxRunning)
 			}
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO `+b.tRuns+` (job, scheduled_at, spec_version, instance, nonce, token,
-			attempt, state, claimed_at, expires_at, result, error)
-			VALUES (?, ?, ?, ?, ?, ?, 1, 'running', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, '', '')`,
-			req.Job, at, req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:], token, micros(req.TTL))
-		if isErr(err, errDupEntry) {
-			return errLostRace
-		}
-		if err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE `+b.tRuns+` SET token = ? WHERE job = ? AND scheduled_at = ?`, token, req.Job, at); err != nil {
 			return err
 		}
 		g = backend.Grant{Token: uint64(token), TTL: ttl}
