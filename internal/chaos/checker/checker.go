@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -331,10 +332,13 @@ func (c *check) missed(fenced []history.Event) {
 	}
 }
 
-// grants are the successful acquires, claims and reclaims.
+// grants are the successful acquires, claims and reclaims. A grant's Call
+// is that of the first attempt of its request: retries reuse the owner
+// nonce, and a retry of an attempt that was applied answers with that
+// attempt's grant ("yours"), made when the first attempt was sent.
 func (c *check) grants() map[string][]Op {
 	by := map[string][]Op{}
-	for _, op := range c.ops {
+	for _, op := range c.firstAttempts() {
 		if op.Result != history.OK {
 			continue
 		}
@@ -347,6 +351,29 @@ func (c *check) grants() map[string][]Op {
 		}
 	}
 	return by
+}
+
+// firstAttempts returns the operations with the Call of each acquire,
+// claim and reclaim set to that of the first attempt of its request (same
+// kind, key and owner nonce).
+func (c *check) firstAttempts() []Op {
+	first := map[string]int64{}
+	for _, op := range c.ops {
+		switch op.Kind {
+		case history.Acquire, history.Claim, history.Reclaim:
+			k := op.Kind + " " + op.Key + " " + op.Owner
+			if f, ok := first[k]; !ok || op.Call < f {
+				first[k] = op.Call
+			}
+		}
+	}
+	out := slices.Clone(c.ops)
+	for i, op := range out {
+		if f, ok := first[op.Kind+" "+op.Key+" "+op.Owner]; ok {
+			out[i].Call = f
+		}
+	}
+	return out
 }
 
 // regressions: a grant requested after another grant (by another owner)
@@ -376,7 +403,7 @@ func (c *check) regressions() {
 func (c *check) overlaps() {
 	slack := slackFor(c.run.TTL)
 	byKey := map[string][]Op{}
-	for _, op := range c.ops {
+	for _, op := range c.firstAttempts() {
 		switch op.Kind {
 		case history.Acquire, history.Renew, history.Release:
 			byKey[op.Key] = append(byKey[op.Key], op)
