@@ -75,6 +75,15 @@ func (n *notifier) loop(ps *goredis.PubSub) {
 	ctx := context.Background()
 	for {
 		msg, err := ps.Receive(ctx)
+		if err != nil && n.b.expEvt.Load() && strings.HasPrefix(err.Error(), "NOPERM") {
+			// The user's ACL does not allow the server-wide expired-key
+			// channel (it names every namespace's keys; docs/namespaces.md).
+			// The pattern subscription before it stands: go on without
+			// expiry events, as on a server that does not send them.
+			n.b.expEvt.Store(false)
+			_ = ps.Unsubscribe(ctx, n.expiredChannel())
+			continue
+		}
 		if err != nil {
 			n.mu.Lock()
 			closed := n.closed
