@@ -15,7 +15,8 @@ import (
 type Locker struct {
 	b           backend.Leases
 	cfg         config
-	backendName string // for observer events
+	backendName string     // for observer events
+	queue       localQueue // this process's goroutines blocked on a key; see queue.go
 }
 
 // NewLocker returns a Locker over b. Options are validated here; see
@@ -52,6 +53,7 @@ type Lock struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	leave  func() // gives up the local queue's turn (queue.go); idempotent
 
 	mu       sync.Mutex
 	deadline time.Time
@@ -160,11 +162,22 @@ func (lk *Locker) acquire(ctx context.Context, kind, field, key string, wait boo
 	return lk.acquireOnce(ctx, kind, field, key, wait, observe)
 }
 
-func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait bool, observe func(backend.Lease)) (*Lock, error) {
+func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait bool, observe func(backend.Lease)) (lock *Lock, err error) {
 	if err := ValidatePath(field, key); err != nil {
 		return nil, err
 	}
 	bkey := backendKey(lk.cfg.namespace, kind, key)
+	leave := func() {}
+	if wait && observe == nil {
+		if leave, err = lk.queue.enter(ctx, bkey); err != nil {
+			return nil, fmt.Errorf("%w: acquire %q: waiting behind this process's other waiters: %w", ErrNotAcquired, key, err)
+		}
+		defer func() {
+			if lock == nil {
+				leave()
+			}
+		}()
+	}
 	// One nonce for the whole call: a retry of an attempt that was applied
 	// answers "yours" instead of leaving an orphaned grant.
 	owner := backend.Owner{Instance: lk.cfg.instance, Nonce: backend.NewNonce()}
@@ -183,7 +196,7 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 			if !firstUnknown.IsZero() {
 				sent = firstUnknown
 			}
-			return lk.hold(ctx, kind, key, bkey, owner, g, sent), nil
+			return lk.hold(ctx, kind, key, bkey, owner, g, sent, leave), nil
 		}
 		var held *backend.HeldError
 		switch {
@@ -294,11 +307,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // hold builds the Lock for a grant and starts its watchdog.
-func (lk *Locker) hold(ctx context.Context, kind, key, bkey string, owner backend.Owner, g backend.Grant, sent time.Time) *Lock {
+func (lk *Locker) hold(ctx context.Context, kind, key, bkey string, owner backend.Owner, g backend.Grant, sent time.Time, leave func()) *Lock {
 	lctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	l := &Lock{
 		lk: lk, key: key, kind: kind, bkey: bkey, owner: owner, token: Token(g.Token),
-		ctx: lctx, cancel: cancel,
+		ctx: lctx, cancel: cancel, leave: leave,
 		stop: make(chan struct{}), watchDone: make(chan struct{}),
 	}
 	l.deadline = sent.Add(lk.cfg.safeSpan(g.TTL))
@@ -343,6 +356,13 @@ func (l *Lock) extend(sent time.Time, granted time.Duration) bool {
 // until the deadline, and stops when the lock is lost or released.
 func (l *Lock) watch(lastSent time.Time) {
 	defer close(l.watchDone)
+	defer func() {
+		// A lost lock gives up its local queue turn here (after the
+		// best-effort release); a released one in Release.
+		if errors.Is(context.Cause(l.ctx), ErrLeaseLost) {
+			l.leave()
+		}
+	}()
 	cfg := &l.lk.cfg
 	next := time.NewTimer(time.Until(lastSent.Add(cfg.renewEvery)))
 	defer next.Stop()
@@ -416,6 +436,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.mu.Unlock()
 		start := time.Now()
 		l.relErr = l.releaseBackend(ctx)
+		l.leave()
 		if o := l.lk.cfg.observer; o != nil {
 			ev := l.event(EventRelease)
 			ev.Result, ev.Duration, ev.Err = releaseResult(l.relErr), time.Since(start), l.relErr
