@@ -61,6 +61,14 @@ func confinedRole(t *testing.T, admin *pgx.Conn, adminURL, name string) (string,
 	return u.String(), schema
 }
 
+// withParam adds a query parameter to a URL.
+func withParam(u, kv string) string {
+	if strings.Contains(u, "?") {
+		return u + "&" + kv
+	}
+	return u + "?" + kv
+}
+
 // isDenied reports whether err is PostgreSQL's insufficient_privilege.
 func isDenied(err error) bool {
 	var pe *pgconn.PgError
@@ -119,9 +127,16 @@ func TestNamespaceConfinedByRole(t *testing.T) {
 	}
 	defer lB.Release(ctx)
 
-	// A, in A: a lock and a claimed, finished occurrence.
-	bA := openA(t, "")
+	// A, in A: a lock and a claimed, finished occurrence, through the URL
+	// form the daemon uses.
+	bA, err := Open(ctx, withParam(urlA, "schema="+schemaA))
+	if err != nil {
+		t.Fatalf("Open of %s?…&schema=%s as A: %v", schemaA, schemaA, err)
+	}
 	defer bA.Close()
+	if bA.Schema() != schemaA {
+		t.Fatalf("schema from the URL: %q, want %q", bA.Schema(), schemaA)
+	}
 	lkA, err := leasehold.NewLocker(bA, leasehold.WithNamespace("a"))
 	if err != nil {
 		t.Fatal(err)
@@ -141,6 +156,12 @@ func TestNamespaceConfinedByRole(t *testing.T) {
 	// the server.
 	if _, err := Open(ctx, urlA, WithSchema(schemaB)); !isDenied(err) {
 		t.Fatalf("Open of schema B as A: %v, want permission denied (42501)", err)
+	}
+	if _, err := Open(ctx, withParam(urlA, "schema="+schemaB)); !isDenied(err) {
+		t.Fatalf("Open of …&schema=%s as A: %v, want permission denied (42501)", schemaB, err)
+	}
+	if _, err := Open(ctx, withParam(urlA, "schema=Bad-Name")); !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), "Bad-Name") {
+		t.Fatalf("Open with a bad schema in the URL: %v, want ErrInvalid naming it", err)
 	}
 	connA, err := pgx.Connect(ctx, urlA)
 	if err != nil {

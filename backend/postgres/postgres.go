@@ -53,6 +53,7 @@ import (
 	"hash/fnv"
 	"net/url"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -135,7 +136,11 @@ var (
 // key=value connection string understood by pgx; TLS through sslmode, the
 // password from the URL or PGPASSWORD / ~/.pgpass) and returns a backend
 // that owns its pool: Close closes it. Errors never contain the password.
+// A postgres:// URL may also carry schema=NAME and table_prefix=P, taken as
+// WithSchema and WithTablePrefix (options given here override them).
 func Open(ctx context.Context, connURL string, opts ...Option) (*Backend, error) {
+	connURL, urlOpts := urlOptions(connURL)
+	opts = append(urlOpts, opts...)
 	cfg, err := pgxpool.ParseConfig(connURL)
 	if err != nil {
 		// pgx redacts the password in its own messages; the URL is
@@ -152,6 +157,35 @@ func Open(ctx context.Context, connURL string, opts ...Option) (*Backend, error)
 		return nil, err
 	}
 	return b, nil
+}
+
+// urlOptions takes leasehold's own parameters out of a postgres:// URL —
+// schema=NAME (WithSchema) and table_prefix=P (WithTablePrefix) — so that a
+// URL alone (the daemon's backend setting) can place a tenant in its schema.
+// Other forms of connection string are returned unchanged.
+func urlOptions(connURL string) (string, []Option) {
+	if !strings.HasPrefix(connURL, "postgres://") && !strings.HasPrefix(connURL, "postgresql://") {
+		return connURL, nil
+	}
+	u, err := url.Parse(connURL)
+	if err != nil {
+		return connURL, nil // pgx reports it
+	}
+	q := u.Query()
+	var opts []Option
+	if q.Has("schema") {
+		opts = append(opts, WithSchema(q.Get("schema")))
+		q.Del("schema")
+	}
+	if q.Has("table_prefix") {
+		opts = append(opts, WithTablePrefix(q.Get("table_prefix")))
+		q.Del("table_prefix")
+	}
+	if opts == nil {
+		return connURL, nil
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), opts
 }
 
 // New returns a backend over a pool the application already has. Close does
