@@ -24,6 +24,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/backend/redlock"
+	"github.com/leasehold/leasehold/internal/benchkit"
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 
@@ -70,16 +71,8 @@ func newClient(addr string) *goredis.Client {
 // pair is one lock implementation's acquire+release of a key.
 type pair func(ctx context.Context, key string) error
 
-func leaseholdPair(be backend.Leases) pair {
-	return func(ctx context.Context, key string) error {
-		o := backend.Owner{Instance: "bench", Nonce: backend.NewNonce()}
-		g, err := be.Acquire(ctx, key, o, ttl)
-		if err != nil {
-			return err
-		}
-		return be.Release(ctx, key, o, g.Token)
-	}
-}
+// leaseholdPair is the backend's own Acquire + Release (benchkit.LeasePair).
+func leaseholdPair(be backend.Leases) pair { return pair(benchkit.LeasePair(be, ttl)) }
 
 func redislockPair(c *goredis.Client) pair {
 	lc := redislock.New(c)
