@@ -72,9 +72,9 @@ type Report struct {
 
 	Linearizable string `json:"linearizable"` // Ok, Illegal, Unknown (timed out)
 	LeaseOps     int    `json:"lease_ops"`
-	// StraddlingRestart: lease operations that straddle a restart of a
-	// backend without durable fencing, taken as indeterminate in the span
-	// before it (each span between restarts is checked on its own).
+	// StraddlingRestart: lease operations that overlap a restart of a
+	// backend without durable fencing, taken as indeterminate in the spans
+	// on both sides (each span between restarts is checked on its own).
 	StraddlingRestart int `json:"straddling_restart,omitempty"`
 
 	Failures  []string `json:"failures,omitempty"`

@@ -263,10 +263,10 @@ func (c *check) leaseOps() []porcupine.Operation {
 // backend that does not declare durable fencing and was restarted, the
 // restart is the predicted loss of state: each span between restarts is
 // checked on its own from an empty state, so that an anomaly inside a span
-// is still a failure. An operation sent before a restart began and
-// answered after the server was back belongs to both spans: in the earlier
-// one as indeterminate (whatever it did there was lost), in the later one
-// with its answer (which came from the restarted server).
+// is still a failure. An operation that overlaps a restart (from the
+// moment the server was killed until the harness saw it answer again) may
+// have been answered by either server, so it is taken as indeterminate in
+// the spans on both sides.
 func (c *check) linearizability(timeout time.Duration) porcupine.LinearizationInfo {
 	ops := c.leaseOps()
 	c.r.LeaseOps = len(ops)
@@ -276,38 +276,36 @@ func (c *check) linearizability(timeout time.Duration) porcupine.LinearizationIn
 		c.r.Linearizable = string(res)
 		return info
 	}
-	// Span i runs from the end of restart i-1 to the start of restart i.
-	los, his := []int64{math.MinInt64}, []int64{}
-	for _, r := range c.restarts {
-		his = append(his, r[0])
-		los = append(los, r[1])
-	}
-	his = append(his, math.MaxInt64)
+	// Span k runs from the end of restart k-1 to the start of restart k.
+	windows := append([][2]int64{{math.MinInt64, math.MinInt64}}, c.restarts...)
+	windows = append(windows, [2]int64{math.MaxInt64, math.MaxInt64})
 	worst := porcupine.Ok
 	var shown porcupine.LinearizationInfo
-	for i := range los {
-		lo, hi := los[i], his[i]
+	straddling := map[int]bool{}
+	for k := 0; k+1 < len(windows); k++ {
+		before, after := windows[k], windows[k+1]
 		var span []porcupine.Operation
-		for _, op := range ops {
-			if op.Return <= lo || op.Call >= hi {
-				continue
+		for i, op := range ops {
+			if op.Return <= before[0] || op.Call >= after[1] {
+				continue // wholly before the last restart, or after the next
 			}
-			if op.Return > hi || op.Call < lo && op.Return <= lo {
+			if op.Call < before[1] || op.Return > after[0] {
 				out := op.Output.(LeaseOutput)
 				out.Result = history.Indeterminate
 				op.Output = out
-				c.r.StraddlingRestart++
+				straddling[i] = true
 			}
 			span = append(span, op)
 		}
 		res, info := porcupine.CheckOperationsVerbose(model, span, timeout)
-		if i == 0 || res != porcupine.Ok && worst != porcupine.Illegal {
+		if k == 0 || res != porcupine.Ok && worst != porcupine.Illegal {
 			shown = info
 		}
 		if res == porcupine.Illegal || res == porcupine.Unknown && worst == porcupine.Ok {
 			worst = res
 		}
 	}
+	c.r.StraddlingRestart = len(straddling)
 	c.r.Linearizable = string(worst)
 	return shown
 }

@@ -58,7 +58,7 @@ func (r *Report) Summary() string {
 	fmt.Fprintf(&b, "  token regressions: %d; overlapping lease grants: %d\n", len(r.Regressions), len(r.Overlaps))
 	fmt.Fprintf(&b, "  linearizability (porcupine, expiry-aware lease model, %d lease ops): %s\n", r.LeaseOps, r.Linearizable)
 	if r.StraddlingRestart > 0 {
-		fmt.Fprintf(&b, "    each span between restarts of the non-durable backend checked from an empty state; %d ops straddling a restart taken as indeterminate before it\n", r.StraddlingRestart)
+		fmt.Fprintf(&b, "    each span between restarts of the non-durable backend checked from an empty state; %d ops overlapping a restart taken as indeterminate on both sides\n", r.StraddlingRestart)
 	}
 	fmt.Fprintf(&b, "  ops: %s\n", opsLine(r.Ops))
 	for _, p := range r.Predicted {
