@@ -240,7 +240,7 @@ func (s *Server) register(mux *http.ServeMux) (err error) {
 	for _, rt := range s.routes() {
 		rt := rt
 		mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
-			if rt.scope != "" && !s.authorize(w, r, rt.scope) {
+			if rt.scope != "" && (!s.checkOrigin(w, r) || !s.authorize(w, r, rt.scope)) {
 				return
 			}
 			if rt.scope != "" {

@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -180,6 +181,32 @@ func TestBadRequests(t *testing.T) {
 		msg, _ := m["error"].(string)
 		if code != c.status || m["field"] != c.field || !strings.Contains(msg, c.value) {
 			t.Errorf("%s %s = %d %v; want %d naming field %q and %s", c.method, c.path, code, m, c.status, c.field, c.value)
+		}
+	}
+	// Requests a page on another site could make through the browser.
+	for _, c := range []struct {
+		method, path, header, value, field string
+	}{
+		{"POST", "/api/v1/jobs/a-tick/pause", "Origin", "http://evil.example", "Origin"},
+		{"POST", "/api/v1/jobs/a-tick/trigger", "Origin", "null", "Origin"},
+		{"GET", "/api/v1/status", "Host", "evil.example", "Host"},
+		{"POST", "/api/v1/jobs/a-tick/pause", "Host", "evil.example:7070", "Host"},
+	} {
+		req, _ := http.NewRequest(c.method, n.url+c.path, nil)
+		if c.header == "Host" {
+			req.Host = c.value
+		} else {
+			req.Header.Set(c.header, c.value)
+		}
+		resp, err := n.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || m["field"] != c.field {
+			t.Errorf("%s %s with %s %s = %d %v, want 403 naming %s", c.method, c.path, c.header, c.value, resp.StatusCode, m, c.field)
 		}
 	}
 	// Nothing was paused or triggered by the rejected requests.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -112,6 +113,40 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, need Scope) b
 			fmt.Sprintf("the bearer token's scope %q does not allow this; it needs %q", scope, need))
 	}
 	return true
+}
+
+// checkOrigin guards against requests a web page on another site makes
+// through the user's browser: an action (POST) whose Origin is not this
+// server is refused (cross-site request forgery), and so is, when no token
+// is configured, any request whose Host is not a loopback name (DNS
+// rebinding: a hostile name resolving to 127.0.0.1).
+func (s *Server) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodPost {
+		if o := r.Header.Get("Origin"); o != "" {
+			u, err := url.Parse(o)
+			if err != nil || u.Host != r.Host {
+				s.cfg.logger.Warn("admin API: request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "reason", "cross-origin action", "origin", o)
+				writeError(w, http.StatusForbidden, "Origin", fmt.Sprintf("origin %q is not this server (%q): cross-site actions are refused", o, r.Host))
+				return false
+			}
+		}
+	}
+	if s.tokens.empty() && !IsLoopback(hostWithPort(r.Host)) {
+		s.cfg.logger.Warn("admin API: request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "reason", "non-loopback Host without tokens", "host", r.Host)
+		writeError(w, http.StatusForbidden, "Host", fmt.Sprintf("host %q is not a loopback name; without tokens only localhost and loopback addresses are served", r.Host))
+		return false
+	}
+	return true
+}
+
+func hostWithPort(h string) string {
+	if _, _, err := net.SplitHostPort(h); err == nil {
+		return h
+	}
+	if strings.Contains(h, ":") && !strings.HasPrefix(h, "[") { // a bare IPv6 address
+		return "[" + h + "]:0"
+	}
+	return h + ":0"
 }
 
 // IsLoopback reports whether the listen address addr (host:port) binds a

@@ -51,7 +51,7 @@ func FuzzRunsQuery(f *testing.F) {
 	f.Fuzz(func(t *testing.T, q string) {
 		u := &url.URL{Path: "/api/v1/runs", RawQuery: q}
 		req := httptest.NewRequest("GET", "/", nil)
-		req.URL = u
+		req.URL, req.Host = u, "127.0.0.1:7070"
 		rec := httptest.NewRecorder()
 		s.Handler().ServeHTTP(rec, req)
 		switch rec.Code {

@@ -44,6 +44,10 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	if err := sched.Register(schedule.Job{Name: "j", Schedule: "@daily", Func: func(_ context.Context, _ schedule.Run) error { return nil }}); err != nil {
 		t.Fatal(err)
 	}
+	if err := sched.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer sched.Shutdown(context.Background())
 	s, err := New(b, sched)
 	if err != nil {
 		t.Fatal(err)
@@ -56,9 +60,10 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		served = append(served, rt.method+" "+p)
 		// The mux really serves it: not the JSON 404 or 405 fallbacks.
 		req := httptest.NewRequest(rt.method, strings.NewReplacer("{job}", "j", "{role}", "schedule%2Fleader").Replace(p), nil)
+		req.Host = "127.0.0.1:7070"
 		rec := httptest.NewRecorder()
 		s.Handler().ServeHTTP(rec, req)
-		if rec.Code == http.StatusMethodNotAllowed || strings.Contains(rec.Body.String(), "no API endpoint") {
+		if rec.Code != http.StatusOK && rec.Code != http.StatusAccepted && rec.Code != http.StatusConflict {
 			t.Errorf("%s %s is in the route table but not served: %d %s", rt.method, p, rec.Code, rec.Body)
 		}
 	}
