@@ -7,9 +7,12 @@ package bench
 //	cd bench && go test -run '^$' -bench 'Etcd|ZooKeeper' -benchtime 2s
 
 import (
+	"bytes"
 	"context"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,7 +32,45 @@ var (
 	etcdOnce, clusterOnce, zkOnce sync.Once
 	etcdAddr, zkAddr              string
 	clusterAddrs                  []string
+	etcdPIDs                      = map[string][]int{} // target → server processes
 )
+
+// cpuTime is the user+system CPU time the processes have used so far, from
+// /proc/<pid>/stat (clock ticks of 10 ms); 0 for a pid it cannot read.
+func cpuTime(pids ...int) time.Duration {
+	var total time.Duration
+	for _, pid := range pids {
+		name := "/proc/self/stat"
+		if pid > 0 {
+			name = "/proc/" + strconv.Itoa(pid) + "/stat"
+		}
+		raw, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		// Fields after the command name (which may hold spaces): state is
+		// field 3, utime 14, stime 15.
+		f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		total += time.Duration(ut+st) * 10 * time.Millisecond
+	}
+	return total
+}
+
+// withCPU runs fn (a timed benchmark body) and reports the CPU time the
+// servers and this process used per operation: a figure that depends much
+// less on what else runs on the host than ns/op does.
+func withCPU(b *testing.B, servers []int, fn func()) {
+	s0, c0 := cpuTime(servers...), cpuTime(0)
+	fn()
+	s1, c1 := cpuTime(servers...), cpuTime(0)
+	b.ReportMetric(float64((s1-s0).Microseconds())/float64(b.N), "srv-cpu-µs/op")
+	b.ReportMetric(float64((c1-c0).Microseconds())/float64(b.N), "cli-cpu-µs/op")
+}
 
 // etcdTargets starts (once per run) a single etcd node and a 3-member
 // cluster; TestMain stops them with the other servers.
@@ -38,11 +79,15 @@ func etcdTargets(b *testing.B) map[string][]string {
 		s := testserver.Etcd(&keep{b})
 		servers = append(servers, s)
 		etcdAddr = s.Addr()
+		etcdPIDs["node1"] = []int{s.PID()}
 	})
 	clusterOnce.Do(func() {
 		c := testserver.EtcdCluster3(&keep{b})
 		servers = append(servers, c.Members...)
 		clusterAddrs = c.Endpoints()
+		for _, m := range c.Members {
+			etcdPIDs["cluster3"] = append(etcdPIDs["cluster3"], m.PID())
+		}
 	})
 	return map[string][]string{"node1": {etcdAddr}, "cluster3": clusterAddrs}
 }
@@ -141,7 +186,10 @@ func BenchmarkEtcdAcquireRelease(b *testing.B) {
 			}
 			for _, im := range impls {
 				for _, g := range []int{1, 64} {
-					b.Run(im.name+"/g"+strconv.Itoa(g), func(b *testing.B) { timed(b, im.p(b), g) })
+					b.Run(im.name+"/g"+strconv.Itoa(g), func(b *testing.B) {
+						p := im.p(b)
+						withCPU(b, etcdPIDs[target], func() { timed(b, p, g) })
+					})
 				}
 			}
 		})
