@@ -259,6 +259,12 @@ func (b *Backend) ensure(path string) error {
 	cur := ""
 	for _, part := range parts {
 		cur += "/" + part
+		// Look first: ZooKeeper checks the parent's CREATE permission before
+		// it reports that a node exists, so creating an existing tenant root
+		// under a parent the tenant may only read would fail (NoAuth).
+		if ok, _, err := b.conn.Exists(cur); err == nil && ok {
+			continue
+		}
 		_, err := b.conn.Create(cur, nil, 0, b.acl)
 		if err != nil && err != zk.ErrNodeExists {
 			return b.wrap(err, "create "+cur)
