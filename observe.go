@@ -99,14 +99,18 @@ func acquireResult(ctx context.Context, err error) string {
 	switch {
 	case err == nil:
 		return ResultOK
-	case errors.Is(err, ErrNotAcquired):
+	case errors.Is(err, backend.ErrHeld):
 		return ResultHeld
 	case errors.Is(err, ErrIndeterminate):
 		return ResultIndeterminate
 	case errors.Is(err, ErrInvalid), errors.Is(err, backend.ErrClosed):
 		return ResultInvalid
 	case ctx.Err() != nil:
+		// Including ErrNotAcquired after waiting: in this process's queue,
+		// or for a request that was never sent.
 		return ResultCanceled
+	case errors.Is(err, ErrNotAcquired):
+		return ResultHeld
 	}
 	return ResultError
 }
