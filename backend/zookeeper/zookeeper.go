@@ -44,7 +44,11 @@
 //     fsyncs its transaction log before acknowledging (forceSync=yes, the
 //     default), so tokens survive server restarts (DurableFencing).
 //   - Retries: a create whose reply was lost is found by its protected name
-//     (the owner nonce) and owned by the retry — never orphaned.
+//     (the owner nonce) and owned by the retry — never orphaned. The
+//     backend remembers the owner nonces whose create (or withdrawal) had
+//     an unknown outcome and lists the queue before creating only for
+//     those; a retried Acquire of a grant this backend made is answered
+//     from its local record after an exists on the node.
 //   - Push events: Wait sets a watch on the holder's node (the predecessor
 //     of anyone who would acquire next); its deletion — release, expiry of
 //     the holder's session or TTL — fires it. Any other watch event
