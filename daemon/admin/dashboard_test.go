@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,15 +45,66 @@ jobs:
     command: {argv: [/bin/false]}
 `
 
-// TestDashboardInBrowser starts three daemons on one backend, forces a
-// leader change, loads the dashboard in headless Chromium and checks what
-// the page shows; it saves a screenshot.
-func TestDashboardInBrowser(t *testing.T) {
+// newBrowser starts headless Chromium with a profile in dir; the test's
+// cleanup stops it. It skips (fails in CI) when Chromium is missing.
+func newBrowser(t *testing.T, dir string) context.Context {
+	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
 		if inCI() {
 			t.Fatalf("chromium is required in CI: %v", err)
 		}
 		t.Skipf("no chromium at %s", chromiumPath)
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("no-default-browser-check", true),
+		chromedp.UserDataDir(filepath.Join(dir, "profile")), chromedp.WindowSize(1400, 1150))
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, tcancel := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { tcancel(); cancel(); acancel() })
+	return ctx
+}
+
+// TestDashboardLogin: with tokens configured the page asks for one, refuses
+// a wrong one and shows the data once a valid one is given.
+func TestDashboardLogin(t *testing.T) {
+	ctx := newBrowser(t, t.TempDir())
+	conf := fmt.Sprintf(jobsYAML, "a") + fmt.Sprintf("http:\n  tokens:\n    - {scope: read, token: %q}\n", readSecret)
+	n := startNode(t, memory.New(), "d1", "default", conf)
+	if err := chromedp.Do(ctx, chromedp.Navigate(n.url+"/")); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	js := func(expr string) bool {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		return err == nil && v
+	}
+	waitFor(t, 30*time.Second, "the login form", func() bool { return js(`!document.getElementById("login").hidden`) })
+	if js(`document.body.dataset.loaded === "true"`) {
+		t.Fatal("data shown without a token")
+	}
+	login := func(token string) {
+		t.Helper()
+		if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#login-form button"))); err != nil {
+			t.Fatalf("login: %v", err)
+		}
+	}
+	login("wrong-token-0123456789")
+	waitFor(t, 30*time.Second, "the wrong token refused", func() bool {
+		return js(`document.getElementById("login-msg").textContent.includes("not valid")`)
+	})
+	login(readSecret)
+	waitFor(t, 30*time.Second, "the data shown after login", func() bool {
+		return js(`document.body.dataset.loaded === "true" && document.getElementById("login").hidden && document.querySelector('#instances tbody tr[data-instance="d1"]') !== null`)
+	})
+}
+
+// TestDashboardInBrowser starts three daemons on one backend, forces a
+// leader change, loads the dashboard in headless Chromium and checks what
+// the page shows; it saves a screenshot.
+func TestDashboardInBrowser(t *testing.T) {
+	if _, err := os.Stat(chromiumPath); err != nil && !inCI() {
+		t.Skipf("no chromium at %s", chromiumPath) // in CI, newBrowser fails
 	}
 	b := memory.New()
 	nodes := map[string]*node{}
@@ -101,16 +153,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	})
 
 	dir := t.TempDir()
-	actx, acancel := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("no-default-browser-check", true),
-		chromedp.UserDataDir(filepath.Join(dir, "profile")), chromedp.WindowSize(1400, 1150))
-	defer acancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, tcancel := context.WithTimeout(ctx, 90*time.Second)
-	defer tcancel()
+	ctx := newBrowser(t, dir)
 	if err := chromedp.Do(ctx, chromedp.Navigate(n.url+"/")); err != nil {
 		t.Fatalf("navigate: %v", err)
 	}
