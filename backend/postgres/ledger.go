@@ -82,7 +82,8 @@ func (b *Backend) claimSQL() string {
 	SELECT (SELECT count(*) FROM j), (SELECT token FROM r), clock_timestamp()`
 }
 
-// Claim implements backend.Ledger. Without MaxRunning it is one statement;
+// Claim implements backend.Ledger. Without MaxRunning it is a transaction
+// of two statements (claimInsertFirst);
 // with it, a transaction that locks the job's row before counting the
 // running occurrences, so that two claims cannot both see room.
 func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
@@ -105,8 +106,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		if req.MaxRunning > 0 {
 			bumped, token, now, err = b.claimLimited(ctx, req, at)
 		} else {
-			err = b.pool.QueryRow(ctx, b.claimSQL(), req.Job, at, req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:],
-				micros(req.TTL), micros(req.MaxEarly)).Scan(&bumped, &token, &now)
+			bumped, token, now, err = b.claimInsertFirst(ctx, req, at)
 		}
 		if err != nil {
 			return backend.Grant{}, dbErr(ctx, what, err)
@@ -137,6 +137,60 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		// and be told it is finished or claim it.
 	}
 	return backend.Grant{}, fmt.Errorf("leasehold/postgres: %s: no answer after 10 attempts under contention", what)
+}
+
+// claimInsertFirst is Claim without MaxRunning, in a transaction that
+// first INSERTs the run with token 0 (ON CONFLICT DO NOTHING: a claim that
+// loses waits on the winner's row, then writes nothing and commits
+// nothing), and only then bumps the job's counter (locking the job's row)
+// and sets the run's token. Claims that bumped the counter first queued
+// every concurrent loser on the job's row for a WAL flush of its own.
+// Results as claimSQL's: bumped = 1 unless it is too early, token nil when
+// the occurrence exists.
+func (b *Backend) claimInsertFirst(ctx context.Context, req backend.ClaimRequest, at time.Time) (int, *int64, time.Time, error) {
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		return 0, nil, time.Time{}, err
+	}
+	defer tx.Rollback(ctx)
+	var (
+		inserted, due bool
+		now           time.Time
+	)
+	if err := tx.QueryRow(ctx, `WITH r AS (
+			INSERT INTO `+b.tRuns+` (job, scheduled_at, spec_version, instance, nonce, token, attempt, state, claimed_at, expires_at)
+			SELECT $1, $2, $3, $4, $5, 0, 1, 'running', clock_timestamp(), clock_timestamp() + $6 * interval '1 microsecond'
+			WHERE $2 <= clock_timestamp() + $7 * interval '1 microsecond'
+			ON CONFLICT (job, scheduled_at) DO NOTHING
+			RETURNING 1
+		) SELECT EXISTS (SELECT 1 FROM r), $2 <= clock_timestamp() + $7 * interval '1 microsecond', clock_timestamp()`,
+		req.Job, at, req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:], micros(req.TTL), micros(req.MaxEarly)).
+		Scan(&inserted, &due, &now); err != nil {
+		return 0, nil, now, err
+	}
+	if !inserted {
+		// Too early, or claimed by another (committed, or rolled back
+		// after this statement waited: the caller reads it again).
+		if due {
+			return 1, nil, now, nil
+		}
+		return 0, nil, now, nil
+	}
+	var token int64
+	if err := tx.QueryRow(ctx, `WITH j AS (
+			INSERT INTO `+b.tJobs+` AS j (job, counter, high_at, high_version) VALUES ($1, 1, $2, $3)
+			ON CONFLICT (job) DO UPDATE SET counter = j.counter + 1,
+				high_version = CASE WHEN j.high_at IS NULL OR excluded.high_at > j.high_at THEN excluded.high_version ELSE j.high_version END,
+				high_at = GREATEST(j.high_at, excluded.high_at)
+			RETURNING counter
+		) UPDATE `+b.tRuns+` SET token = (SELECT counter FROM j) WHERE job = $1 AND scheduled_at = $2 RETURNING token`,
+		req.Job, at, req.SpecVersion).Scan(&token); err != nil {
+		return 0, nil, now, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, nil, now, err
+	}
+	return 1, &token, now, nil
 }
 
 // claimLimited is Claim with MaxRunning: it returns bumped = 1 and the
