@@ -76,6 +76,10 @@ type Report struct {
 	// backend without durable fencing, taken as indeterminate in the spans
 	// on both sides (each span between restarts is checked on its own).
 	StraddlingRestart int `json:"straddling_restart,omitempty"`
+	// HeldTokenOnly: the history is linearizable once the holder tokens of
+	// Held answers are ignored — the backend named a non-holder as the
+	// holder in a *HeldError, and did nothing else wrong with the leases.
+	HeldTokenOnly bool `json:"held_token_only,omitempty"`
 
 	Failures  []string `json:"failures,omitempty"`
 	Predicted []string `json:"predicted,omitempty"`
@@ -497,9 +501,12 @@ func (c *check) verdict() {
 		pred("%d overlapping lease grants across a restart of a backend that declares DurableFencing=false", ovRestart)
 	}
 	if r.Linearizable == string(porcupine.Illegal) {
-		if caps.SafeFencing {
+		switch {
+		case r.HeldTokenOnly:
+			fail("Held answers named a holder token no linearization allows (a *HeldError named a non-holder); ignoring those tokens, the lease history is linearizable")
+		case caps.SafeFencing:
 			fail("lease history not linearizable against the expiry-aware lease model")
-		} else {
+		default:
 			pred("lease history not linearizable against the expiry-aware lease model (backend declares SafeFencing=false)")
 		}
 	}

@@ -59,6 +59,10 @@ func TestLeaseModel(t *testing.T) {
 			op(0, history.Acquire, "a", 0, 0, 10, history.OK, 1),
 			op(1, history.Acquire, "b", 0, 20, 30, history.Held, 1),
 		}, true},
+		{"held answer names a non-holder", []porcupine.Operation{
+			op(0, history.Acquire, "a", 0, 0, 10, history.OK, 1),
+			op(1, history.Acquire, "b", 0, 20, 30, history.Held, 2),
+		}, false},
 		{"held while free", []porcupine.Operation{
 			op(1, history.Acquire, "b", 0, 20, 30, history.Held, 1),
 		}, false},
