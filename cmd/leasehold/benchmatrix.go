@@ -346,6 +346,10 @@ func (a *app) matrixChaos(ctx context.Context, exe, kind, dir string, d time.Dur
 	if len(r.Predicted) > 0 {
 		s += "; predicted: " + strings.Join(r.Predicted, "; ")
 	}
+	if len(r.Failures) > 0 {
+		s += "; failures: " + strings.Join(r.Failures, "; ")
+	}
+	s += fmt.Sprintf("; occurrences missed %d of %d", len(r.Missed), r.Expected)
 	return s
 }
 
