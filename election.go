@@ -122,7 +122,10 @@ func (e *Elector) term(ctx context.Context, l *Lock, fn func(context.Context) er
 	e.mu.Unlock()
 
 	e.observe(e.lk.cfg.instance)
-	elected := time.Now()
+	var elected time.Time
+	if e.lk.cfg.observer != nil {
+		elected = time.Now()
+	}
 	if o := e.lk.cfg.observer; o != nil {
 		ev := l.event(EventElected)
 		ev.Result = ResultOK

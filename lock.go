@@ -434,7 +434,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.mu.Lock()
 		l.expiry.Stop()
 		l.mu.Unlock()
-		start := time.Now()
+		var start time.Time
+		if l.lk.cfg.observer != nil { // no clock read without an observer
+			start = time.Now()
+		}
 		l.relErr = l.releaseBackend(ctx)
 		l.leave()
 		if o := l.lk.cfg.observer; o != nil {
