@@ -216,3 +216,25 @@ func TestBadRequests(t *testing.T) {
 		t.Fatal("a rejected request paused the job")
 	}
 }
+
+// TestInstanceGone: a daemon that stops releases its instance lease; the
+// other daemon's API lists it as gone, with when it was last seen alive.
+func TestInstanceGone(t *testing.T) {
+	b := memory.New()
+	a := startNode(t, b, "d1", "default", fmt.Sprintf(jobsYAML, "a"))
+	other := startNode(t, b, "d2", "default", fmt.Sprintf(jobsYAML, "a"))
+	var inst struct{ Instances []admin.Instance }
+	a.mustGet("/api/v1/instances", &inst)
+	if len(inst.Instances) != 2 || !inst.Instances[1].Alive || inst.Instances[1].Instance != "d2" {
+		t.Fatalf("instances = %+v", inst.Instances)
+	}
+	other.stop()
+	inst.Instances = nil // decode afresh: absent fields would keep old values
+	a.mustGet("/api/v1/instances", &inst)
+	if len(inst.Instances) != 2 || inst.Instances[1].Alive || inst.Instances[1].LastSeen == "" || inst.Instances[1].LeaseExpiresAt != "" {
+		t.Fatalf("instances after d2 stopped = %+v", inst.Instances)
+	}
+	if !inst.Instances[0].Alive || !inst.Instances[0].Self {
+		t.Fatalf("d1 = %+v", inst.Instances[0])
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -133,6 +134,10 @@ func (n *node) call(method, path string, out any) (int, map[string]any) {
 	var m map[string]any
 	_ = json.Unmarshal(body, &m)
 	if out != nil && resp.StatusCode/100 == 2 {
+		// Decode afresh: into a reused value, fields absent from the JSON
+		// would keep their old values.
+		v := reflect.ValueOf(out).Elem()
+		v.Set(reflect.Zero(v.Type()))
 		if err := json.Unmarshal(body, out); err != nil {
 			n.t.Fatalf("%s %s: %v in %s", method, path, err, body)
 		}
