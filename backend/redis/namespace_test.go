@@ -205,3 +205,50 @@ func TestNamespaceACLWithExpiryEvents(t *testing.T) {
 		t.Logf("woken %v after a release", wake(fmt.Sprintf("released%d", i), time.Minute, true))
 	}
 }
+
+// TestNamespaceACLWithoutPatternSubscription: an ACL that allows the keys
+// but not the literal pattern the backend PSUBSCRIBEs to (here "&lhA:*")
+// must not hang waiters: Wait fails with NOPERM instead of waiting for a
+// confirmation that never comes, and an Acquire on a held key still gets it
+// after its holder releases it (whether it started before or after the
+// release), by polling.
+func TestNamespaceACLWithoutPatternSubscription(t *testing.T) {
+	srv := testserver.Redis(t)
+	admin := client(t, srv.Addr())
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", "app_a", "reset", "on", ">pw-a",
+		"~lhA:*", "&lhA:*", "+@all", "-@dangerous", "+info", "+config|get").Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := redis.New(userClient(t, srv.Addr(), "app_a", "pw-a"), redis.WithPrefix("lhA:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := b.Wait(ctx, "k"); !strings.Contains(fmt.Sprint(err), "NOPERM") {
+		t.Fatalf("Wait without the pattern in the ACL: %v, want NOPERM", err)
+	}
+	lk, err := leasehold.NewLocker(b, leasehold.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := lk.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := lk.Acquire(ctx, "k")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("blocked Acquire after the release: %v", err)
+	}
+}

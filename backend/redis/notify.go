@@ -26,6 +26,11 @@ type notifier struct {
 	waiters map[string]map[*waiter]struct{}
 	closed  bool
 	done    chan struct{} // closed when the receive loop ends
+	// denied is closed, with deniedErr set, when the server refused the
+	// pattern subscription (an ACL without the literal channel pattern,
+	// docs/namespaces.md): Wait then fails at once and callers poll.
+	denied    chan struct{}
+	deniedErr error
 }
 
 type waiter struct {
@@ -38,7 +43,7 @@ type waiter struct {
 func (w *waiter) fire() { w.once.Do(func() { close(w.ch) }) }
 
 func newNotifier(b *Backend) *notifier {
-	return &notifier{b: b, ready: make(chan struct{}), waiters: map[string]map[*waiter]struct{}{}}
+	return &notifier{b: b, ready: make(chan struct{}), denied: make(chan struct{}), waiters: map[string]map[*waiter]struct{}{}}
 }
 
 func (n *notifier) pattern() string { return globEscape(n.b.prefix) + "released:{*" }
@@ -83,6 +88,15 @@ func (n *notifier) loop(ps *goredis.PubSub) {
 			n.b.expEvt.Store(false)
 			_ = ps.Unsubscribe(ctx, n.expiredChannel())
 			continue
+		}
+		if err != nil && strings.HasPrefix(err.Error(), "NOPERM") {
+			n.mu.Lock()
+			if n.deniedErr == nil {
+				n.deniedErr = fmt.Errorf("redis: psubscribe %s: %w", n.pattern(), err)
+				close(n.denied)
+			}
+			n.wakeAllLocked()
+			n.mu.Unlock()
 		}
 		if err != nil {
 			n.mu.Lock()
@@ -187,6 +201,8 @@ func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error)
 	n.mu.Unlock()
 	select { // the subscription must be live before the key is checked
 	case <-ready:
+	case <-n.denied:
+		return nil, n.deniedErr
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
