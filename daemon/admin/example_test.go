@@ -60,3 +60,15 @@ func ExampleWithTokens() {
 	// true
 	// <nil>
 }
+
+func ExampleIsLoopback() {
+	for _, addr := range []string{"127.0.0.1:7070", "localhost:7070", "[::1]:7070", "0.0.0.0:7070", ":7070"} {
+		fmt.Println(addr, admin.IsLoopback(addr))
+	}
+	// Output:
+	// 127.0.0.1:7070 true
+	// localhost:7070 true
+	// [::1]:7070 true
+	// 0.0.0.0:7070 false
+	// :7070 false
+}

@@ -1,0 +1,93 @@
+package admin
+
+import "github.com/leasehold/leasehold"
+
+// The API's JSON documents. Tokens marshal as decimal strings.
+
+// Instance is one daemon of the namespace.
+type Instance struct {
+	Instance string `json:"instance"`
+	Self     bool   `json:"self"`
+	// Alive: the instance holds its instance lease now (by the backend's
+	// clock). An instance seen alive by this server within the last hour
+	// that no longer holds it is listed with Alive false.
+	Alive            bool            `json:"alive"`
+	Token            leasehold.Token `json:"token,omitempty"`
+	LeaseRemainingMS int64           `json:"lease_remaining_ms,omitempty"`
+	// LeaseExpiresAt is when the instance lease ends unless renewed: the
+	// instance renews it every third of its TTL while it is alive.
+	LeaseExpiresAt string `json:"lease_expires_at,omitempty"`
+	LastSeen       string `json:"last_seen"` // by this server
+}
+
+// Leader is the holder of one election role of the namespace.
+type Leader struct {
+	Role             string          `json:"role"`
+	Instance         string          `json:"instance"`
+	Self             bool            `json:"self"`
+	Token            leasehold.Token `json:"token"`
+	LeaseRemainingMS int64           `json:"lease_remaining_ms"`
+	// Since: for this instance's own term, when it was elected (this host's
+	// clock); for another instance's, when this server first saw the term
+	// (its token), which may be later than the election.
+	Since string `json:"since"`
+	// SinceObserved is true when Since is an observation, not the election.
+	SinceObserved bool `json:"since_observed"`
+}
+
+// Lock is one held lease of the namespace.
+type Lock struct {
+	Key         string          `json:"key"`
+	Instance    string          `json:"instance"`
+	Token       leasehold.Token `json:"token"`
+	RemainingMS int64           `json:"remaining_ms"`
+	ExpiresAt   string          `json:"expires_at"`
+}
+
+// Job is one job of this daemon.
+type Job struct {
+	Name     string   `json:"name"`
+	Schedule string   `json:"schedule"`
+	Zone     string   `json:"zone"`
+	Mode     string   `json:"mode"`
+	Paused   bool     `json:"paused"`
+	Next     []string `json:"next"`
+	// LastClaimed is the latest instant claimed for the job anywhere (its
+	// high-water mark), "" if never.
+	LastClaimed string `json:"last_claimed,omitempty"`
+}
+
+// Run is one occurrence in the run ledger.
+type Run struct {
+	Job         string          `json:"job"`
+	ScheduledAt string          `json:"scheduled_at"`
+	State       string          `json:"state"`
+	Expired     bool            `json:"expired,omitempty"` // running, but its runner's lease expired
+	Instance    string          `json:"instance"`
+	Token       leasehold.Token `json:"token"`
+	Attempt     int             `json:"attempt"`
+	ClaimedAt   string          `json:"claimed_at,omitempty"`
+	FinishedAt  string          `json:"finished_at,omitempty"`
+	DurationMS  int64           `json:"duration_ms"`
+	Result      string          `json:"result,omitempty"`
+	Error       string          `json:"error,omitempty"`
+}
+
+// RunPage is a page of history.
+type RunPage struct {
+	Runs []Run `json:"runs"`
+	// NextCursor, when not empty, fetches the next (older) page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// Status is everything the dashboard and `leasehold status` show.
+type Status struct {
+	Namespace string     `json:"namespace"`
+	Instance  string     `json:"instance"` // the daemon serving this API
+	Now       string     `json:"now"`
+	Instances []Instance `json:"instances"`
+	Leaders   []Leader   `json:"leaders"`
+	Locks     []Lock     `json:"locks"`
+	Jobs      []Job      `json:"jobs"`
+	Runs      []Run      `json:"runs"`
+}
