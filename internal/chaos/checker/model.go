@@ -269,9 +269,12 @@ func (c *check) leaseOps() []porcupine.Operation {
 // have been answered by either server, so it is taken as indeterminate in
 // the spans on both sides.
 //
-// If the history is not linearizable but becomes so once the holder tokens
-// that Held answers carry are ignored, the backend's only fault is naming
-// the wrong holder in a *HeldError: reported apart (HeldTokenOnly).
+// If the history is not linearizable but becomes so once Held answers are
+// taken as "not applied" (a failed acquire changes nothing, whatever holder
+// it names), the backend's only fault is in what its Held answers say —
+// a non-holder named as the holder, or "held" while the key was free (a
+// spurious failure under contention): reported apart (HeldAnswersOnly),
+// since no grant, token, renewal or release was wrong.
 func (c *check) linearizability(timeout time.Duration) porcupine.LinearizationInfo {
 	ops := c.leaseOps()
 	c.r.LeaseOps = len(ops)
@@ -280,12 +283,13 @@ func (c *check) linearizability(timeout time.Duration) porcupine.LinearizationIn
 	if res == porcupine.Illegal {
 		stripped := slices.Clone(ops)
 		for i, op := range stripped {
-			out := op.Output.(LeaseOutput)
-			out.HeldToken = 0
-			stripped[i].Output = out
+			if out := op.Output.(LeaseOutput); out.Result == history.Held {
+				out.Result, out.HeldToken = history.Refused, 0
+				stripped[i].Output = out
+			}
 		}
 		if again, _ := c.checkLeases(stripped, timeout); again == porcupine.Ok {
-			c.r.HeldTokenOnly = true
+			c.r.HeldAnswersOnly = true
 		}
 	}
 	return info

@@ -64,6 +64,9 @@ func (r *Report) Summary() string {
 	for _, p := range r.Predicted {
 		fmt.Fprintf(&b, "  predicted anomaly: %s\n", p)
 	}
+	for _, w := range r.Warnings {
+		fmt.Fprintf(&b, "  WARNING: %s\n", w)
+	}
 	for _, f := range r.Failures {
 		fmt.Fprintf(&b, "  FAILURE: %s\n", f)
 	}
