@@ -1,0 +1,323 @@
+package faultkit
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/chaos"
+)
+
+// checkHolderSeen asserts the server shows the helper's grant on key.
+func checkHolderSeen(t testing.TB, ctx context.Context, b backend.Backend, h *Holder) {
+	t.Helper()
+	got, err := b.Get(ctx, leasehold.LockKey("default", h.Key))
+	if err != nil || got.Token != uint64(h.Token) || got.Owner.Instance != "child" {
+		t.Fatalf("Get = %+v, %v; want the helper (child) with token %d", got, err, h.Token)
+	}
+}
+
+// KillHolder: kill -9 the process holding a lock while it acts; the next
+// holder gets the lock once the server expired the dead holder's lease
+// (within k.ExpiryBound when set), with a greater token.
+func KillHolder(t *testing.T, k Kit) {
+	b := k.open(t)
+	ctx := ctx(t, 60*time.Second)
+	h := StartHolder(t, k, "job/kill")
+	h.nextAct(t, 10*time.Second)
+	checkHolderSeen(t, ctx, b, h)
+	h.Signal(t, syscall.SIGKILL)
+	killed := time.Now()
+	l, err := k.Locker(t, b, "next").Acquire(ctx, "job/kill")
+	if err != nil {
+		t.Fatalf("Acquire after the holder was killed: %v", err)
+	}
+	defer l.Release(ctx)
+	waited := time.Since(killed)
+	if l.Token() <= h.Token {
+		t.Errorf("next token %d not greater than the killed holder's %d", l.Token(), h.Token)
+	}
+	if k.ExpiryBound > 0 && waited > k.ExpiryBound {
+		t.Errorf("next holder waited %v after kill -9, want ≤ %v (TTL %v)", waited, k.ExpiryBound, k.TTL)
+	}
+	t.Logf("kill -9 → next holder in %v (TTL %v), token %d → %d", waited.Round(time.Millisecond), k.TTL, h.Token, l.Token())
+}
+
+// PausedHolder: SIGSTOP the holder past its TTL; meanwhile the next holder
+// acquires with a greater token. After SIGCONT the woken holder acts no
+// more (every act it prints was decided before the resume), its stale
+// renew and release are refused with ErrLeaseLost, its fenced write (when
+// k.Fenced is set) is rejected, and the next holder's grant is untouched.
+func PausedHolder(t *testing.T, k Kit) {
+	b := k.open(t)
+	ctx := ctx(t, 90*time.Second)
+	h := StartHolder(t, k, "job/pause")
+	h.nextAct(t, 10*time.Second)
+	h.Signal(t, syscall.SIGSTOP)
+	stopped := time.Now()
+	l, err := k.Locker(t, b, "next").Acquire(ctx, "job/pause")
+	if err != nil {
+		t.Fatalf("Acquire while the holder is stopped: %v", err)
+	}
+	defer l.Release(ctx)
+	if l.Token() <= h.Token {
+		t.Fatalf("new token %d not greater than the stopped holder's %d", l.Token(), h.Token)
+	}
+	t.Logf("acquired %v after SIGSTOP (TTL %v), token %d > %d", time.Since(stopped).Round(time.Millisecond), k.TTL, l.Token(), h.Token)
+	resumed := time.Now()
+	h.Signal(t, syscall.SIGCONT)
+	want := "stale renew=lost release=lost fence=none"
+	if k.Fenced != nil {
+		want = "stale renew=lost release=lost fence=rejected"
+	}
+	for {
+		line := h.NextLine(t, 40*time.Second)
+		if at, ok := parseAct(line, h.Token); ok {
+			if !at.Before(resumed) {
+				t.Fatalf("after SIGCONT the stale holder acted at %v, after the resume at %v (it must see its deadline passed first)", at, resumed)
+			}
+			continue // decided before the stop, still in the pipe
+		}
+		if line != want {
+			t.Fatalf("resumed holder said %q, want %q", line, want)
+		}
+		break
+	}
+	got, err := b.Get(ctx, leasehold.LockKey("default", "job/pause"))
+	if err != nil || got.Token != uint64(l.Token()) {
+		t.Fatalf("after the stale holder's calls Get = %+v, %v; want the next holder's token %d", got, err, l.Token())
+	}
+}
+
+// serverSample: the server read the lease between local times at (the
+// request's send) and recv (its reply) and said it had remaining left
+// (≤ 0: not held). So the server holds the lease until at least
+// at+remaining; "not held" is known to predate recv only.
+type serverSample struct {
+	at, recv  time.Time
+	remaining time.Duration
+}
+
+// watchServer samples the lease of bkey through b.Get every 5 ms until
+// stop is closed, then closes the returned channel.
+func watchServer(ctx context.Context, b backend.Backend, bkey string, stop <-chan struct{}) <-chan serverSample {
+	out := make(chan serverSample, 100000)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			at := time.Now()
+			l, err := b.Get(ctx, bkey)
+			switch {
+			case err == nil:
+				out <- serverSample{at: at, recv: time.Now(), remaining: l.Remaining}
+			case errors.Is(err, backend.ErrNotFound):
+				out <- serverSample{at: at, recv: time.Now(), remaining: -1}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return out
+}
+
+// viaProxy returns a chaos proxy in front of k's server and a backend (same
+// namespace) through it; the backend is closed before the proxy.
+func viaProxy(t *testing.T, k Kit) (*chaos.Proxy, backend.Backend) {
+	t.Helper()
+	p, err := chaos.New(k.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, k.Open(t, p.Addr(), k.NS)
+}
+
+// DelayedRenewReplies: the holder's connection runs through a proxy that
+// delays every reply by 0.6×TTL, so renewals are applied at once but
+// confirmed late. The holder's context must end at its send-time deadline
+// while the server still holds the lease (sampled through Get on a direct
+// connection: its Remaining must be the server's), and the next holder
+// gets a greater token.
+func DelayedRenewReplies(t *testing.T, k Kit) {
+	direct := k.open(t)
+	p, slow := viaProxy(t, k)
+	ctx := ctx(t, 60*time.Second)
+	l, err := k.Locker(t, slow, "slow").TryAcquire(ctx, "job/slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	samples := watchServer(ctx, direct, leasehold.LockKey("default", "job/slow"), stop)
+	p.SetDelay(k.TTL * 6 / 10)
+	select {
+	case <-l.Done():
+	case <-time.After(20 * k.TTL):
+		close(stop)
+		t.Fatalf("holder's context alive after %v of delayed renew replies", 20*k.TTL)
+	}
+	doneAt := time.Now()
+	close(stop)
+	var last serverSample
+	for s := range samples {
+		if s.at.After(doneAt) {
+			continue
+		}
+		if s.remaining <= 0 {
+			if !s.recv.Before(doneAt) {
+				continue // read by the server at some time up to recv, maybe after doneAt
+			}
+			t.Fatalf("server had no live lease at %v (reply by %v), before the holder's context ended at %v", s.at, s.recv, doneAt)
+		}
+		last = s
+	}
+	if last.at.IsZero() || !last.at.Add(last.remaining).After(doneAt) {
+		t.Fatalf("no server sample proves the lease live when the holder gave up (last %+v)", last)
+	}
+	t.Logf("holder gave up ≥ %v before the server's expiry (cause: %v)", last.at.Add(last.remaining).Sub(doneAt), context.Cause(l.Context()))
+	p.SetDelay(0)
+	next, err := k.Locker(t, direct, "next").Acquire(ctx, "job/slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(ctx)
+	if next.Token() <= l.Token() {
+		t.Fatalf("next token %d not greater than %d", next.Token(), l.Token())
+	}
+}
+
+// ConnectionCut: the holder's connections are cut (closed and new ones
+// refused; or, separately, black-holed). Its context must end no later
+// than its deadline (at most a TTL after the cut); the next holder's token
+// is greater, and a fenced write (k.Fenced, required) with the stale
+// token is rejected while the new holder's goes through.
+func ConnectionCut(t *testing.T, k Kit) {
+	if k.Fenced == nil {
+		t.Fatal("faultkit: ConnectionCut needs Kit.Fenced")
+	}
+	for _, mode := range []string{"close", "blackhole"} {
+		t.Run(mode, func(t *testing.T) {
+			direct := k.open(t)
+			p, slow := viaProxy(t, k)
+			ctx := ctx(t, 60*time.Second)
+			l, err := k.Locker(t, slow, "cut").TryAcquire(ctx, "job/cut")
+			if err != nil {
+				t.Fatal(err)
+			}
+			bkey := leasehold.LockKey("default", "job/cut")
+			if err := k.Fenced(ctx, direct, bkey, uint64(l.Token()), "before"); err != nil {
+				t.Fatalf("fenced write by the holder before the cut: %v", err)
+			}
+			// A renewal or two on the proxied connection: wait until the
+			// deadline moved (a condition, not a guess).
+			first := l.Deadline()
+			waitUntil(t, 2*k.TTL, "a renewal through the proxy", func() bool { return l.Deadline().After(first) })
+			cut := time.Now()
+			switch mode {
+			case "close":
+				p.SetRefuse(true)
+				p.CloseConns()
+			case "blackhole":
+				p.SetDrop(true)
+			}
+			// Let the holder's client close at once instead of waiting on
+			// black-holed connections (runs before its Close).
+			t.Cleanup(p.CloseConns)
+			time.Sleep(10 * time.Millisecond) // a reply read before the cut may still extend it
+			deadline := l.Deadline()
+			select {
+			case <-l.Done():
+			case <-time.After(3 * k.TTL):
+				t.Fatalf("holder's context alive %v after the cut", 3*k.TTL)
+			}
+			doneAt := time.Now()
+			const slack = 100 * time.Millisecond // timer and scheduling
+			if doneAt.After(deadline.Add(slack)) {
+				t.Errorf("holder's context ended %v after its deadline", doneAt.Sub(deadline))
+			}
+			if doneAt.Sub(cut) > k.TTL+slack {
+				t.Errorf("holder's context ended %v after the cut, want ≤ TTL %v", doneAt.Sub(cut), k.TTL)
+			}
+			t.Logf("context ended %v after the cut, %v after its deadline (cause: %v)",
+				doneAt.Sub(cut).Round(time.Millisecond), doneAt.Sub(deadline).Round(time.Millisecond), context.Cause(l.Context()))
+			next, err := k.Locker(t, direct, "next").Acquire(ctx, "job/cut")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer next.Release(ctx)
+			if next.Token() <= l.Token() {
+				t.Fatalf("next token %d not greater than %d", next.Token(), l.Token())
+			}
+			if err := k.Fenced(ctx, direct, bkey, uint64(l.Token()), "stale"); !errors.Is(err, backend.ErrLeaseLost) {
+				t.Fatalf("fenced write with the stale token %d: %v, want ErrLeaseLost", l.Token(), err)
+			}
+			if err := k.Fenced(ctx, direct, bkey, uint64(next.Token()), "next"); err != nil {
+				t.Fatalf("fenced write by the new holder: %v", err)
+			}
+		})
+	}
+}
+
+// ClaimAcrossProcesses: procs helper processes × per goroutines claim one
+// occurrence at once; exactly one wins, every other is told ErrClaimed, and
+// the ledger names the winner.
+func ClaimAcrossProcesses(t *testing.T, k Kit, procs, per int) {
+	b := k.open(t)
+	ctx := ctx(t, 2*time.Minute)
+	at := backend.Instant(time.Now().Add(-time.Second))
+	var ps []*Proc
+	for range procs {
+		ps = append(ps, Start(t, k))
+	}
+	cmd := "claim job " + strconv.FormatInt(at.UnixMilli(), 10) + " " + strconv.Itoa(per)
+	for _, p := range ps {
+		p.Send(t, cmd)
+	}
+	var winners []string
+	lost := 0
+	for _, p := range ps {
+		for range per {
+			l := p.NextLine(t, 60*time.Second)
+			switch {
+			case strings.HasPrefix(l, "win "):
+				winners = append(winners, strings.TrimPrefix(l, "win "))
+			case l == "lost":
+				lost++
+			default:
+				t.Fatalf("helper said %q", l)
+			}
+		}
+		if l := p.NextLine(t, 10*time.Second); l != "claimed" {
+			t.Fatalf("helper said %q, want claimed", l)
+		}
+		_ = p.in.Close()
+	}
+	if n := procs * per; len(winners) != 1 || lost != n-1 {
+		t.Fatalf("%d winners %v and %d losers among %d claims, want 1 and %d", len(winners), winners, lost, n, n-1)
+	}
+	r, err := b.GetRun(ctx, "job", at)
+	if err != nil || r.Owner.Instance != winners[0] {
+		t.Fatalf("GetRun = %+v, %v; want the winner %s", r, err, winners[0])
+	}
+}
+
+// waitUntil polls cond until it is true or within passes.
+func waitUntil(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
