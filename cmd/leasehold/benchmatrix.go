@@ -349,6 +349,9 @@ func (a *app) matrixChaos(ctx context.Context, exe, kind, dir string, d time.Dur
 	if len(r.Failures) > 0 {
 		s += "; failures: " + strings.Join(r.Failures, "; ")
 	}
+	if len(r.Warnings) > 0 {
+		s += "; warnings: " + strings.Join(r.Warnings, "; ")
+	}
 	s += fmt.Sprintf("; occurrences missed %d of %d", len(r.Missed), r.Expected)
 	return s
 }
