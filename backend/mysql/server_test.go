@@ -302,3 +302,37 @@ func TestNewWithApplicationDB(t *testing.T) {
 		t.Fatalf("second backend on the same db: token %d, %v; want > %d", g2.Token, err, g.Token)
 	}
 }
+
+// TestPasswordNotInErrors: a password in the URL never appears in errors,
+// whether the URL is malformed, the server unreachable, or the password
+// wrong.
+func TestPasswordNotInErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const pw = "s3cret-PW-value"
+	shared := testserver.MySQLURL(t)
+	cfg, err := ParseURL(shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{
+		"mysql://root:" + pw + "@127.0.0.1:3306/test?bogus=1",
+		"mysql://root:" + pw + "@127.0.0.1:3306/test?timeout=soon",
+		"mysql://root:" + pw + "@127.0.0.1:1/test?timeout=2s",
+		"mysql://nosuchuser:" + pw + "@" + cfg.Addr + "/test",
+	} {
+		b, err := Open(ctx, u)
+		if err == nil {
+			b.Close()
+			t.Errorf("Open(%s) succeeded", redact(u))
+			continue
+		}
+		if strings.Contains(err.Error(), pw) {
+			t.Errorf("Open error shows the password: %v", err)
+		}
+		var me *driver.MySQLError
+		if strings.HasPrefix(u, "mysql://nosuchuser:") && (!errors.As(err, &me) || me.Number != 1045) {
+			t.Errorf("unknown user: %v, want access denied (1045)", err)
+		}
+	}
+}

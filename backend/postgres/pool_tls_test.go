@@ -174,3 +174,46 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("Open with sslmode=disable against a hostssl-only server: %v, want refused by pg_hba.conf", err)
 	}
 }
+
+// TestPasswordNotInErrors: a password in the URL never appears in Open's
+// errors, whether the URL is malformed, the server unreachable, or the
+// password wrong (a private server that requires scram-sha-256).
+func TestPasswordNotInErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const pw = "s3cret-PW-value"
+	srv := testserver.Postgres(t)
+	admin, err := pgxpool.New(ctx, testserver.PostgresServerURL(srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(ctx, `CREATE ROLE pwuser LOGIN PASSWORD 'the-right-one'`); err != nil {
+		t.Fatal(err)
+	}
+	hba := "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+	if err := os.WriteFile(filepath.Join(srv.Dir(), "data", "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{
+		"postgres://pwuser:" + pw + "@127.0.0.1:notaport/db",
+		"postgres://pwuser:" + pw + "@127.0.0.1:1/db?sslmode=disable&connect_timeout=2",
+		"postgres://pwuser:" + pw + "@" + srv.Addr() + "/postgres?sslmode=disable",
+	} {
+		b, err := Open(ctx, u)
+		if err == nil {
+			b.Close()
+			t.Errorf("Open(%s) succeeded", redact(u))
+			continue
+		}
+		if strings.Contains(err.Error(), pw) {
+			t.Errorf("Open error shows the password: %v", err)
+		}
+		if strings.HasPrefix(u, "postgres://pwuser:"+pw+"@"+srv.Addr()) && !strings.Contains(err.Error(), "28P01") {
+			t.Errorf("wrong password: %v, want authentication failed (28P01)", err)
+		}
+	}
+}
