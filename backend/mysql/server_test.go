@@ -301,6 +301,19 @@ func TestNewWithApplicationDB(t *testing.T) {
 	if g2, err := b2.Acquire(ctx, "app/k", a, time.Minute); err != nil || g2.Token <= g.Token {
 		t.Fatalf("second backend on the same db: token %d, %v; want > %d", g2.Token, err, g.Token)
 	}
+
+	// The DSN parameters New's documentation gives are enough.
+	dsn := cfg.User + "@tcp(" + cfg.Addr + ")/" + cfg.DBName + "?parseTime=true&loc=UTC&clientFoundRows=true&time_zone=%27%2B00%3A00%27"
+	viaDSN, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viaDSN.Close()
+	b3, err := New(ctx, viaDSN)
+	if err != nil {
+		t.Fatalf("New over a *sql.DB opened with the documented DSN: %v", err)
+	}
+	b3.Close()
 }
 
 // TestPasswordNotInErrors: a password in the URL never appears in errors,

@@ -6,6 +6,7 @@ import (
 	"log"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend/postgres"
@@ -38,4 +39,30 @@ func ExampleBackend_Fence() {
 	if errors.Is(err, postgres.ErrFenced) {
 		log.Print("lost the lock before writing; the new holder does it")
 	}
+}
+
+// An application that already has a pgx pool gives it to New; the backend's
+// Close leaves the pool open. Wait (used by Locker.Acquire) takes one
+// connection out of the pool for LISTEN while anyone waits.
+func ExampleNew() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://app@db.example/app?sslmode=verify-full")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	b, err := postgres.New(ctx, pool, postgres.WithSchema("leasehold"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+	lk, err := leasehold.NewLocker(b, leasehold.WithInstance("worker-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	l, err := lk.Acquire(ctx, "reports/nightly")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
 }
