@@ -8,18 +8,15 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/conformance/faultkit"
 	"github.com/leasehold/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 
+// locker returns a Locker with the given TTL and a 5..100 ms backoff.
 func locker(t testing.TB, b backend.Leases, name string, ttl time.Duration) *leasehold.Locker {
 	t.Helper()
-	lk, err := leasehold.NewLocker(b, leasehold.WithInstance(name), leasehold.WithTTL(ttl),
-		leasehold.WithBackoff(5*time.Millisecond, 100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lk
+	return faultkit.Kit{TTL: ttl}.Locker(t, b, name)
 }
 
 // TestServerRestartWhileHeld restarts the ZooKeeper server while a lock is

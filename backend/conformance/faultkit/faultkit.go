@@ -53,8 +53,12 @@ type Kit struct {
 	// Addr is the server's address, NS the test's namespace. The helper
 	// process reads both from its environment instead.
 	Addr, NS string
-	// TTL is the lock TTL of every holder.
+	// TTL is the lock TTL of the holder under test (the helper process's,
+	// the proxied one's).
 	TTL time.Duration
+	// NextTTL is the lock TTL of the holders that take over in the test
+	// process (TTL when zero).
+	NextTTL time.Duration
 	// ExpiryBound, when positive, bounds how long after kill -9 the next
 	// holder may have to wait (KillHolder asserts it).
 	ExpiryBound time.Duration
@@ -77,7 +81,21 @@ func InHelper() bool { return os.Getenv(HelperEnv) != "" }
 // short retry backoff (5 ms..100 ms).
 func (k Kit) Locker(t testing.TB, b backend.Leases, name string) *leasehold.Locker {
 	t.Helper()
-	lk, err := leasehold.NewLocker(b, leasehold.WithInstance(name), leasehold.WithTTL(k.TTL),
+	return k.locker(t, b, name, k.TTL)
+}
+
+// nextLocker is Locker with NextTTL, for the holders that take over.
+func (k Kit) nextLocker(t testing.TB, b backend.Leases, name string) *leasehold.Locker {
+	t.Helper()
+	if k.NextTTL > 0 {
+		return k.locker(t, b, name, k.NextTTL)
+	}
+	return k.locker(t, b, name, k.TTL)
+}
+
+func (k Kit) locker(t testing.TB, b backend.Leases, name string, ttl time.Duration) *leasehold.Locker {
+	t.Helper()
+	lk, err := leasehold.NewLocker(b, leasehold.WithInstance(name), leasehold.WithTTL(ttl),
 		leasehold.WithBackoff(5*time.Millisecond, 100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ func KillHolder(t *testing.T, k Kit) {
 	checkHolderSeen(t, ctx, b, h)
 	h.Signal(t, syscall.SIGKILL)
 	killed := time.Now()
-	l, err := k.Locker(t, b, "next").Acquire(ctx, "job/kill")
+	l, err := k.nextLocker(t, b, "next").Acquire(ctx, "job/kill")
 	if err != nil {
 		t.Fatalf("Acquire after the holder was killed: %v", err)
 	}
@@ -61,7 +61,7 @@ func PausedHolder(t *testing.T, k Kit) {
 	h.nextAct(t, 10*time.Second)
 	h.Signal(t, syscall.SIGSTOP)
 	stopped := time.Now()
-	l, err := k.Locker(t, b, "next").Acquire(ctx, "job/pause")
+	l, err := k.nextLocker(t, b, "next").Acquire(ctx, "job/pause")
 	if err != nil {
 		t.Fatalf("Acquire while the holder is stopped: %v", err)
 	}
@@ -185,7 +185,7 @@ func DelayedRenewReplies(t *testing.T, k Kit) {
 	}
 	t.Logf("holder gave up ≥ %v before the server's expiry (cause: %v)", last.at.Add(last.remaining).Sub(doneAt), context.Cause(l.Context()))
 	p.SetDelay(0)
-	next, err := k.Locker(t, direct, "next").Acquire(ctx, "job/slow")
+	next, err := k.nextLocker(t, direct, "next").Acquire(ctx, "job/slow")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func ConnectionCut(t *testing.T, k Kit) {
 			}
 			t.Logf("context ended %v after the cut, %v after its deadline (cause: %v)",
 				doneAt.Sub(cut).Round(time.Millisecond), doneAt.Sub(deadline).Round(time.Millisecond), context.Cause(l.Context()))
-			next, err := k.Locker(t, direct, "next").Acquire(ctx, "job/cut")
+			next, err := k.nextLocker(t, direct, "next").Acquire(ctx, "job/cut")
 			if err != nil {
 				t.Fatal(err)
 			}
