@@ -88,7 +88,7 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		if firstUnknown.IsZero() {
 			firstUnknown = sent
 		}
-		g, err := s.b.Claim(ctx, req)
+		g, err := s.l.Claim(ctx, req)
 		var claimed *backend.ClaimedError
 		switch {
 		case err == nil:
@@ -142,7 +142,7 @@ func (s *Scheduler) catchUp(ctx context.Context, e *entry, now time.Time) {
 	if e.job.Misfire == MisfireSkip {
 		return
 	}
-	hw, _, err := s.b.HighWater(ctx, e.job.Name)
+	hw, _, err := s.l.HighWater(ctx, e.job.Name)
 	if err != nil {
 		s.cfg.logger.Warn("reading the high-water mark failed; no catch-up", "job", e.job.Name, "err", err)
 		return

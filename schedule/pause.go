@@ -56,7 +56,7 @@ func (s *Scheduler) Paused(ctx context.Context, job string) (bool, error) {
 }
 
 func (s *Scheduler) readPaused(ctx context.Context, job string) (bool, error) {
-	_, state, err := s.b.HighWater(ctx, s.pauseKey(job))
+	_, state, err := s.l.HighWater(ctx, s.pauseKey(job))
 	if err != nil {
 		return false, fmt.Errorf("reading the paused state of job %q: %w", job, err)
 	}
@@ -77,7 +77,7 @@ func (s *Scheduler) setPaused(ctx context.Context, job string, paused bool) erro
 	if paused {
 		state = statePaused
 	}
-	hw, cur, err := s.b.HighWater(ctx, key)
+	hw, cur, err := s.l.HighWater(ctx, key)
 	if err != nil {
 		return fmt.Errorf("reading the paused state of job %q: %w", job, err)
 	}
@@ -94,7 +94,7 @@ func (s *Scheduler) setPaused(ctx context.Context, job string, paused bool) erro
 			Job: key, ScheduledAt: at, SpecVersion: state, Owner: owner,
 			TTL: time.Minute, MaxEarly: 100 * 365 * 24 * time.Hour, // later than the mark, whatever the clocks say
 		}
-		g, err := s.b.Claim(ctx, req)
+		g, err := s.l.Claim(ctx, req)
 		var claimed *backend.ClaimedError
 		switch {
 		case errors.As(err, &claimed): // another change at the same instant: go after it
@@ -106,7 +106,7 @@ func (s *Scheduler) setPaused(ctx context.Context, job string, paused bool) erro
 		s.cfg.logger.Info("job "+state, "job", job, "namespace", s.cfg.namespace, "at", at)
 		// The state is in the high-water mark from the claim on; finishing
 		// the record only keeps it out of the running list.
-		_ = s.b.Finish(ctx, key, at, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: "by " + s.cfg.instance})
+		_ = s.l.Finish(ctx, key, at, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: "by " + s.cfg.instance})
 		return nil
 	}
 	return fmt.Errorf("recording job %q as %s: too many concurrent changes", job, state)

@@ -52,7 +52,7 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		heartbeat(ctx, cancel, s.b, r, owner, g, sent)
+		heartbeat(ctx, cancel, s.l, r, owner, g, sent)
 	}()
 	start := time.Now()
 	err := safeCall(ctx, e.job.Func, r)
@@ -69,7 +69,7 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	fctx, fcancel := context.WithTimeout(context.Background(), e.job.LeaseTTL)
 	defer fcancel()
 	for attempt := 0; ; attempt++ {
-		ferr := s.b.Finish(fctx, r.Job, r.ScheduledAt, owner, g.Token, out)
+		ferr := s.l.Finish(fctx, r.Job, r.ScheduledAt, owner, g.Token, out)
 		switch {
 		case ferr == nil:
 			log.Info("run finished", "state", out.State, "took", took, "err", err)
@@ -140,7 +140,7 @@ func heartbeat(ctx context.Context, cancel context.CancelCauseFunc, b backend.Le
 func (s *Scheduler) recoverRun(ctx context.Context, e *entry, r backend.Run) {
 	log := s.cfg.logger.With("job", r.Job, "at", r.ScheduledAt, "attempt", r.Attempt, "dead runner", r.Owner.Instance)
 	if e.job.Crash == CrashSkip || r.Attempt >= e.job.MaxAttempts {
-		if _, err := s.b.Abandon(ctx, r.Job, r.ScheduledAt); err == nil {
+		if _, err := s.l.Abandon(ctx, r.Job, r.ScheduledAt); err == nil {
 			log.Warn("occurrence abandoned: its runner died", "policy", e.job.Crash)
 			s.emit(Event{Kind: EventAbandon, Job: r.Job, ScheduledAt: r.ScheduledAt, Attempt: r.Attempt})
 		}
@@ -149,7 +149,7 @@ func (s *Scheduler) recoverRun(ctx context.Context, e *entry, r backend.Run) {
 	owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
 	req := backend.ClaimRequest{Job: r.Job, ScheduledAt: r.ScheduledAt, SpecVersion: e.spec.Version(), Owner: owner, TTL: e.job.LeaseTTL}
 	sent := time.Now()
-	g, rr, err := s.b.Reclaim(ctx, req)
+	g, rr, err := s.l.Reclaim(ctx, req)
 	if err != nil {
 		return // someone else reclaimed it, or it finished meanwhile
 	}
@@ -176,7 +176,7 @@ func (s *Scheduler) sweepLoop(ctx context.Context) {
 		}
 		s.mu.Unlock()
 		for _, e := range entries {
-			runs, err := s.b.ListRuns(ctx, backend.RunFilter{Job: e.job.Name, State: backend.Running, Limit: 100})
+			runs, err := s.l.ListRuns(ctx, backend.RunFilter{Job: e.job.Name, State: backend.Running, Limit: 100})
 			if err != nil {
 				continue
 			}
@@ -200,7 +200,7 @@ func (s *Scheduler) pruneLoop(ctx context.Context) {
 		var err error
 		for {
 			var n int
-			n, err = s.b.Prune(budget, cutoff, 1000)
+			n, err = s.l.Prune(budget, cutoff, 1000)
 			total += n
 			if err != nil || n < 1000 {
 				break

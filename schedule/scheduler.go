@@ -100,6 +100,7 @@ func WithVersionSettle(d time.Duration) Option { return func(c *config) { c.sett
 // it, and Shutdown it.
 type Scheduler struct {
 	b   backend.Backend
+	l   backend.Ledger // b's ledger confined to the namespace (namespace.go)
 	cfg config
 
 	mu      sync.Mutex
@@ -161,7 +162,7 @@ func New(b backend.Backend, opts ...Option) (*Scheduler, error) {
 	if err := leasehold.ValidatePath("namespace", c.namespace); err != nil {
 		return nil, err
 	}
-	return &Scheduler{b: b, cfg: c, jobs: map[string]*entry{}}, nil
+	return &Scheduler{b: b, l: NamespaceLedger(b, c.namespace), cfg: c, jobs: map[string]*entry{}}, nil
 }
 
 // Register adds a job. A name registered before is rejected with
@@ -334,7 +335,7 @@ func (s *Scheduler) Trigger(ctx context.Context, job, key string) error {
 		return fmt.Errorf("%w: scheduler not started", leasehold.ErrInvalid)
 	}
 	now := backend.Instant(s.cfg.clock.Now())
-	c, err := ClaimOccurrence(ctx, s.b, job+"!trigger!"+key, epochStart,
+	c, err := ClaimOccurrence(ctx, s.l, job+"!trigger!"+key, epochStart,
 		ClaimOptions{Instance: s.cfg.instance, TTL: e.job.LeaseTTL, MaxEarly: s.cfg.tolerance})
 	if err != nil {
 		return fmt.Errorf("trigger %q of job %q: %w", key, job, err)

@@ -34,12 +34,12 @@ type span struct {
 // spans returns the version switches of a job, oldest first, with runs of
 // one version collapsed to their first record.
 func (s *Scheduler) spans(ctx context.Context, job string) ([]span, error) {
-	recs, err := s.b.ListRuns(ctx, backend.RunFilter{Job: job + versionSuffix, Limit: 20})
+	recs, err := s.l.ListRuns(ctx, backend.RunFilter{Job: job + versionSuffix, Limit: 20})
 	if err != nil {
 		return nil, err
 	}
 	if len(recs) == 0 { // history pruned (or never written): the mark remains
-		hw, ver, err := s.b.HighWater(ctx, job+versionSuffix)
+		hw, ver, err := s.l.HighWater(ctx, job+versionSuffix)
 		if err != nil || hw.IsZero() {
 			return nil, err
 		}
@@ -96,7 +96,7 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		Job: e.job.Name + versionSuffix, ScheduledAt: from, SpecVersion: e.spec.Version(),
 		Owner: owner, TTL: time.Minute, MaxEarly: 100 * 365 * 24 * time.Hour, // a switch may lie weeks ahead
 	}
-	g, err := s.b.Claim(ctx, req)
+	g, err := s.l.Claim(ctx, req)
 	var claimed *backend.ClaimedError
 	switch {
 	case errors.As(err, &claimed):
@@ -107,7 +107,7 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		return err
 	default:
 		s.cfg.logger.Info("schedule version recorded", "job", e.job.Name, "version", e.spec.Version(), "from", from)
-		if err := s.b.Finish(ctx, req.Job, from, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: e.spec.String()}); err != nil {
+		if err := s.l.Finish(ctx, req.Job, from, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: e.spec.String()}); err != nil {
 			return err
 		}
 	}

@@ -137,7 +137,7 @@ func newJobsCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				hw, _, err := b.HighWater(ctx, j.Name)
+				hw, _, err := schedule.NamespaceLedger(b, cfg.Namespace).HighWater(ctx, j.Name)
 				if err != nil {
 					return err
 				}
@@ -213,7 +213,7 @@ func newRunsCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			runs, err := b.ListRuns(ctx, backend.RunFilter{Job: job, State: backend.RunState(state), Limit: limit})
+			runs, err := schedule.NamespaceLedger(b, a.namespace).ListRuns(ctx, backend.RunFilter{Job: job, State: backend.RunState(state), Limit: limit})
 			if err != nil {
 				return err
 			}

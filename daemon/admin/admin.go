@@ -138,7 +138,7 @@ func New(b backend.Backend, sched Scheduler, opts ...Option) (*Server, error) {
 	if !IsLoopback(c.addr) && len(c.tokens) == 0 {
 		return nil, fmt.Errorf("%w: address %q binds more than loopback; configure a token (http.tokens in the config, or $LEASEHOLD_ADMIN_TOKEN / $LEASEHOLD_READ_TOKEN), or listen on 127.0.0.1", ErrInsecure, c.addr)
 	}
-	s := &Server{b: b, ledger: b, sched: sched, cfg: c, tokens: newTokenSet(c.tokens)}
+	s := &Server{b: b, ledger: schedule.NamespaceLedger(b, sched.Namespace()), sched: sched, cfg: c, tokens: newTokenSet(c.tokens)}
 	if (c.certFile == "") != (c.keyFile == "") {
 		return nil, fmt.Errorf("%w: TLS needs both a certificate and a key file (cert %q, key %q)", ErrConfig, c.certFile, c.keyFile)
 	}
