@@ -84,12 +84,18 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 	}
 	d := &Daemon{cfg: cfg, b: b, log: log, sched: sched, lk: lk, ready: make(chan struct{})}
 	if cfg.HTTP.Listen != HTTPOff {
-		// /metrics, /healthz and /readyz, without the API's authentication.
+		// /metrics behind the API's read scope (job names, instance names
+		// and counts are not for everyone once the listener needs tokens);
+		// /healthz and /readyz open, for probes that cannot send tokens.
 		routes, err := metrics.Routes(reg, b, cfg.Namespace)
 		if err != nil {
 			return nil, err
 		}
 		for pattern, h := range routes {
+			if pattern == "GET /metrics" {
+				adminOpts = append(adminOpts, admin.WithScopedHandler(pattern, h, admin.ScopeRead))
+				continue
+			}
 			adminOpts = append(adminOpts, admin.WithHandler(pattern, h))
 		}
 		if d.admin, err = newAdmin(cfg, b, sched, log, adminOpts); err != nil {

@@ -96,3 +96,79 @@ jobs:
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestMetricsNeedTheReadToken: once the admin listener has tokens,
+// /metrics needs one with the read scope; the probes stay open.
+func TestMetricsNeedTheReadToken(t *testing.T) {
+	dir := t.TempDir()
+	const secret = "read-token-0123456789abcdef"
+	yml := `
+instance: d1
+http:
+  listen: 127.0.0.1:0
+  tokens:
+    - {scope: read, token: ` + secret + `}
+jobs:
+  - name: tick
+    schedule: "@every 1h"
+    command:
+      argv: ["true"]
+`
+	cfg, err := Parse(filepath.Join(dir, "leasehold.yaml"), []byte(yml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sqlite.Open(context.Background(), filepath.Join(dir, "d.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	d, err := New(cfg, b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		t.Fatalf("daemon stopped: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("daemon not ready in 20s")
+	}
+	base := "http://" + d.AdminAddr().String()
+	status := func(path, token string) int {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		path, token string
+		want        int
+	}{
+		{"/metrics", "", http.StatusUnauthorized},
+		{"/metrics", "wrong-token-0123456789abcdef", http.StatusUnauthorized},
+		{"/metrics", secret, http.StatusOK},
+		{"/healthz", "", http.StatusOK},
+		{"/readyz", "", http.StatusOK},
+	} {
+		if got := status(c.path, c.token); got != c.want {
+			t.Errorf("GET %s (token given: %v): %d, want %d", c.path, c.token != "", got, c.want)
+		}
+	}
+}

@@ -80,6 +80,7 @@ type config struct {
 type mount struct {
 	pattern string
 	h       http.Handler
+	scope   Scope // "" : open
 }
 
 // WithAddress sets the listen address host:port (default DefaultAddress).
@@ -98,10 +99,17 @@ func WithTLS(certFile, keyFile string) Option {
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithHandler mounts h at pattern (an http.ServeMux pattern such as
-// "GET /metrics") next to the API. Mounted handlers get no authentication
-// from the server.
+// "GET /healthz") next to the API, open to every client of the listener:
+// for probes that reveal nothing.
 func WithHandler(pattern string, h http.Handler) Option {
-	return func(c *config) { c.mounts = append(c.mounts, mount{pattern, h}) }
+	return func(c *config) { c.mounts = append(c.mounts, mount{pattern: pattern, h: h}) }
+}
+
+// WithScopedHandler mounts h at pattern behind the API's bearer tokens:
+// once any token is configured, a request needs one whose scope allows
+// scope (e.g. ScopeRead for "GET /metrics").
+func WithScopedHandler(pattern string, h http.Handler, scope Scope) Option {
+	return func(c *config) { c.mounts = append(c.mounts, mount{pattern: pattern, h: h, scope: scope}) }
 }
 
 // Server is the admin HTTP server of one daemon.
@@ -266,7 +274,17 @@ func (s *Server) register(mux *http.ServeMux) (err error) {
 		writeError(w, http.StatusNotFound, "path", fmt.Sprintf("no API endpoint %s %s; see /openapi.yaml", r.Method, r.URL.Path))
 	})
 	for _, m := range s.cfg.mounts {
-		mux.Handle(m.pattern, m.h)
+		if m.scope == "" {
+			mux.Handle(m.pattern, m.h)
+			continue
+		}
+		m := m
+		mux.HandleFunc(m.pattern, func(w http.ResponseWriter, r *http.Request) {
+			if !s.checkOrigin(w, r) || !s.authorize(w, r, m.scope) {
+				return
+			}
+			m.h.ServeHTTP(w, r)
+		})
 	}
 	return nil
 }
