@@ -9,25 +9,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/conformance/faultkit"
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 
 // retry runs fn until it succeeds or 60s pass, for calls made while the
 // pool reconnects after a server restart.
-func retry(t *testing.T, what string, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+func retry(t *testing.T, what string, fn func() error) { faultkit.Retry(t, 60*time.Second, what, fn) }
 
 // TestRestartKeepsTokens crashes a private server (SIGKILL) while a lease is
 // held, starts it again (WAL recovery) and checks that the lease and the

@@ -66,8 +66,11 @@ type Kit struct {
 	// of key (a backend key, leasehold.LockKey). It must succeed for the
 	// holder and fail with backend.ErrLeaseLost for a stale token. The
 	// helper writes through it before each act and once after it lost
-	// its lease; ConnectionCut requires it.
+	// its lease; ConnectionCut writes through it around the cut.
 	Fenced func(ctx context.Context, b backend.Backend, key string, token uint64, value string) error
+	// Sink, when set, returns the values Fenced wrote so far, in order;
+	// ConnectionCut asserts a rejected write left nothing.
+	Sink func(ctx context.Context, b backend.Backend) ([]string, error)
 	// HelperTest is the name of the test that calls Helper
 	// ("TestFaultHelper" when empty).
 	HelperTest string

@@ -198,24 +198,24 @@ func DelayedRenewReplies(t *testing.T, k Kit) {
 // ConnectionCut: the holder's connections are cut (closed and new ones
 // refused; or, separately, black-holed). Its context must end no later
 // than its deadline (at most a TTL after the cut); the next holder's token
-// is greater, and a fenced write (k.Fenced, required) with the stale
-// token is rejected while the new holder's goes through.
+// is greater. With k.Fenced, a fenced write with the stale token is
+// rejected while the new holder's goes through (and with k.Sink, the sink
+// holds exactly the holder's write before the cut and the new holder's).
 func ConnectionCut(t *testing.T, k Kit) {
-	if k.Fenced == nil {
-		t.Fatal("faultkit: ConnectionCut needs Kit.Fenced")
-	}
 	for _, mode := range []string{"close", "blackhole"} {
 		t.Run(mode, func(t *testing.T) {
 			direct := k.open(t)
 			p, slow := viaProxy(t, k)
 			ctx := ctx(t, 60*time.Second)
-			l, err := k.Locker(t, slow, "cut").TryAcquire(ctx, "job/cut")
+			l, err := k.Locker(t, slow, "cut").TryAcquire(ctx, "job/cut-"+mode)
 			if err != nil {
 				t.Fatal(err)
 			}
-			bkey := leasehold.LockKey("default", "job/cut")
-			if err := k.Fenced(ctx, direct, bkey, uint64(l.Token()), "before"); err != nil {
-				t.Fatalf("fenced write by the holder before the cut: %v", err)
+			bkey := leasehold.LockKey("default", "job/cut-"+mode)
+			if k.Fenced != nil {
+				if err := k.Fenced(ctx, direct, bkey, uint64(l.Token()), "before "+mode); err != nil {
+					t.Fatalf("fenced write by the holder before the cut: %v", err)
+				}
 			}
 			// A renewal or two on the proxied connection: wait until the
 			// deadline moved (a condition, not a guess).
@@ -230,8 +230,9 @@ func ConnectionCut(t *testing.T, k Kit) {
 				p.SetDrop(true)
 			}
 			// Let the holder's client close at once instead of waiting on
-			// black-holed connections (runs before its Close).
-			t.Cleanup(p.CloseConns)
+			// black-holed connections, old or dialled since (runs before
+			// its Close).
+			t.Cleanup(func() { p.SetRefuse(true); p.CloseConns() })
 			time.Sleep(10 * time.Millisecond) // a reply read before the cut may still extend it
 			deadline := l.Deadline()
 			select {
@@ -249,7 +250,7 @@ func ConnectionCut(t *testing.T, k Kit) {
 			}
 			t.Logf("context ended %v after the cut, %v after its deadline (cause: %v)",
 				doneAt.Sub(cut).Round(time.Millisecond), doneAt.Sub(deadline).Round(time.Millisecond), context.Cause(l.Context()))
-			next, err := k.nextLocker(t, direct, "next").Acquire(ctx, "job/cut")
+			next, err := k.nextLocker(t, direct, "next").Acquire(ctx, "job/cut-"+mode)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -257,11 +258,26 @@ func ConnectionCut(t *testing.T, k Kit) {
 			if next.Token() <= l.Token() {
 				t.Fatalf("next token %d not greater than %d", next.Token(), l.Token())
 			}
-			if err := k.Fenced(ctx, direct, bkey, uint64(l.Token()), "stale"); !errors.Is(err, backend.ErrLeaseLost) {
+			if k.Fenced == nil {
+				return
+			}
+			if err := k.Fenced(ctx, direct, bkey, uint64(l.Token()), "stale "+mode); !errors.Is(err, backend.ErrLeaseLost) {
 				t.Fatalf("fenced write with the stale token %d: %v, want ErrLeaseLost", l.Token(), err)
 			}
-			if err := k.Fenced(ctx, direct, bkey, uint64(next.Token()), "next"); err != nil {
+			if err := k.Fenced(ctx, direct, bkey, uint64(next.Token()), "next "+mode); err != nil {
 				t.Fatalf("fenced write by the new holder: %v", err)
+			}
+			if k.Sink != nil {
+				all, err := k.Sink(ctx, direct)
+				var got []string
+				for _, v := range all {
+					if strings.HasSuffix(v, " "+mode) {
+						got = append(got, v)
+					}
+				}
+				if want := "before " + mode + ",next " + mode; err != nil || strings.Join(got, ",") != want {
+					t.Fatalf("sink holds %q of this cut (%v), want the holder's write before the cut and the new holder's: %s", got, err, want)
+				}
 			}
 		})
 	}
@@ -307,6 +323,23 @@ func ClaimAcrossProcesses(t *testing.T, k Kit, procs, per int) {
 	r, err := b.GetRun(ctx, "job", at)
 	if err != nil || r.Owner.Instance != winners[0] {
 		t.Fatalf("GetRun = %+v, %v; want the winner %s", r, err, winners[0])
+	}
+}
+
+// Retry runs fn until it succeeds or within passes (then fails t), for
+// calls made while a client reconnects after a server restart.
+func Retry(t testing.TB, within time.Duration, what string, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
