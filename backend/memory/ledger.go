@@ -39,7 +39,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		return backend.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return backend.Grant{}, err
+		return backend.Grant{}, fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
 	}
 	if err := b.lock(); err != nil {
 		return backend.Grant{}, err

@@ -117,7 +117,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		return backend.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return backend.Grant{}, err
+		return backend.Grant{}, fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
 	}
 	if err := b.lock(); err != nil {
 		return backend.Grant{}, err
@@ -142,7 +142,7 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 		return backend.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return backend.Grant{}, err
+		return backend.Grant{}, fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
 	}
 	if err := b.lock(); err != nil {
 		return backend.Grant{}, err
@@ -163,7 +163,7 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
 	}
 	if err := b.lock(); err != nil {
 		return err

@@ -360,7 +360,7 @@ func (b *Backend) enter() error {
 // wrapped with what (which names the key or job).
 func (b *Backend) write(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
 	if err := ctx.Err(); err != nil {
-		return err
+		return fmt.Errorf("leasehold/sqlite: %s: %w: %w", what, backend.ErrNotApplied, err)
 	}
 	if err := b.enter(); err != nil {
 		return err
