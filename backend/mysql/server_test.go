@@ -15,24 +15,14 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/conformance/faultkit"
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 
 // retryFor runs fn until it succeeds or d passes, for calls made while the
 // pool reconnects after a server restart.
 func retryFor(t *testing.T, d time.Duration, what string, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	faultkit.Retry(t, d, what, fn)
 }
 
 // TestRestartKeepsTokens crashes a private MariaDB (SIGKILL) while one lease
