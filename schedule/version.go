@@ -141,7 +141,21 @@ func (s *Scheduler) versionAllows(ctx context.Context, e *entry, at time.Time) (
 		if sp, err = s.spans(ctx, e.job.Name); err != nil {
 			return false, err
 		}
-		e.vc.set(sp, false)
+		if len(sp) == 0 {
+			// The ledger holds no version at all although one was recorded:
+			// the backend lost its data (a Redis without persistence
+			// restarted empty). Record ours again, or no instance would
+			// ever claim this job.
+			s.cfg.logger.Warn("the job's schedule version is gone from the ledger (backend data lost?); recording it again", "job", e.job.Name)
+			if err := s.ensureVersion(ctx, e); err != nil {
+				return false, err
+			}
+			e.vc.mu.Lock()
+			sp = e.vc.spans
+			e.vc.mu.Unlock()
+		} else {
+			e.vc.set(sp, false)
+		}
 	}
 	at = backend.Instant(at)
 	for i := len(sp) - 1; i >= 0; i-- {
