@@ -55,9 +55,10 @@ type Run struct {
 	ScheduledAt time.Time // the occurrence's instant: UTC, milliseconds; the same on every instance
 	Attempt     int       // 1, or more after a crash under CrashRetry
 	// Token is the fencing token of this claim: greater than every token of
-	// earlier claims of the job. Write effects through a sink that rejects
-	// lower tokens (or is idempotent by Job+ScheduledAt) to make them
-	// exactly-once.
+	// earlier claims of the job. A sink that rejects lower tokens keeps a
+	// stale runner's late write out; effects are exactly-once only through
+	// a sink that is also idempotent by Job+ScheduledAt (a retry after a
+	// crash writes again with a greater token).
 	Token    leasehold.Token
 	Instance string
 

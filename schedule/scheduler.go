@@ -7,8 +7,12 @@
 // at-least-once under CrashRetry (a runner that dies is replaced, with a
 // greater token and attempt+1) or at-most-once under CrashSkip (the
 // occurrence is marked abandoned). A job's effects are exactly-once only when
-// it writes them through a sink that rejects stale fencing tokens
-// (Run.Token) or is idempotent by Job+ScheduledAt.
+// it writes them through a sink that is idempotent by Job+ScheduledAt (a
+// unique key, an upsert): under CrashRetry a runner that wrote its effect
+// and died before recording the finish is run again, with a greater token,
+// so a sink that only rejects lower fencing tokens (Run.Token) accepts both
+// writes. Fencing is what keeps a stale runner (paused past its lease) from
+// overwriting a newer runner's effect.
 //
 // Every instance computes the same instants (see Spec). A change of a job's
 // schedule during a rolling deploy takes effect at a switch instant recorded

@@ -218,7 +218,7 @@ func (a *app) demoReport(ctx context.Context, db, effects string, victim demoLin
 	fmt.Fprintln(out)
 	for _, r := range rerun {
 		fmt.Fprintf(out, "re-run:  %s completed on %s, which was then killed before it recorded the finish; retry ran it\n"+
-			"         again with a greater token (at-least-once: only a fenced or idempotent sink keeps such an effect single)\n", r, victim.instance)
+			"         again with a greater token (at-least-once: only a sink idempotent per occurrence keeps such an effect single)\n", r, victim.instance)
 	}
 
 	// Every occurrence between the first and the last completed one ran.
