@@ -23,30 +23,40 @@ func checkHolderSeen(t testing.TB, ctx context.Context, b backend.Backend, h *Ho
 	}
 }
 
+// takeOver starts a holder of key in a helper process, waits for it to act
+// and checks the server shows its grant, sends it sig, and acquires key
+// in this process (waiting for the server to expire the holder's lease).
+// It fails t unless the new token is greater; it returns the new lock and
+// how long after sig it came.
+func takeOver(t *testing.T, ctx context.Context, k Kit, b backend.Backend, key string, sig syscall.Signal) (*Holder, *leasehold.Lock, time.Duration) {
+	t.Helper()
+	h := StartHolder(t, k, key)
+	h.nextAct(t, 10*time.Second)
+	checkHolderSeen(t, ctx, b, h)
+	h.Signal(t, sig)
+	sent := time.Now()
+	l, err := k.nextLocker(t, b, "next").Acquire(ctx, key)
+	if err != nil {
+		t.Fatalf("Acquire after %v to the holder: %v", sig, err)
+	}
+	t.Cleanup(func() { l.Release(context.Background()) })
+	waited := time.Since(sent)
+	if l.Token() <= h.Token {
+		t.Fatalf("token %d after %v to the holder not greater than the holder's %d", l.Token(), sig, h.Token)
+	}
+	t.Logf("%v → next holder in %v (TTL %v), token %d → %d", sig, waited.Round(time.Millisecond), k.TTL, h.Token, l.Token())
+	return h, l, waited
+}
+
 // KillHolder: kill -9 the process holding a lock while it acts; the next
 // holder gets the lock once the server expired the dead holder's lease
 // (within k.ExpiryBound when set), with a greater token.
 func KillHolder(t *testing.T, k Kit) {
 	b := k.open(t)
-	ctx := ctx(t, 60*time.Second)
-	h := StartHolder(t, k, "job/kill")
-	h.nextAct(t, 10*time.Second)
-	checkHolderSeen(t, ctx, b, h)
-	h.Signal(t, syscall.SIGKILL)
-	killed := time.Now()
-	l, err := k.nextLocker(t, b, "next").Acquire(ctx, "job/kill")
-	if err != nil {
-		t.Fatalf("Acquire after the holder was killed: %v", err)
-	}
-	defer l.Release(ctx)
-	waited := time.Since(killed)
-	if l.Token() <= h.Token {
-		t.Errorf("next token %d not greater than the killed holder's %d", l.Token(), h.Token)
-	}
+	_, _, waited := takeOver(t, ctx(t, 60*time.Second), k, b, "job/kill", syscall.SIGKILL)
 	if k.ExpiryBound > 0 && waited > k.ExpiryBound {
 		t.Errorf("next holder waited %v after kill -9, want ≤ %v (TTL %v)", waited, k.ExpiryBound, k.TTL)
 	}
-	t.Logf("kill -9 → next holder in %v (TTL %v), token %d → %d", waited.Round(time.Millisecond), k.TTL, h.Token, l.Token())
 }
 
 // PausedHolder: SIGSTOP the holder past its TTL; meanwhile the next holder
@@ -57,19 +67,7 @@ func KillHolder(t *testing.T, k Kit) {
 func PausedHolder(t *testing.T, k Kit) {
 	b := k.open(t)
 	ctx := ctx(t, 90*time.Second)
-	h := StartHolder(t, k, "job/pause")
-	h.nextAct(t, 10*time.Second)
-	h.Signal(t, syscall.SIGSTOP)
-	stopped := time.Now()
-	l, err := k.nextLocker(t, b, "next").Acquire(ctx, "job/pause")
-	if err != nil {
-		t.Fatalf("Acquire while the holder is stopped: %v", err)
-	}
-	defer l.Release(ctx)
-	if l.Token() <= h.Token {
-		t.Fatalf("new token %d not greater than the stopped holder's %d", l.Token(), h.Token)
-	}
-	t.Logf("acquired %v after SIGSTOP (TTL %v), token %d > %d", time.Since(stopped).Round(time.Millisecond), k.TTL, l.Token(), h.Token)
+	h, l, _ := takeOver(t, ctx, k, b, "job/pause", syscall.SIGSTOP)
 	resumed := time.Now()
 	h.Signal(t, syscall.SIGCONT)
 	want := "stale renew=lost release=lost fence=none"
@@ -220,7 +218,12 @@ func ConnectionCut(t *testing.T, k Kit) {
 			// A renewal or two on the proxied connection: wait until the
 			// deadline moved (a condition, not a guess).
 			first := l.Deadline()
-			waitUntil(t, 2*k.TTL, "a renewal through the proxy", func() bool { return l.Deadline().After(first) })
+			Retry(t, 2*k.TTL, "a renewal through the proxy", func() error {
+				if !l.Deadline().After(first) {
+					return errors.New("deadline not moved")
+				}
+				return nil
+			})
 			cut := time.Now()
 			switch mode {
 			case "close":
@@ -340,17 +343,5 @@ func Retry(t testing.TB, within time.Duration, what string, fn func() error) {
 			t.Fatalf("%s: %v", what, err)
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// waitUntil polls cond until it is true or within passes.
-func waitUntil(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
