@@ -166,11 +166,11 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		derr := b.conn.Delete(path, -1)
 		b.setUnsure(owner.Nonce, derr != nil && derr != zk.ErrNoNode)
 		b.disarm(path)
-		for _, n := range q {
-			if n == mine {
-				continue
-			}
-			if l, _, err := b.lease(key, n); err == nil {
+		// The holder is the lowest node, and only that one: a later node
+		// is a waiter withdrawing as we do, not a holder (the chaos
+		// checker caught answers that named one).
+		if len(q) > 0 && q[0] != mine {
+			if l, _, err := b.lease(key, q[0]); err == nil {
 				return backend.Grant{}, &backend.HeldError{Holder: l}
 			}
 		}
