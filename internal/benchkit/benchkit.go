@@ -109,8 +109,8 @@ type CrowdResult struct {
 	// wait ran out while a request was in flight (it may have been
 	// applied; the Locker released any such grant). Errors: anything else.
 	Acquired, NotAcquired, NotSent, Indeterminate, Errors int
-	FirstError                                          error
-	P50, P99, P999                                      time.Duration
+	FirstError                                            error
+	P50, P99, P999                                        time.Duration
 }
 
 // Crowd starts n goroutines at once; goroutine i tries once to take key
