@@ -314,7 +314,8 @@ func TestCatchUpAndPruneMetrics(t *testing.T) {
 	srv := newServer(t, b, "m")
 	spec, _ := schedule.Parse("@every 1h", "")
 	last := spec.Next(time.Now().Add(-7 * time.Hour))
-	if _, err := b.Claim(ctx, backend.ClaimRequest{Job: "hourly", ScheduledAt: last, SpecVersion: spec.Version(),
+	// The ledger as namespace m's schedulers see it.
+	if _, err := schedule.NamespaceLedger(b, "m").Claim(ctx, backend.ClaimRequest{Job: "hourly", ScheduledAt: last, SpecVersion: spec.Version(),
 		Owner: backend.Owner{Instance: "old", Nonce: backend.NewNonce()}, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
