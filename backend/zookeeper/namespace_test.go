@@ -21,22 +21,7 @@ import (
 // /tenants/a and is refused everything in /tenants/b.
 func TestNamespaceConfinedByDigestACL(t *testing.T) {
 	srv := testserver.ZooKeeper(t)
-	admin, events, err := zk.Connect([]string{srv.Addr()}, 10*time.Second, zk.WithLogger(discard{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	// zk.Connect returns before the session exists; on a loaded host the
-	// first requests otherwise fail with "could not connect to a server".
-	connected := time.After(30 * time.Second)
-	for admin.State() != zk.StateHasSession {
-		select {
-		case <-events:
-		case <-time.After(20 * time.Millisecond): // in case an event was dropped
-		case <-connected:
-			t.Fatalf("admin client: no session within 30s (state %v)", admin.State())
-		}
-	}
+	admin := connectPlain(t, srv.Addr())
 	for _, step := range []struct {
 		path string
 		acl  []zk.ACL

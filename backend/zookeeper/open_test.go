@@ -50,17 +50,36 @@ func TestDigestACL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	anon, _, err := zk.Connect([]string{srv.Addr()}, 10*time.Second, zk.WithLogger(discard{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer anon.Close()
+	anon := connectPlain(t, srv.Addr())
 	if _, _, err := anon.Get("/secure/jobs"); !errors.Is(err, zk.ErrNoAuth) {
 		t.Fatalf("unauthenticated read of a protected node: %v, want ErrNoAuth", err)
 	}
 	if err := b.Release(ctx, "k", o, g.Token); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// connectPlain opens a go-zookeeper client without credentials and waits
+// for its session: zk.Connect returns before the session exists, and on a
+// loaded host the first requests then fail with "could not connect to a
+// server". The test's cleanup closes it.
+func connectPlain(t *testing.T, addr string) *zk.Conn {
+	t.Helper()
+	c, events, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogger(discard{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	connected := time.After(30 * time.Second)
+	for c.State() != zk.StateHasSession {
+		select {
+		case <-events:
+		case <-time.After(20 * time.Millisecond): // in case an event was dropped
+		case <-connected:
+			t.Fatalf("zookeeper client: no session within 30s (state %v)", c.State())
+		}
+	}
+	return c
 }
 
 type discard struct{}
