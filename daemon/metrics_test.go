@@ -15,7 +15,6 @@ import (
 // TestDaemonServesMetricsAndHealth runs a daemon with one job over SQLite
 // and reads /metrics, /healthz and /readyz from its admin listener.
 func TestDaemonServesMetricsAndHealth(t *testing.T) {
-	dir := t.TempDir()
 	yml := `
 instance: d1
 namespace: shop
@@ -27,35 +26,7 @@ jobs:
     command:
       argv: ["true"]
 `
-	cfg, err := Parse(filepath.Join(dir, "leasehold.yaml"), []byte(yml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := sqlite.Open(context.Background(), filepath.Join(dir, "d.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	d, err := New(cfg, b, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	select {
-	case <-d.Ready():
-	case err := <-done:
-		t.Fatalf("daemon stopped: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("daemon not ready in 20s")
-	}
+	d := runDaemon(t, yml)
 	base := "http://" + d.AdminAddr().String()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(base + path)
@@ -100,7 +71,6 @@ jobs:
 // TestMetricsNeedTheReadToken: once the admin listener has tokens,
 // /metrics needs one with the read scope; the probes stay open.
 func TestMetricsNeedTheReadToken(t *testing.T) {
-	dir := t.TempDir()
 	const secret = "read-token-0123456789abcdef"
 	yml := `
 instance: d1
@@ -114,35 +84,7 @@ jobs:
     command:
       argv: ["true"]
 `
-	cfg, err := Parse(filepath.Join(dir, "leasehold.yaml"), []byte(yml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := sqlite.Open(context.Background(), filepath.Join(dir, "d.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	d, err := New(cfg, b, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	select {
-	case <-d.Ready():
-	case err := <-done:
-		t.Fatalf("daemon stopped: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("daemon not ready in 20s")
-	}
+	d := runDaemon(t, yml)
 	base := "http://" + d.AdminAddr().String()
 	status := func(path, token string) int {
 		req, _ := http.NewRequest("GET", base+path, nil)
@@ -171,4 +113,43 @@ jobs:
 			t.Errorf("GET %s (token given: %v): %d, want %d", c.path, c.token != "", got, c.want)
 		}
 	}
+}
+
+// runDaemon parses yml, runs the daemon over a SQLite file until the test
+// ends, and returns it once its admin listener is ready.
+func runDaemon(t *testing.T, yml string) *Daemon {
+	t.Helper()
+	dir := t.TempDir()
+	cfg, err := Parse(filepath.Join(dir, "leasehold.yaml"), []byte(yml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sqlite.Open(context.Background(), filepath.Join(dir, "d.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, b, nil)
+	if err != nil {
+		b.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		b.Close()
+	})
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		done <- nil // for the cleanup, which waits on done
+		t.Fatalf("daemon stopped: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("daemon not ready in 20s")
+	}
+	return d
 }
