@@ -91,19 +91,25 @@ func (s *Server) ctx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), requestTimeout)
 }
 
-func (s *Server) getInstances(w http.ResponseWriter, r *http.Request) {
-	if q := newQuery(r); q.err != nil {
+// serveList answers a GET that lists something of the namespace: a 400
+// for bad parameters (q.err), else fetch's result as {"namespace", name}.
+func serveList[T any](s *Server, w http.ResponseWriter, r *http.Request, q *query, name string, fetch func(context.Context) ([]T, error)) {
+	if q.err != nil {
 		s.writeFailure(w, r, q.err)
 		return
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	out, err := s.instances(ctx)
+	out, err := fetch(ctx)
 	if err != nil {
 		s.writeFailure(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"namespace": s.sched.Namespace(), "instances": out})
+	writeJSON(w, http.StatusOK, map[string]any{"namespace": s.sched.Namespace(), name: out})
+}
+
+func (s *Server) getInstances(w http.ResponseWriter, r *http.Request) {
+	serveList(s, w, r, newQuery(r), "instances", s.instances)
 }
 
 func (s *Server) instances(ctx context.Context) ([]Instance, error) {
@@ -134,18 +140,7 @@ func (s *Server) instances(ctx context.Context) ([]Instance, error) {
 }
 
 func (s *Server) getLeaders(w http.ResponseWriter, r *http.Request) {
-	if q := newQuery(r); q.err != nil {
-		s.writeFailure(w, r, q.err)
-		return
-	}
-	ctx, cancel := s.ctx(r)
-	defer cancel()
-	out, err := s.leaders(ctx)
-	if err != nil {
-		s.writeFailure(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"namespace": s.sched.Namespace(), "leaders": out})
+	serveList(s, w, r, newQuery(r), "leaders", s.leaders)
 }
 
 func (s *Server) leaders(ctx context.Context) ([]Leader, error) {
@@ -210,18 +205,7 @@ func (s *Server) getLocks(w http.ResponseWriter, r *http.Request) {
 			q.fail("prefix", "%v", err)
 		}
 	}
-	if q.err != nil {
-		s.writeFailure(w, r, q.err)
-		return
-	}
-	ctx, cancel := s.ctx(r)
-	defer cancel()
-	out, err := s.locks(ctx, p, limit)
-	if err != nil {
-		s.writeFailure(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"namespace": s.sched.Namespace(), "locks": out})
+	serveList(s, w, r, q, "locks", func(ctx context.Context) ([]Lock, error) { return s.locks(ctx, p, limit) })
 }
 
 func (s *Server) locks(ctx context.Context, p string, limit int) ([]Lock, error) {
@@ -242,18 +226,7 @@ func (s *Server) locks(ctx context.Context, p string, limit int) ([]Lock, error)
 func (s *Server) getJobs(w http.ResponseWriter, r *http.Request) {
 	q := newQuery(r, "next")
 	n := q.int("next", 3, 0, 100)
-	if q.err != nil {
-		s.writeFailure(w, r, q.err)
-		return
-	}
-	ctx, cancel := s.ctx(r)
-	defer cancel()
-	out, err := s.jobs(ctx, n, "")
-	if err != nil {
-		s.writeFailure(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"namespace": s.sched.Namespace(), "jobs": out})
+	serveList(s, w, r, q, "jobs", func(ctx context.Context) ([]Job, error) { return s.jobs(ctx, n, "") })
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
