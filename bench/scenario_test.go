@@ -14,12 +14,8 @@ import (
 	"github.com/leasehold/leasehold/internal/benchkit"
 )
 
-func pct(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	return d[min(len(d)-1, int(float64(len(d))*p))]
-}
+// pct is benchkit.Percentile, the one definition the CLI shares.
+var pct = benchkit.Percentile
 
 // BenchmarkSeed: 10,000 goroutines each try once to take one of 100 keys,
 // waiting at most 50 ms; the holder releases at once. Run with
