@@ -93,12 +93,40 @@ func Start(t testing.TB, spec Spec) *Server {
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("testserver: find a free port: %v", err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("testserver: find a free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if handedOut.add(port) {
+			return port
+		}
+		// The kernel gave back a port this process handed out before and
+		// whose server may not listen yet (a 3-member etcd cluster once got
+		// one port for two members): ask again.
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+}
+
+// handedOut is the set of ports FreePort returned in this process. Ports
+// are a process-wide resource, so this is the one piece of package state.
+var handedOut = &portSet{m: map[int]bool{}}
+
+type portSet struct {
+	mu sync.Mutex
+	m  map[int]bool
+}
+
+// add records port and reports whether it was new.
+func (s *portSet) add(port int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[port] {
+		return false
+	}
+	s.m[port] = true
+	return true
 }
 
 // Addr is the server's "127.0.0.1:port".
