@@ -101,6 +101,9 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 // ErrNotAcquired (or is ctx's error) if no request of the call can have
 // been applied, and ErrIndeterminate if one may have been: then Acquire has
 // started a bounded background search that releases the orphaned grant.
+// On a backend that keeps waiters in line on the server (backend.Queue,
+// e.g. ZooKeeper) Acquire waits in that line instead of retrying, so a
+// release hands the key to the next in line without a write by the waiter.
 func (lk *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
 	return lk.acquire(ctx, kindLock, "key", key, true, nil)
 }
@@ -181,6 +184,9 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 	// One nonce for the whole call: a retry of an attempt that was applied
 	// answers "yours" instead of leaving an orphaned grant.
 	owner := backend.Owner{Instance: lk.cfg.instance, Nonce: backend.NewNonce()}
+	if q, ok := lk.b.(backend.Queue); ok && wait && observe == nil {
+		return lk.acquireQueued(ctx, q, kind, key, bkey, owner, leave)
+	}
 	var (
 		firstUnknown time.Time // send time of the oldest attempt whose outcome is unknown
 		unknown      int
@@ -243,6 +249,25 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 		}
 		backoff = min(backoff*2, lk.cfg.backoffMax)
 	}
+}
+
+// acquireQueued is a blocking acquire on a backend that keeps waiters in
+// line on the server (backend.Queue): one call that returns when the key is
+// granted, and the grant's TTL counts from the send time the backend
+// reports.
+func (lk *Locker) acquireQueued(ctx context.Context, q backend.Queue, kind, key, bkey string, owner backend.Owner, leave func()) (*Lock, error) {
+	g, sent, err := q.AcquireQueued(ctx, bkey, owner, lk.cfg.ttl)
+	switch {
+	case err == nil:
+		return lk.hold(ctx, kind, key, bkey, owner, g, sent, leave), nil
+	case errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):
+		return nil, err
+	case errors.Is(err, backend.ErrNotApplied):
+		return nil, fmt.Errorf("%w: acquire %q: %w", ErrNotAcquired, key, err)
+	}
+	// The backend could not confirm it left the line; it goes on
+	// withdrawing in the background and releases a grant that arises.
+	return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, err)
 }
 
 // cleanup is started when Acquire gives up after attempts whose outcome is

@@ -57,9 +57,11 @@ var (
 	ErrOverlap = errors.New("leasehold/backend: too many running occurrences")
 	// ErrClosed: the backend was closed.
 	ErrClosed = errors.New("leasehold/backend: closed")
-	// ErrNotApplied: the request was never sent (its context ended while it
-	// waited for a connection), so it cannot have changed anything. Unlike
-	// a timeout after sending, it leaves no outcome to find out.
+	// ErrNotApplied: nothing of the request remains: it was never sent (its
+	// context ended while it waited for a connection), or what it did was
+	// undone and the undoing confirmed (a queued acquire that left its
+	// queue). Unlike a timeout after sending, it leaves no outcome to find
+	// out.
 	ErrNotApplied = errors.New("leasehold/backend: request not sent")
 )
 
@@ -204,6 +206,26 @@ type Leases interface {
 // closed spuriously; waiters re-check with Acquire.
 type Notifier interface {
 	Wait(ctx context.Context, key string) (<-chan struct{}, error)
+}
+
+// Queue is implemented by backends that can keep a blocked acquirer in
+// line on the server, so that a release hands the key to the next in line
+// with no write on the hand-over path (ZooKeeper's lock recipe: the waiter's
+// node already exists and watches its predecessor). The Locker uses it for
+// a blocking Acquire when the backend offers it.
+type Queue interface {
+	// AcquireQueued blocks until owner holds key or ctx ends, keeping
+	// owner's place in the key's line meanwhile. On success it returns the
+	// grant and the local instant at which the request that confirmed it
+	// was sent: Grant.TTL counts from then, not from the call. When ctx ends
+	// first, owner leaves the line and the error wraps ctx's cause; it also
+	// wraps ErrNotApplied when leaving was confirmed. Otherwise the backend
+	// goes on withdrawing in the background, and a grant that arises
+	// meanwhile is released unused. Retries inside the call (a lost
+	// connection, a create whose reply was lost) are the backend's; it
+	// returns other errors only for bad input (ErrInvalid) and Close
+	// (ErrClosed).
+	AcquireQueued(ctx context.Context, key string, owner Owner, ttl time.Duration) (Grant, time.Time, error)
 }
 
 // Backend is a full backend: leases plus the run ledger.

@@ -93,6 +93,7 @@ type check struct {
 func checks() []check {
 	var cs []check
 	cs = append(cs, leaseChecks()...)
+	cs = append(cs, queueChecks()...)
 	cs = append(cs, ledgerChecks()...)
 	cs = append(cs, libraryChecks()...)
 	return cs

@@ -111,57 +111,12 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		b.arm(path, nil, g)
 		return backend.Grant{Token: token, TTL: g}, nil
 	}
-	mine := ""
-	if b.unsure(owner.Nonce) {
-		q, err := b.queue(key)
-		if err != nil {
-			return backend.Grant{}, err
-		}
-		for _, n := range q { // a retry: our earlier create was applied
-			if strings.HasPrefix(n, nodeName(owner)) {
-				mine = n
-			}
-		}
-	}
-	if mine == "" {
-		for {
-			p, err := b.conn.Create(dir+"/"+nodeName(owner), nodeData(owner, g), zk.FlagEphemeral|zk.FlagSequence, b.acl)
-			if err == zk.ErrNoNode {
-				if _, err := b.conn.CreateContainer(dir, nil, zk.FlagContainer, b.acl); err != nil && err != zk.ErrNodeExists {
-					return backend.Grant{}, b.wrap(err, fmt.Sprintf("create the queue of key %q", key))
-				}
-				continue
-			}
-			if err != nil {
-				// Unknown outcome: a retry with this nonce finds the node.
-				b.setUnsure(owner.Nonce, true)
-				return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
-			}
-			mine = p[len(dir)+1:]
-			break
-		}
+	mine, st, q, err := b.enter(key, owner, g)
+	if err != nil {
+		return backend.Grant{}, err
 	}
 	path := dir + "/" + mine
-	var (
-		exists bool
-		st     *zk.Stat
-		serr   error
-		read   = make(chan struct{})
-	)
-	go func() {
-		defer close(read)
-		exists, st, serr = b.conn.Exists(path)
-	}()
-	q, err := b.queue(key)
-	<-read
-	if err == nil {
-		err = serr
-	}
-	if err != nil {
-		b.setUnsure(owner.Nonce, true) // our node may stay: the retry finds it
-		return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
-	}
-	if len(q) == 0 || q[0] != mine || !exists {
+	if len(q) == 0 || q[0] != mine || st == nil {
 		// A predecessor holds the key (or our node is gone): withdraw.
 		derr := b.conn.Delete(path, -1)
 		b.setUnsure(owner.Nonce, derr != nil && derr != zk.ErrNoNode)
@@ -186,6 +141,63 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	b.arm(path, nil, g)
 	b.track(key, uint64(st.Czxid), path, owner)
 	return backend.Grant{Token: uint64(st.Czxid), TTL: g}, nil
+}
+
+// enter puts owner's protected ephemeral sequential node in key's queue,
+// or finds the node an earlier attempt with this owner nonce may have left
+// (its outcome was unknown), then lists the queue and reads the node's stat
+// at once (two requests pipelined on the session). st is nil if the node is
+// gone. On an error the owner is marked unsure: a retry lists first.
+func (b *Backend) enter(key string, owner backend.Owner, g time.Duration) (mine string, st *zk.Stat, q []string, err error) {
+	dir := b.lockDir(key)
+	if b.unsure(owner.Nonce) {
+		q, err := b.queue(key)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		for _, n := range q { // a retry: our earlier create was applied
+			if strings.HasPrefix(n, nodeName(owner)) {
+				mine = n
+			}
+		}
+	}
+	for mine == "" {
+		p, err := b.conn.Create(dir+"/"+nodeName(owner), nodeData(owner, g), zk.FlagEphemeral|zk.FlagSequence, b.acl)
+		if err == zk.ErrNoNode {
+			if _, err := b.conn.CreateContainer(dir, nil, zk.FlagContainer, b.acl); err != nil && err != zk.ErrNodeExists {
+				return "", nil, nil, b.wrap(err, fmt.Sprintf("create the queue of key %q", key))
+			}
+			continue
+		}
+		if err != nil {
+			// Unknown outcome: a retry with this nonce finds the node.
+			b.setUnsure(owner.Nonce, true)
+			return "", nil, nil, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+		}
+		mine = p[len(dir)+1:]
+	}
+	var (
+		exists bool
+		serr   error
+		read   = make(chan struct{})
+	)
+	go func() {
+		defer close(read)
+		exists, st, serr = b.conn.Exists(dir + "/" + mine)
+	}()
+	q, err = b.queue(key)
+	<-read
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		b.setUnsure(owner.Nonce, true) // our node may stay: the retry finds it
+		return "", nil, nil, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+	}
+	if !exists {
+		st = nil
+	}
+	return mine, st, q, nil
 }
 
 // find returns the path and stat of owner's lock node with token.

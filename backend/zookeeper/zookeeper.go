@@ -11,6 +11,13 @@
 // holds the lock. Acquire is the contract's non-blocking try: it creates its
 // node, lists the queue, and if a predecessor exists it deletes its own
 // node and returns a *HeldError naming the holder (the lowest node).
+// AcquireQueued (backend.Queue, which the Locker uses for a blocking
+// Acquire) is the recipe's waiter: its node stays in line and watches only
+// its immediate predecessor, so a release hands the key over with the
+// holder's delete, one watch event and one getChildren — no write by the
+// waiter on the hand-over path, and no herd. A waiter that gives up deletes
+// its node; if that cannot be confirmed, it keeps trying in the background
+// until the node is gone or the session ends.
 //
 // The node disappears — the lease ends — at the earliest of:
 //

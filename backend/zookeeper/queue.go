@@ -1,0 +1,195 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// AcquireQueued implements backend.Queue: the standard lock recipe with a
+// waiter that stays in line. The owner's protected node is created once;
+// while a predecessor exists, the call watches only its immediate
+// predecessor (no herd effect) and lists the queue again when that node
+// goes. When the owner's node is the lowest, the key is granted with no
+// further write: the hand-over after a release is the holder's delete, the
+// watch event and one getChildren.
+//
+// The grant's TTL counts from the send time of the listing that found the
+// node lowest: the session was alive when the server answered it, so it
+// cannot expire before that send time + session timeout ≥ send time + TTL.
+// If the session expires while waiting, the server deletes the node; the
+// next listing misses it and the call creates a new one (at the back of
+// the line). Connection errors are retried until ctx ends.
+func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, time.Time, error) {
+	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
+		return backend.Grant{}, time.Time{}, err
+	}
+	if err := b.check(); err != nil {
+		return backend.Grant{}, time.Time{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return backend.Grant{}, time.Time{}, fmt.Errorf("zookeeper: acquire key %q: %w (%w)", key, backend.ErrNotApplied, context.Cause(ctx))
+	}
+	dir := b.lockDir(key)
+	g := b.grantTTL(ttl)
+	var (
+		mine  string    // our node's name; "" until created (or found)
+		token uint64    // its czxid
+		q     []string  // the queue as last listed
+		sent  time.Time // send time of the request that listed q
+		pause = 10 * time.Millisecond
+	)
+	for {
+		var err error
+		if mine == "" {
+			sent = time.Now()
+			var st *zk.Stat
+			mine, st, q, err = b.enter(key, owner, g)
+			if err == nil && st == nil {
+				mine = "" // deleted at once (the session expired): again
+				continue
+			}
+			if err == nil {
+				if st.EphemeralOwner != b.conn.SessionID() {
+					// Created by a session that has since been replaced:
+					// the server deletes it; wait for that and start over.
+					mine, err = "", fmt.Errorf("zookeeper: acquire key %q: node of an earlier session", key)
+				} else {
+					token = uint64(st.Czxid)
+				}
+			}
+		} else {
+			sent = time.Now()
+			q, err = b.queue(key)
+		}
+		if err != nil {
+			if errors.Is(err, backend.ErrClosed) {
+				return backend.Grant{}, time.Time{}, err
+			}
+			// A lost connection or a create whose reply was lost: enter
+			// finds the node by its protected name when it lists again.
+			if werr := sleepCtx(ctx, b.done, pause); werr != nil {
+				if b.check() != nil {
+					return backend.Grant{}, time.Time{}, backend.ErrClosed
+				}
+				return b.leave(ctx, key, owner, mine)
+			}
+			pause = min(pause*2, time.Second)
+			continue
+		}
+		pause = 10 * time.Millisecond
+		i := slices.Index(q, mine)
+		switch {
+		case i < 0:
+			mine = "" // our node is gone (session expired): enter again
+			continue
+		case i == 0:
+			path := dir + "/" + mine
+			b.setUnsure(owner.Nonce, false)
+			b.arm(path, nil, g)
+			b.track(key, token, path, owner)
+			if ctx.Err() != nil {
+				// Granted just as the caller gave up: release it unused.
+				return b.leave(ctx, key, owner, mine)
+			}
+			return backend.Grant{Token: token, TTL: g}, sent, nil
+		}
+		// Watch only the immediate predecessor.
+		ok, _, ev, err := b.conn.ExistsW(dir + "/" + q[i-1])
+		if err != nil {
+			if b.check() != nil {
+				return backend.Grant{}, time.Time{}, backend.ErrClosed
+			}
+			if werr := sleepCtx(ctx, b.done, pause); werr != nil {
+				return b.leave(ctx, key, owner, mine)
+			}
+			continue
+		}
+		if !ok {
+			continue // gone already: list again
+		}
+		select {
+		case <-ev: // deleted, or a session event: list again
+		case <-ctx.Done():
+			return b.leave(ctx, key, owner, mine)
+		case <-b.done:
+			return backend.Grant{}, time.Time{}, backend.ErrClosed
+		}
+	}
+}
+
+// leave takes owner out of key's line after its caller gave up: it deletes
+// mine (or, if mine is not known, any node with owner's protected name).
+// If that is confirmed the error wraps backend.ErrNotApplied; otherwise the
+// withdrawal goes on in the background until it succeeds, the session ends
+// (which deletes the node) or the backend is closed.
+func (b *Backend) leave(ctx context.Context, key string, owner backend.Owner, mine string) (backend.Grant, time.Time, error) {
+	cause := context.Cause(ctx)
+	if b.withdraw(key, owner, mine) {
+		return backend.Grant{}, time.Time{}, fmt.Errorf("zookeeper: acquire key %q: left the queue: %w (%w)", key, backend.ErrNotApplied, cause)
+	}
+	go func() {
+		pause := 50 * time.Millisecond
+		for !b.withdraw(key, owner, mine) {
+			if sleepCtx(context.Background(), b.done, pause) != nil {
+				return
+			}
+			pause = min(pause*2, 2*time.Second)
+		}
+	}()
+	return backend.Grant{}, time.Time{}, fmt.Errorf("zookeeper: acquire key %q: leaving the queue is not confirmed, it goes on in the background: %w", key, cause)
+}
+
+// withdraw deletes owner's node in key's queue and reports whether none is
+// left. With mine unknown (a create whose reply was lost), the queue is
+// listed first: requests of one session are applied in order, so a listing
+// answered after the create was sent shows the node if it was created.
+func (b *Backend) withdraw(key string, owner backend.Owner, mine string) bool {
+	dir := b.lockDir(key)
+	names := []string{mine}
+	if mine == "" {
+		if !b.unsure(owner.Nonce) {
+			return true // nothing was sent, or its failure was certain
+		}
+		q, err := b.queue(key)
+		if err != nil {
+			return false
+		}
+		names = names[:0]
+		for _, n := range q {
+			if strings.HasPrefix(n, nodeName(owner)) {
+				names = append(names, n)
+			}
+		}
+	}
+	for _, n := range names {
+		err := b.conn.Delete(dir+"/"+n, -1)
+		if err != nil && err != zk.ErrNoNode {
+			return false
+		}
+		b.disarm(dir + "/" + n)
+	}
+	b.setUnsure(owner.Nonce, false)
+	return true
+}
+
+// sleepCtx waits d, or returns an error when ctx ends or done is closed.
+func sleepCtx(ctx context.Context, done <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-done:
+		return backend.ErrClosed
+	}
+}
