@@ -134,6 +134,8 @@ type Backend struct {
 	pool *leasePool
 	ka   []*kaStream // keep-alive streams; a lease always uses the same one
 
+	acq, rel *batcher // group commit of the acquire and release Txns (batch.go)
+
 	mu     sync.Mutex
 	closed bool
 	done   chan struct{} // closed by Close: ends watches
@@ -257,7 +259,10 @@ func newBackend(c *clientv3.Client, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	cfg.Password = "" // not kept beyond the client
-	return &Backend{c: c, prefix: p, cfg: cfg, pool: newLeasePool(), ka: newKAStreams(c), done: make(chan struct{})}, nil
+	return &Backend{
+		c: c, prefix: p, cfg: cfg, pool: newLeasePool(), ka: newKAStreams(c), done: make(chan struct{}),
+		acq: newBatcher(c, "acquire"), rel: newBatcher(c, "release"),
+	}, nil
 }
 
 func tlsConfig(cfg Config) (*tls.Config, error) {
@@ -319,6 +324,10 @@ func (b *Backend) Close() error {
 	b.closed = true
 	close(b.done)
 	b.mu.Unlock()
+	// Queued acquires and releases were never sent: they get ErrClosed. A
+	// batch in flight is cancelled (its members' outcome is unknown).
+	b.acq.close()
+	b.rel.close()
 	// Idle pooled leases hold no key; revoke them rather than let them
 	// linger for their TTL.
 	var wg sync.WaitGroup
@@ -346,14 +355,15 @@ func (b *Backend) check() error {
 }
 
 // wrap turns a client error into one callers can classify: ErrClosed once
-// the backend is closed, otherwise the error (not a sentinel: the outcome
-// is unknown) with what was being done.
+// the backend is closed (beside the error, which may tell ErrNotApplied),
+// otherwise the error (not a sentinel unless ErrNotApplied: the outcome is
+// unknown) with what was being done.
 func (b *Backend) wrap(err error, what string) error {
 	if err == nil {
 		return nil
 	}
 	if b.check() != nil {
-		return fmt.Errorf("etcd: %s: %w", what, backend.ErrClosed)
+		return fmt.Errorf("etcd: %s: %w (%w)", what, backend.ErrClosed, err)
 	}
 	return fmt.Errorf("etcd: %s: %w", what, err)
 }

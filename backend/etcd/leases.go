@@ -54,6 +54,9 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 			switch {
 			case err == nil:
 				return b.decide(ctx, key, owner, x, resp)
+			case errors.Is(err, backend.ErrNotApplied):
+				b.unused(x) // never sent: the lease is still idle
+				return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
 			case !errors.Is(err, rpctypes.ErrLeaseNotFound):
 				// Unknown outcome: if applied, the retry finds the key and
 				// re-sends a keep-alive; Release revokes the untracked lease.
@@ -64,6 +67,9 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 			return g, err
 		}
 	}
+	if ctx.Err() != nil {
+		return backend.Grant{}, fmt.Errorf("etcd: acquire key %q: %w", key, notApplied(ctx))
+	}
 	sent := time.Now()
 	lg, err := b.c.Grant(ctx, secs+leaseSlack)
 	if err != nil {
@@ -72,8 +78,12 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	x := pooled{id: lg.ID, ttl: lg.TTL, req: secs, fresh: sent}
 	resp, err := b.acquireTxn(ctx, key, owner, x.id)
 	if err != nil {
-		// Unknown outcome: the lease stays (a retry with the same nonce
-		// finds the key if the Txn was applied); it expires on its own.
+		if errors.Is(err, backend.ErrNotApplied) {
+			b.unused(x) // never sent: keep the lease for the next Acquire
+		}
+		// Otherwise an unknown outcome: the lease stays (a retry with the
+		// same nonce finds the key if the Txn was applied); it expires on
+		// its own.
 		return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
 	}
 	return b.decide(ctx, key, owner, x, resp)
@@ -100,6 +110,12 @@ func (b *Backend) acquirePooled(ctx context.Context, key string, owner backend.O
 		// The lease expired: any key put on it is gone with it.
 		return backend.Grant{}, nil, false
 	case terr != nil:
+		if errors.Is(terr, backend.ErrNotApplied) {
+			if ka.err == nil {
+				x.ttl, x.fresh = ka.ttl, sent
+			}
+			b.unused(x) // never sent: the lease is still idle
+		}
 		return backend.Grant{}, b.wrap(terr, fmt.Sprintf("acquire key %q", key)), true
 	case ka.err != nil:
 		if resp.Succeeded {
@@ -117,13 +133,24 @@ func (b *Backend) acquirePooled(ctx context.Context, key string, owner backend.O
 	return g, err, true
 }
 
+// acquireTxn runs the grant Txn, alone or batched with others (batch.go).
+// An error wrapping backend.ErrNotApplied means it was never sent.
 func (b *Backend) acquireTxn(ctx context.Context, key string, owner backend.Owner, id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 	lk, ck := b.LockKey(key), b.counterKey(key)
-	return b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)).
-		Then(clientv3.OpGet(ck), clientv3.OpPut(lk, ownerValue(owner), clientv3.WithLease(id)), clientv3.OpPut(ck, "")).
-		Else(clientv3.OpGet(lk)).
-		Commit()
+	return b.acq.do(&txnReq{
+		ctx: ctx, key: lk,
+		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)},
+		then: []clientv3.Op{clientv3.OpGet(ck), clientv3.OpPut(lk, ownerValue(owner), clientv3.WithLease(id)), clientv3.OpPut(ck, "")},
+		els:  []clientv3.Op{clientv3.OpGet(lk)},
+	})
+}
+
+// unused returns an idle lease to the pool, or revokes it when the pool is
+// full (off the caller's path; it would expire anyway).
+func (b *Backend) unused(x pooled) {
+	if !b.pool.put(x.req, x) {
+		go b.revoke(x.id)
+	}
 }
 
 // decide turns the acquire Txn's answer into a grant or a *HeldError. x is
@@ -252,7 +279,7 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 		cmps = append(cmps, clientv3.Compare(clientv3.Value(lk), "=", ownerValue(owner)))
 		opts = append(opts, clientv3.WithPrevKV())
 	}
-	resp, err := b.c.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(lk, opts...)).Commit()
+	resp, err := b.rel.do(&txnReq{ctx: ctx, key: lk, cmps: cmps, then: []clientv3.Op{clientv3.OpDelete(lk, opts...)}})
 	if err != nil {
 		return b.wrap(err, fmt.Sprintf("release key %q", key))
 	}

@@ -1,0 +1,189 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/chaos"
+)
+
+// testBatchConnectionLost: the connection is cut just before a batch is
+// sent. Every member gets an unknown outcome — an error that is neither
+// "held" nor ErrNotApplied — and nothing reached etcd.
+func testBatchConnectionLost(t *testing.T, addr string) {
+	p, err := chaos.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	direct := openBatch(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := OpenConfig(ctx, Config{Endpoints: []string{p.Addr()}, Prefix: direct.prefix, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sending, proceed := make(chan int, 1), make(chan struct{})
+	b.acq.beforeSend = func(batch []*txnReq) { sending <- len(batch); <-proceed }
+	keys := []string{"cut-0", "cut-1", "cut-2"}
+	send := hold(t, b.acq)
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() {
+			actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+			defer acancel()
+			_, errs[i] = b.Acquire(actx, k, owners(1)[0], batchTTL)
+		})
+	}
+	waitQueued(t, b.acq, len(keys))
+	send()
+	if n := <-sending; n != len(keys) {
+		t.Fatalf("batch of %d, want %d", n, len(keys))
+	}
+	p.SetRefuse(true)
+	p.CloseConns()
+	close(proceed)
+	wg.Wait()
+	for i, err := range errs {
+		var held *backend.HeldError
+		if err == nil || errors.Is(err, backend.ErrNotApplied) || errors.As(err, &held) {
+			t.Errorf("acquire %s over a cut connection: %v, want an unknown outcome", keys[i], err)
+		}
+	}
+	for _, k := range keys {
+		if _, err := direct.Get(ctx, k); !errors.Is(err, backend.ErrNotFound) {
+			t.Errorf("get %s: %v, want ErrNotFound (nothing was sent)", k, err)
+		}
+	}
+}
+
+// testBatchClose: requests queued when the backend is closed get ErrClosed
+// (and ErrNotApplied: none was sent); the members of a batch in flight get
+// ErrClosed with an unknown outcome; requests after Close get ErrClosed;
+// no batch goroutine is left.
+func testBatchClose(t *testing.T, addr string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, inflight := range []bool{false, true} {
+		b := openBatch(t, addr)
+		sending := make(chan int, 1)
+		if inflight {
+			b.acq.beforeSend = func(batch []*txnReq) { sending <- len(batch); <-b.acq.base.Done() }
+		}
+		send := hold(t, b.acq)
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() { _, errs[i] = b.Acquire(ctx, fmt.Sprintf("close-%d", i), owners(1)[0], batchTTL) })
+		}
+		waitQueued(t, b.acq, len(errs))
+		if inflight {
+			send()
+			<-sending
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if !errors.Is(err, backend.ErrClosed) || errors.Is(err, backend.ErrNotApplied) == inflight {
+				t.Errorf("in flight %v: acquire %d at Close: %v, want ErrClosed, ErrNotApplied %v", inflight, i, err, !inflight)
+			}
+		}
+		if _, err := b.Acquire(ctx, "after", owners(1)[0], batchTTL); !errors.Is(err, backend.ErrClosed) {
+			t.Errorf("acquire after Close: %v, want ErrClosed", err)
+		}
+		if err := b.Release(ctx, "after", owners(1)[0], 1); !errors.Is(err, backend.ErrClosed) {
+			t.Errorf("release after Close: %v, want ErrClosed", err)
+		}
+		if !inflight {
+			send() // the hold's end: nothing is sent after Close
+		}
+		buf := make([]byte, 1<<20)
+		if st := string(buf[:runtime.Stack(buf, true)]); strings.Contains(st, "(*batcher).run") {
+			t.Fatalf("a batch goroutine outlived Close:\n%s", st)
+		}
+	}
+}
+
+// testBatchStress: 48 goroutines acquire and release 6 keys, some with
+// contexts that end at random moments (queued, in flight or never), and
+// learn the outcome of unknown ones by retrying with the same nonce. The
+// grants must exclude each other per key and their tokens must grow per
+// key.
+func testBatchStress(t *testing.T, addr string) {
+	b := openBatch(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var (
+		mu     sync.Mutex
+		holder = map[string]backend.Owner{}
+		last   = map[string]uint64{}
+		grants int
+	)
+	acqSizes, relSizes := record(t, b.acq), record(t, b.rel)
+	enter := func(key string, o backend.Owner, tok uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		if h, ok := holder[key]; ok {
+			t.Errorf("%s granted to %v (token %d) while %v holds it", key, o, tok, h)
+		}
+		if tok <= last[key] {
+			t.Errorf("%s: token %d after %d", key, tok, last[key])
+		}
+		holder[key], last[key] = o, tok
+		grants++
+	}
+	leave := func(key string) { mu.Lock(); delete(holder, key); mu.Unlock() }
+	var wg sync.WaitGroup
+	for w := range 48 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for range 15 {
+				key := fmt.Sprintf("stress-%d", rng.IntN(6))
+				o := backend.Owner{Instance: fmt.Sprintf("w%d", w), Nonce: backend.NewNonce()}
+				actx, acancel := ctx, context.CancelFunc(func() {})
+				if rng.IntN(3) == 0 {
+					actx, acancel = context.WithTimeout(ctx, time.Duration(rng.IntN(3000))*time.Microsecond)
+				}
+				g, err := b.Acquire(actx, key, o, batchTTL)
+				acancel()
+				var held *backend.HeldError
+				switch {
+				case errors.As(err, &held), errors.Is(err, backend.ErrNotApplied):
+					continue
+				case err != nil:
+					// Unknown outcome: the retry with the same nonce tells.
+					g, err = b.Acquire(ctx, key, o, batchTTL)
+					if errors.As(err, &held) {
+						continue
+					}
+					if err != nil {
+						t.Errorf("retry of acquire %s: %v", key, err)
+						return
+					}
+				}
+				enter(key, o, g.Token)
+				time.Sleep(time.Duration(rng.IntN(500)) * time.Microsecond) // the work
+				leave(key)
+				if err := b.Release(ctx, key, o, g.Token); err != nil {
+					t.Errorf("release %s: %v", key, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	as, rs := acqSizes.get(), relSizes.get()
+	t.Logf("%d grants; %d acquire and %d release batches (sizes %v / %v)", grants, len(as), len(rs), as, rs)
+}
