@@ -94,7 +94,7 @@ func (e *Elector) Run(ctx context.Context, fn func(leaderCtx context.Context) er
 	}()
 
 	for {
-		l, err := e.lk.acquire(ctx, kindRole, "role", e.role, true, func(h backend.Lease) { e.observe(h.Owner.Instance) })
+		l, err := e.campaign(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -109,6 +109,78 @@ func (e *Elector) Run(ctx context.Context, fn func(leaderCtx context.Context) er
 			return nil
 		}
 		e.lk.cfg.logger.Info("leadership lost, campaigning again", "role", e.role)
+	}
+}
+
+// campaign acquires the role, telling observe each leader it sees until
+// then. On a backend that keeps waiters in line on the server
+// (backend.Queue: ZooKeeper's recipe, as Curator's LeaderLatch uses it) the
+// candidate waits in that line, watching only its predecessor, and the
+// leader is followed by reads alone: a leader change costs each candidate a
+// read, not a write. Elsewhere the candidate retries, and learns the leader
+// from the answers.
+func (e *Elector) campaign(ctx context.Context) (*Lock, error) {
+	if _, ok := e.lk.b.(backend.Queue); !ok {
+		return e.lk.acquire(ctx, kindRole, "role", e.role, true, func(h backend.Lease) { e.observe(h.Owner.Instance) })
+	}
+	type result struct {
+		l   *Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := e.lk.acquire(ctx, kindRole, "role", e.role, true, nil)
+		got <- result{l, err}
+	}()
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	leaders := make(chan string)
+	go e.followLeader(wctx, leaders)
+	for {
+		select {
+		case r := <-got:
+			return r.l, r.err
+		case id := <-leaders:
+			e.observe(id) // on the Run goroutine, as Callbacks promises
+		}
+	}
+}
+
+// followLeader sends the role's holder on out each time it changes, until
+// ctx ends: a release event (the watch is set before the read, so no change
+// between them is missed) or, without push events or without a holder, a
+// backoff starts the next read.
+func (e *Elector) followLeader(ctx context.Context, out chan<- string) {
+	bkey := backendKey(e.lk.cfg.namespace, kindRole, e.role)
+	n, _ := e.lk.b.(backend.Notifier)
+	backoff, last := e.lk.cfg.backoffMin, ""
+	for ctx.Err() == nil {
+		var changed <-chan struct{}
+		if n != nil {
+			changed, _ = n.Wait(ctx, bkey)
+		}
+		l, err := e.lk.b.Get(ctx, bkey)
+		if err == nil && l.Owner.Instance != last {
+			last = l.Owner.Instance
+			select {
+			case out <- last:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if err != nil || changed == nil {
+			if sleep(ctx, jitter(backoff)) != nil {
+				return
+			}
+			backoff = min(backoff*2, e.lk.cfg.backoffMax)
+			continue
+		}
+		backoff = e.lk.cfg.backoffMin
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
