@@ -19,17 +19,17 @@ import (
 // and each write Txn costs it a Raft entry, a share of an fsync and (etcd
 // 3.4) a copy of the uncommitted write buffer for its compares, whatever
 // the Txn holds. So the acquire Txns of a backend go through one batcher and
-// the release Txns through another: while a Txn of the kind is in flight,
-// later requests queue; when it returns, the queued ones (at most maxBatch)
-// go as ONE Txn without compares whose Then holds one nested Txn
+// the release Txns through another: while maxInflight Txns of the kind are
+// in flight, later requests queue; when one returns, the queued ones (at
+// most maxBatch) go as ONE Txn without compares whose Then holds one nested Txn
 // (clientv3.OpTxn, etcd ≥ 3.3) per request. Each nested Txn keeps its
 // request's own If/Then/Else, so each request is decided exactly as it is
 // alone: etcd evaluates every compare of a Txn, nested ones included, on
 // the state before the Txn, and a batch never holds two requests on one
 // lock key (so none sees another's writes; etcd would refuse a Txn that
-// puts one key twice anyway). A request with nothing in flight and nothing
-// queued is sent at once, alone, as a plain Txn on its own context: one
-// goroutine pays no latency.
+// puts one key twice anyway). A request that finds a free slot and nothing
+// queued is sent at once, alone, as a plain Txn on its own context, as
+// before batching: one goroutine pays no latency.
 //
 // Every write of a batch gets the batch's revision, so keys granted in one
 // batch share a token. Tokens are scoped to a key (each still strictly
@@ -53,15 +53,23 @@ import (
 // other failure of the batch Txn (connection lost, leader lost, timeout)
 // leaves every member's outcome unknown.
 
-// maxBatch bounds the requests of one batch Txn. etcd (3.4.23 as later
-// versions: v3rpc checkTxnRequest) counts a Txn's operations as the longest
-// of its compare, success and failure lists, at most --max-txn-ops (default
-// 128), and gives each nested Txn the budget left by its parent: a batch of
-// n acquires (3 operations in the longest branch) needs n ≤ 128 and
-// 3 ≤ 128 − n. 32 keeps far below, and one batch takes at most 32 × ~3.5
-// KiB (keys of 512 bytes under a 512-byte prefix), well under the 1.5 MiB
-// default --max-request-bytes.
+// maxBatch bounds the requests of one batch Txn. etcd (v3rpc
+// checkTxnRequest; TestBatchMaxTxnOps shows it on 3.4.23) counts a Txn's
+// operations as the longest of its compare, success and failure lists, at
+// most --max-txn-ops (default 128), and gives each nested Txn the budget
+// its parent left: a batch of n acquires (3 operations in the longest
+// branch) needs n ≤ 128 and 3 ≤ 128 − n. 32 keeps far below, and one
+// batch takes at most 32 × ~3.5 KiB (keys of 512 bytes under a 512-byte
+// prefix), well under the 1.5 MiB default --max-request-bytes.
 const maxBatch = 32
+
+// maxInflight is how many Txns of a kind may be in flight before requests
+// queue. With 1, two goroutines that acquire at once wait for each other
+// (a Txn's round trip), which measured 10-25 % slower per pair than no
+// batching at 2 to 4 goroutines on one node; with 2 those goroutines are
+// as fast as without batching, and at 64 the server's CPU per pair is
+// still less than half of it (docs/benchmarks.md).
+const maxInflight = 2
 
 type reqState uint8
 
@@ -94,11 +102,11 @@ type batcher struct {
 	c    *clientv3.Client
 	what string // for errors
 
-	mu     sync.Mutex
-	busy   bool // a Txn of this kind is in flight
-	queue  []*txnReq
-	max    int // requests per batch; 1: batching off
-	closed bool
+	mu       sync.Mutex
+	inflight int // Txns of this kind in flight (at most maxInflight)
+	queue    []*txnReq
+	max      int // requests per batch; 1: batching off
+	closed   bool
 
 	base   context.Context // every batch Txn's context: cancelled by close
 	cancel context.CancelFunc
@@ -130,8 +138,8 @@ func (q *batcher) do(r *txnReq) (*clientv3.TxnResponse, error) {
 	case q.max <= 1:
 		q.mu.Unlock()
 		return q.alone(r.ctx, r)
-	case !q.busy:
-		q.busy = true
+	case q.inflight < maxInflight:
+		q.inflight++
 		q.mu.Unlock()
 		resp, err := q.alone(r.ctx, r)
 		q.next()
@@ -176,28 +184,28 @@ func (q *batcher) alone(ctx context.Context, r *txnReq) (*clientv3.TxnResponse, 
 	return q.c.Txn(ctx).If(r.cmps...).Then(r.then...).Else(r.els...).Commit()
 }
 
-// next is called when a Txn sent alone returned: it sends what queued
-// meanwhile, or marks the kind idle.
+// next is called when a Txn sent alone returned: its slot sends what
+// queued meanwhile, or is freed.
 func (q *batcher) next() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	batch := q.take()
 	if batch == nil {
-		q.busy = false
+		q.inflight--
 		return
 	}
 	q.wg.Add(1)
 	go q.run(batch)
 }
 
-// run sends batches until the queue is empty.
+// run sends batches on one slot until the queue is empty.
 func (q *batcher) run(batch []*txnReq) {
 	defer q.wg.Done()
 	for batch != nil {
 		q.send(batch)
 		q.mu.Lock()
 		if batch = q.take(); batch == nil {
-			q.busy = false
+			q.inflight--
 		}
 		q.mu.Unlock()
 	}

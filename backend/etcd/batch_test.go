@@ -39,17 +39,23 @@ func openBatch(t *testing.T, addr string) *Backend {
 	return b
 }
 
-// hold makes q busy, as if a Txn of its kind were in flight, so requests
-// queue; the returned func ends the hold and sends what queued.
+// hold makes q busy, as if its most Txns were in flight, so requests
+// queue; the returned func ends the hold and sends what queued, batch after
+// batch (as one in-flight Txn returning would).
 func hold(t *testing.T, q *batcher) func() {
 	t.Helper()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.busy {
+	if q.inflight != 0 {
 		t.Fatalf("%s batcher already busy", q.what)
 	}
-	q.busy = true
-	return q.next
+	q.inflight = maxInflight
+	return func() {
+		q.mu.Lock()
+		q.inflight = 1
+		q.mu.Unlock()
+		q.next()
+	}
 }
 
 // waitQueued waits until n requests are queued in q.
@@ -76,7 +82,7 @@ func waitIdle(t *testing.T, q *batcher) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		q.mu.Lock()
-		busy := q.busy
+		busy := q.inflight > 0
 		q.mu.Unlock()
 		if !busy {
 			return
@@ -312,12 +318,33 @@ func sum(s []int) (n int) {
 }
 
 // testBatchAlone: one goroutine's requests never queue and never go
-// through a batch goroutine: each is sent alone at once.
+// through a batch goroutine: each is sent alone at once; so is a request
+// that finds fewer than maxInflight Txns in flight.
 func testBatchAlone(t *testing.T, addr string) {
 	b := openBatch(t, addr)
 	acqSizes, relSizes := record(t, b.acq), record(t, b.rel)
 	ctx := context.Background()
 	o := owners(1)[0]
+	for _, q := range []*batcher{b.acq, b.rel} {
+		q.mu.Lock()
+		q.inflight = maxInflight - 1
+		q.mu.Unlock()
+	}
+	g, err := b.Acquire(ctx, "solo", o, batchTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx, "solo", o, g.Token); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []*batcher{b.acq, b.rel} {
+		q.mu.Lock()
+		if q.inflight != maxInflight-1 || len(q.queue) != 0 {
+			t.Fatalf("%s: %d in flight, %d queued after a request alone", q.what, q.inflight, len(q.queue))
+		}
+		q.inflight = 0
+		q.mu.Unlock()
+	}
 	for range 5 {
 		g, err := b.Acquire(ctx, "solo", o, batchTTL)
 		if err != nil {
