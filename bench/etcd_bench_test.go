@@ -196,6 +196,29 @@ func BenchmarkEtcdAcquireRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkEtcdAcquireReleaseMid: the same between 1 and 64 goroutines, on
+// one node, where etcd's fsync rather than its CPU sets the pace (a group
+// commit must not make these slower).
+func BenchmarkEtcdAcquireReleaseMid(b *testing.B) {
+	eps := etcdTargets(b)["node1"]
+	c := etcdClient(b, eps)
+	defer c.Close()
+	be, err := etcd.New(c, etcd.Config{Prefix: "bench/mid/"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, g := range []int{2, 4, 8, 16} {
+		for _, im := range []struct {
+			name string
+			p    pair
+		}{{"leasehold", leaseholdPair(be)}, {"mutex-session-once", mutexOncePair(b, c)}} {
+			b.Run(im.name+"/g"+strconv.Itoa(g), func(b *testing.B) {
+				withCPU(b, etcdPIDs["node1"], func() { timed(b, im.p, g) })
+			})
+		}
+	}
+}
+
 // BenchmarkZooKeeperAcquireRelease: the same on one ZooKeeper server.
 func BenchmarkZooKeeperAcquireRelease(b *testing.B) {
 	be, err := zookeeper.OpenConfig(zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench", SessionTimeout: 2 * ttl})

@@ -64,11 +64,11 @@ import (
 const maxBatch = 32
 
 // maxInflight is how many Txns of a kind may be in flight before requests
-// queue. With 1, two goroutines that acquire at once wait for each other
-// (a Txn's round trip), which measured 10-25 % slower per pair than no
-// batching at 2 to 4 goroutines on one node; with 2 those goroutines are
-// as fast as without batching, and at 64 the server's CPU per pair is
-// still less than half of it (docs/benchmarks.md).
+// queue. With 1, two goroutines that acquire at once always wait a round
+// trip for each other; with 2 they never do, and the batches at 64
+// goroutines are still large: leasehold took 0.52–0.62 × the Mutex's time
+// per pair on one node with 2, 0.37–0.45 × with 1 (3 or 4 gained nothing
+// measurable between 2 and 8 goroutines and cost more at 64).
 const maxInflight = 2
 
 type reqState uint8

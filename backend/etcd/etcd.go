@@ -11,7 +11,8 @@
 //     of the granting Txn. etcd's revision is one cluster-wide counter that
 //     only grows; it is in the WAL, which etcd fsyncs before acknowledging,
 //     so it survives restarts, compaction and leader changes (SafeFencing and
-//     DurableFencing). Beside each lock key the backend keeps a per-key
+//     DurableFencing). Tokens are per key: keys granted in one batch (see
+//     Group commit) share a token. Beside each lock key the backend keeps a per-key
 //     counter key <prefix>c/<key>: no lease, rewritten by every grant in the
 //     same Txn (so its mod revision is the last token granted on the key)
 //     and never deleted by Release, expiry or Prune. The granting Txn reads
@@ -40,8 +41,24 @@
 //     lease and owner locally. The price of the slack: a key whose holder
 //     died outlives its last renewal by up to TTL + 1 s. Keep-alives go over
 //     a few long-lived streams shared by all locks of the backend (see
-//     pool.go and kastream.go). What still costs more than a Mutex: the
-//     counter key written by every grant (measured in docs/benchmarks.md).
+//     pool.go and kastream.go). What a Mutex does not pay: the counter key
+//     written by every grant, and a guarded Txn to release where its Unlock
+//     is a plain delete; group commit more than makes up for both at many
+//     goroutines (measured in docs/benchmarks.md).
+//   - Group commit (batch.go): at many goroutines etcd's CPU is the limit,
+//     and every write Txn costs a Raft entry, an fsync share and (3.4) a
+//     copy of the write buffer for its compares. While two acquire Txns
+//     (resp. release Txns) of the backend are in flight, later ones queue;
+//     when one returns, up to 32 queued ones go as ONE Txn whose Then holds
+//     each request's own If/Then/Else as a nested Txn (etcd ≥ 3.3), so each
+//     is decided as if alone; a batch never holds two requests on one key.
+//     A request that finds a free slot is sent alone at once, as before. A
+//     request whose context ends while queued gets ErrNotApplied (nothing
+//     sent); once its batch is sent, its outcome is unknown as for a Txn
+//     alone, and the batch Txn lasts until every member's context ended
+//     or Close. A batch that etcd refuses unapplied (a member's lease gone,
+//     too many operations) is re-sent member by member; any other failure
+//     leaves every member's outcome unknown, never "held".
 //   - TTL: etcd leases have whole-second TTLs and a server-side floor of
 //     1.5 × the election timeout (2 s with etcd's defaults, 1 s with a
 //     ≤ 600 ms election timeout). The requested TTL is rounded up to whole
