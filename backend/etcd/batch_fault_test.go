@@ -6,14 +6,22 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/chaos"
+	"github.com/leasehold/leasehold/internal/testserver"
 )
+
+// Fault and refusal cases of the group commit (see batch_test.go for the
+// helpers).
 
 // testBatchConnectionLost: the connection is cut just before a batch is
 // sent. Every member gets an unknown outcome — an error that is neither
@@ -186,4 +194,108 @@ func testBatchStress(t *testing.T, addr string) {
 	wg.Wait()
 	as, rs := acqSizes.get(), relSizes.get()
 	t.Logf("%d grants; %d acquire and %d release batches (sizes %v / %v)", grants, len(as), len(rs), as, rs)
+}
+
+// testBatchLeaseGone: one member's lease is gone, which makes etcd refuse
+// the whole batch unapplied; each member is then sent alone and decided on
+// its own (the one with the lost lease gets ErrLeaseNotFound, which
+// Acquire answers by granting a new lease).
+func testBatchLeaseGone(t *testing.T, addr string) {
+	b := openBatch(t, addr)
+	acqSizes := record(t, b.acq)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	good, err := b.c.Grant(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := b.c.Grant(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.Revoke(ctx, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	o := owners(2)
+	send := hold(t, b.acq)
+	type txnRes struct {
+		resp *clientv3.TxnResponse
+		err  error
+	}
+	rc := make([]chan txnRes, 2)
+	for i, id := range []clientv3.LeaseID{good.ID, gone.ID} {
+		rc[i] = make(chan txnRes, 1)
+		go func() {
+			resp, err := b.acquireTxn(ctx, fmt.Sprintf("lease-%d", i), o[i], id)
+			rc[i] <- txnRes{resp, err}
+		}()
+	}
+	waitQueued(t, b.acq, 2)
+	send()
+	if r := <-rc[0]; r.err != nil || !r.resp.Succeeded {
+		t.Fatalf("member with a live lease: %v", r.err)
+	}
+	if r := <-rc[1]; !errors.Is(r.err, rpctypes.ErrLeaseNotFound) {
+		t.Fatalf("member with a revoked lease: %v, want ErrLeaseNotFound", r.err)
+	}
+	waitIdle(t, b.acq)
+	// Through Acquire: a revoked lease in the pool, taken by one of two
+	// batched requests; both are granted.
+	secs := ttlSeconds(batchTTL)
+	b.pool.put(secs, pooled{id: gone.ID, ttl: secs + leaseSlack, req: secs, fresh: time.Now()})
+	res := acquireAll(t, b, []string{"pool-a", "pool-b"}, owners(2))
+	for i, r := range res {
+		if r.err != nil {
+			t.Fatalf("acquire %d with a revoked lease in the pool: %v", i, r.err)
+		}
+	}
+	// The refused batches; a re-grant after the lease was found gone may
+	// have queued behind the second (then it went alone in a batch of 1).
+	if s := acqSizes.get(); len(s) < 2 || s[0] != 2 || s[1] != 2 || slices.ContainsFunc(s[2:], func(n int) bool { return n > 1 }) {
+		t.Fatalf("batch sizes %v, want [2 2] and batches of 1", s)
+	}
+}
+
+// TestBatchMaxTxnOps checks how etcd counts a nested Txn's operations
+// against --max-txn-ops (here 8): a batch of n acquire Txns (3 operations
+// in their longest branch) passes while 3 ≤ 8 − n, so 5 pass and 6 are
+// refused unapplied; the batcher then sends each member alone, halves its
+// bound, and later batches fit.
+func TestBatchMaxTxnOps(t *testing.T) {
+	srv := testserver.Etcd(t, "--max-txn-ops", "8")
+	b := openBatch(t, srv.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nested := func(n int) error {
+		ops := make([]clientv3.Op, n)
+		for i := range ops {
+			k := fmt.Sprintf("%sraw%d-%d", b.prefix, n, i)
+			ops[i] = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)},
+				[]clientv3.Op{clientv3.OpGet(k + "c"), clientv3.OpPut(k, "v"), clientv3.OpPut(k+"c", "")},
+				[]clientv3.Op{clientv3.OpGet(k)})
+		}
+		_, err := b.c.Txn(ctx).Then(ops...).Commit()
+		return err
+	}
+	if err := nested(5); err != nil {
+		t.Fatalf("5 nested Txns at --max-txn-ops 8: %v", err)
+	}
+	if err := nested(6); !errors.Is(err, rpctypes.ErrTooManyOps) {
+		t.Fatalf("6 nested Txns at --max-txn-ops 8: %v, want ErrTooManyOps", err)
+	}
+	acqSizes := record(t, b.acq)
+	for round, want := range [][]int{{10}, {10, 5, 5}} {
+		keys := make([]string, 10)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("ops%d-%d", round, i)
+		}
+		for i, r := range acquireAll(t, b, keys, owners(len(keys))) {
+			if r.err != nil {
+				t.Fatalf("round %d: acquire %s: %v", round, keys[i], r.err)
+			}
+		}
+		if s := acqSizes.get(); !slices.Equal(s, want) {
+			t.Fatalf("round %d: batch sizes %v, want %v", round, s, want)
+		}
+	}
 }
