@@ -1,7 +1,7 @@
 // Package backend defines the small contract every leasehold backend
 // implements: leases with fencing tokens (Leases), an optional push of
-// release events (Notifier) and the run ledger used by the scheduler
-// (Ledger).
+// release events (Notifier), an optional server-side line of waiters
+// (Queue) and the run ledger used by the scheduler (Ledger).
 //
 // The package holds interfaces and plain data only. Implementations live in
 // backend/<name>; backend/conformance is the one test suite every
