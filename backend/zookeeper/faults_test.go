@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/conformance/faultkit"
+	"github.com/leasehold/leasehold/backend/zookeeper"
 	"github.com/leasehold/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/internal/testserver"
 )
@@ -62,21 +63,30 @@ func TestServerRestartWhileHeld(t *testing.T) {
 	}
 }
 
+// behindProxy starts a server and returns a backend that reaches it through
+// a proxy the test can cut (2 s sessions, so a cut expires them quickly)
+// and a backend on the same prefix that reaches it directly.
+func behindProxy(t *testing.T) (p *chaos.Proxy, proxied, direct *zookeeper.Backend) {
+	t.Helper()
+	srv := testserver.ZooKeeper(t)
+	p, err := chaos.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	proxied = open(t, p.Addr(), 2*time.Second)
+	direct = open(t, srv.Addr(), 10*time.Second, proxied.Prefix())
+	return p, proxied, direct
+}
+
 // TestSessionExpiry cuts the holder off (a black-hole proxy) until the
 // server expires its session. The holder's context ends at its deadline,
 // before the server deleted its node; the next holder then gets a greater
 // token; and once the holder reconnects (to a new session), its stale
 // renewal is refused.
 func TestSessionExpiry(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
-	p, err := chaos.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, holderB, direct := behindProxy(t)
 	const ttl = 2 * time.Second
-	holderB := open(t, p.Addr(), 2*time.Second)
-	direct := open(t, srv.Addr(), 10*time.Second, holderB.Prefix())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	l, err := locker(t, holderB, "holder", ttl).TryAcquire(ctx, "svc/expire")

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/chaos"
-	"github.com/leasehold/leasehold/internal/testserver"
 )
 
 // TestQueuedWaiterSurvivesSessionExpiry: a waiter queued behind a holder is
@@ -17,15 +15,8 @@ import (
 // holder releases, with a greater token — neither stuck on a vanished node
 // nor granted while the holder still holds.
 func TestQueuedWaiterSurvivesSessionExpiry(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
-	p, err := chaos.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, waiterB, direct := behindProxy(t)
 	const ttl = 2 * time.Second
-	waiterB := open(t, p.Addr(), 2*time.Second)
-	direct := open(t, srv.Addr(), 10*time.Second, waiterB.Prefix())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	h, err := locker(t, direct, "holder", 10*time.Second).TryAcquire(ctx, "svc/q")
