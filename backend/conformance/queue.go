@@ -28,7 +28,7 @@ func queueOf(t T, b backend.Backend) (backend.Queue, bool) {
 }
 
 // checkQueuedTurns: 16 queued waiters behind a holder each get the key once,
-// one at a time, with strictly increasing tokens; each grant's send time
+// one at a time and none before the holder released, with strictly increasing tokens; each grant's send time
 // lies within its call.
 func checkQueuedTurns(t T, e *env) {
 	b, ctx := e.new(), e.ctx()
@@ -43,7 +43,7 @@ func checkQueuedTurns(t T, e *env) {
 	const waiters = 16
 	var (
 		mu     sync.Mutex
-		inside int
+		inside = 1 // the first holder, until just before its release
 		tokens = []uint64{g0.Token}
 		wg     sync.WaitGroup
 		errs   = make(chan error, waiters)
@@ -83,6 +83,9 @@ func checkQueuedTurns(t T, e *env) {
 			}
 		}()
 	}
+	mu.Lock()
+	inside--
+	mu.Unlock()
 	mustNil(t, b.Release(ctx, "queue/k", first, g0.Token), "Release by the first holder")
 	wg.Wait()
 	close(errs)
