@@ -33,6 +33,22 @@ const (
 // letter word ruok answers imok.
 func ZooKeeper(t testing.TB, extra ...string) *Server {
 	t.Helper()
+	java := zkJava(t)
+	return Start(t, Spec{
+		Name:   "zookeeper",
+		Binary: java,
+		Args: func(port int, dir string) []string {
+			return zkArgs(t, port, dir, extra)
+		},
+		Ready:        zkRuok,
+		StartTimeout: 60 * time.Second,
+	})
+}
+
+// zkJava returns the java binary, skipping the test (failing it when
+// CI=true) if the server's jar is missing.
+func zkJava(t testing.TB) string {
+	t.Helper()
 	if _, err := os.Stat(ZooKeeperJar); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("testserver: zookeeper jar %s not found (CI=true: a missing server fails the run; install Debian's zookeeper): %v", ZooKeeperJar, err)
@@ -43,36 +59,34 @@ func ZooKeeper(t testing.TB, extra ...string) *Server {
 	if _, err := exec.LookPath(java); err != nil {
 		java = "java"
 	}
-	return Start(t, Spec{
-		Name:   "zookeeper",
-		Binary: java,
-		Args: func(port int, dir string) []string {
-			cfg := filepath.Join(dir, "zoo.cfg")
-			lines := []string{
-				fmt.Sprintf("tickTime=%d", zkTickMS),
-				"dataDir=" + filepath.Join(dir, "data"),
-				fmt.Sprintf("clientPort=%d", port),
-				"clientPortAddress=127.0.0.1",
-				fmt.Sprintf("minSessionTimeout=%d", zkMinSessionMS),
-				fmt.Sprintf("maxSessionTimeout=%d", zkMaxSessionMS),
-				"admin.enableServer=false",
-				"4lw.commands.whitelist=ruok,srvr",
-				"forceSync=yes",
-			}
-			lines = append(lines, extra...)
-			if err := os.WriteFile(cfg, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-				t.Fatalf("testserver: write %s: %v", cfg, err)
-			}
-			return []string{
-				"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-				"-Dzookeeper.log.dir=" + dir, "-Dzookeeper.admin.enableServer=false",
-				"-cp", "/etc/zookeeper/conf:" + ZooKeeperJar,
-				"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfg,
-			}
-		},
-		Ready:        zkRuok,
-		StartTimeout: 60 * time.Second,
-	})
+	return java
+}
+
+// zkArgs writes dir/zoo.cfg (the test timing, then extra lines) and
+// returns the JVM's command line.
+func zkArgs(t testing.TB, port int, dir string, extra []string) []string {
+	cfg := filepath.Join(dir, "zoo.cfg")
+	lines := []string{
+		fmt.Sprintf("tickTime=%d", zkTickMS),
+		"dataDir=" + filepath.Join(dir, "data"),
+		fmt.Sprintf("clientPort=%d", port),
+		"clientPortAddress=127.0.0.1",
+		fmt.Sprintf("minSessionTimeout=%d", zkMinSessionMS),
+		fmt.Sprintf("maxSessionTimeout=%d", zkMaxSessionMS),
+		"admin.enableServer=false",
+		"4lw.commands.whitelist=ruok,srvr",
+		"forceSync=yes",
+	}
+	lines = append(lines, extra...)
+	if err := os.WriteFile(cfg, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatalf("testserver: write %s: %v", cfg, err)
+	}
+	return []string{
+		"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		"-Dzookeeper.log.dir=" + dir, "-Dzookeeper.admin.enableServer=false",
+		"-cp", "/etc/zookeeper/conf:" + ZooKeeperJar,
+		"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfg,
+	}
 }
 
 // zkRuok sends the four letter word ruok and expects imok.

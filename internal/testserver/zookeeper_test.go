@@ -24,3 +24,29 @@ func TestZooKeeper(t *testing.T) {
 		t.Fatalf("port changed from %d to %d", port, s.Port())
 	}
 }
+
+// TestZooKeeperEnsemble: three members serve with one leader; a member cut
+// off from both others stops serving, and serves again once restored.
+func TestZooKeeperEnsemble(t *testing.T) {
+	e := ZooKeeperEnsemble3(t)
+	leader := e.WaitServing(t, 10*time.Second)
+	if leader < 0 {
+		t.Fatal("no member reports itself the leader")
+	}
+	f := (leader + 1) % 3
+	e.Cut(f, leader, true)
+	e.Cut(f, (leader+2)%3, true)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := ZooKeeperMode(e.Members[f].Addr()); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a member cut off from the others still serves after 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.Cut(f, leader, false)
+	e.Cut(f, (leader+2)%3, false)
+	e.WaitServing(t, 30*time.Second)
+}
