@@ -219,7 +219,14 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 			}
 			backoff = min(backoff*2, lk.cfg.backoffMax)
 			continue
-		case errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):
+		case errors.Is(err, backend.ErrInvalid):
+			return nil, err
+		case errors.Is(err, backend.ErrClosed):
+			if !firstUnknown.IsZero() {
+				// Closed after an attempt that may have been applied: its
+				// outcome is still unknown (a closed backend cannot look).
+				return nil, fmt.Errorf("%w: acquire %q: the backend was closed after an attempt with an unknown outcome: %w", ErrIndeterminate, key, lastErr)
+			}
 			return nil, err
 		case errors.Is(err, backend.ErrNotApplied) && firstUnknown.IsZero():
 			// Never sent, and no earlier attempt may have been applied:
