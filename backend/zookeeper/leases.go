@@ -95,32 +95,49 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	if err := ctx.Err(); err != nil {
 		return backend.Grant{}, err
 	}
+	sent := time.Now()
 	dir := b.lockDir(key)
 	g := b.grantTTL(ttl)
 	if path, token, ok := b.grantOf(key, owner); ok {
-		// A retry of a grant made here: yours, if its node still exists;
-		// the read proves the session alive after this call's send time.
+		// A retry of a grant made here: yours, if its node still exists.
+		// Sync first, so that on an ensemble a lagging follower cannot
+		// answer from before the node's deletion; the read proves the
+		// session alive after this call's send time, and the grant is
+		// renewed from it.
+		if _, err := b.conn.Sync(path); err != nil && err != zk.ErrNoNode {
+			return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+		}
 		exists, st, err := b.conn.Exists(path)
 		if err != nil {
 			return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
 		}
 		if !exists || uint64(st.Czxid) != token || st.EphemeralOwner != b.conn.SessionID() {
-			b.disarm(path)
+			b.disarm(path, nil)
 			return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: gone before the retry", backend.ErrLeaseLost, key, token)
 		}
-		b.arm(path, nil, g)
+		b.armAt(path, nil, sent.Add(g))
 		return backend.Grant{Token: token, TTL: g}, nil
 	}
-	mine, st, q, err := b.enter(key, owner, g)
+	mine, st, q, err := b.enter(key, owner, g, sent)
 	if err != nil {
+		if b.unsure(owner.Nonce) {
+			// The caller may give up without a retry: find and time the
+			// node the create may have left (a waiter behind a holder
+			// would otherwise become an untimed holder).
+			b.settle(key, owner)
+		}
 		return backend.Grant{}, err
 	}
 	path := dir + "/" + mine
 	if len(q) == 0 || q[0] != mine || st == nil {
 		// A predecessor holds the key (or our node is gone): withdraw.
-		derr := b.conn.Delete(path, -1)
-		b.setUnsure(owner.Nonce, derr != nil && derr != zk.ErrNoNode)
-		b.disarm(path)
+		if derr := b.conn.Delete(path, -1); derr != nil && derr != zk.ErrNoNode {
+			b.markUnsure(owner.Nonce, sent, g)
+			b.settle(key, owner)
+		} else {
+			b.clearUnsure(owner.Nonce)
+			b.disarm(path, nil)
+		}
 		// The holder is the lowest node, and only that one: a later node
 		// is a waiter withdrawing as we do, not a holder (the chaos
 		// checker caught answers that named one).
@@ -131,14 +148,15 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		}
 		return backend.Grant{}, fmt.Errorf("zookeeper: acquire key %q: the queue changed, try again: %w", key, backend.ErrHeld)
 	}
-	b.setUnsure(owner.Nonce, false)
+	b.clearUnsure(owner.Nonce)
 	// Ours is the lowest: granted. The session was alive when the create
 	// (and the reads) arrived, after this call's send time, so the session
-	// cannot expire before send time + timeout ≥ send time + g.
+	// cannot expire before send time + timeout ≥ send time + g. If the node
+	// was an earlier attempt's, this answer renews it from this send time.
 	if st.EphemeralOwner != b.conn.SessionID() {
 		return backend.Grant{}, fmt.Errorf("%w: key %q is held by owner %s through another session", backend.ErrLeaseLost, key, owner.Instance)
 	}
-	b.arm(path, nil, g)
+	b.armAt(path, nil, sent.Add(g))
 	b.track(key, uint64(st.Czxid), path, owner)
 	return backend.Grant{Token: uint64(st.Czxid), TTL: g}, nil
 }
@@ -147,11 +165,13 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 // or finds the node an earlier attempt with this owner nonce may have left
 // (its outcome was unknown), then lists the queue and reads the node's stat
 // at once (two requests pipelined on the session). st is nil if the node is
-// gone. On an error the owner is marked unsure: a retry lists first.
-func (b *Backend) enter(key string, owner backend.Owner, g time.Duration) (mine string, st *zk.Stat, q []string, err error) {
+// gone. On an error the owner is marked unsure (with sent, the send time of
+// the caller's request): a retry lists first. An error after the create was
+// sent does not wrap ErrClosed: the create may have been applied.
+func (b *Backend) enter(key string, owner backend.Owner, g time.Duration, sent time.Time) (mine string, st *zk.Stat, q []string, err error) {
 	dir := b.lockDir(key)
 	if b.unsure(owner.Nonce) {
-		q, err := b.queue(key)
+		q, err := b.syncedQueue(key)
 		if err != nil {
 			return "", nil, nil, err
 		}
@@ -171,8 +191,8 @@ func (b *Backend) enter(key string, owner backend.Owner, g time.Duration) (mine 
 		}
 		if err != nil {
 			// Unknown outcome: a retry with this nonce finds the node.
-			b.setUnsure(owner.Nonce, true)
-			return "", nil, nil, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+			b.markUnsure(owner.Nonce, sent, g)
+			return "", nil, nil, b.wrapSent(err, fmt.Sprintf("acquire key %q", key))
 		}
 		mine = p[len(dir)+1:]
 	}
@@ -191,8 +211,8 @@ func (b *Backend) enter(key string, owner backend.Owner, g time.Duration) (mine 
 		err = serr
 	}
 	if err != nil {
-		b.setUnsure(owner.Nonce, true) // our node may stay: the retry finds it
-		return "", nil, nil, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+		b.markUnsure(owner.Nonce, sent, g) // our node may stay: the retry finds it
+		return "", nil, nil, b.wrapSent(err, fmt.Sprintf("acquire key %q", key))
 	}
 	if !exists {
 		st = nil
@@ -236,11 +256,12 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 	if err := ctx.Err(); err != nil {
 		return backend.Grant{}, err
 	}
+	sent := time.Now()
 	path, st, err := b.find(key, owner, token)
 	if err != nil {
 		return backend.Grant{}, err
 	}
-	if st.EphemeralOwner != b.conn.SessionID() || !b.armed(path) {
+	if st.EphemeralOwner != b.conn.SessionID() || !b.armed(path, nil) {
 		return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: not kept alive by this session", backend.ErrLeaseLost, key, token)
 	}
 	g := b.grantTTL(ttl)
@@ -251,7 +272,7 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 	case err != nil:
 		return backend.Grant{}, b.wrap(err, fmt.Sprintf("renew key %q", key))
 	}
-	b.arm(path, nil, g)
+	b.armAt(path, nil, sent.Add(g))
 	return backend.Grant{Token: token, TTL: g}, nil
 }
 
@@ -266,7 +287,7 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if path, granted, ok := b.tracked(key, token); ok && b.armed(path) {
+	if path, granted, ok := b.tracked(key, token); ok && b.armed(path, nil) {
 		// A grant this backend made and keeps alive: its node's path is
 		// unique to the grant (sequence numbers are never reused), so one
 		// delete releases it.
@@ -276,12 +297,12 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 		err := b.conn.Delete(path, -1)
 		switch {
 		case err == zk.ErrNoNode:
-			b.disarm(path)
+			b.disarm(path, nil)
 			return fmt.Errorf("%w: key %q, token %d: gone while releasing", backend.ErrLeaseLost, key, token)
 		case err != nil:
 			return b.wrap(err, fmt.Sprintf("release key %q", key))
 		}
-		b.disarm(path)
+		b.disarm(path, nil)
 		return nil
 	}
 	path, st, err := b.find(key, owner, token)
@@ -295,7 +316,7 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	case err != nil:
 		return b.wrap(err, fmt.Sprintf("release key %q", key))
 	}
-	b.disarm(path)
+	b.disarm(path, nil)
 	return nil
 }
 

@@ -13,11 +13,14 @@ import (
 )
 
 // yours answers a retry by the running owner: a write to its runner's
-// lease node proves the session alive and restarts the TTL.
+// lease node proves the session alive and restarts the TTL from this
+// request's send time. A node this backend does not keep alive (its timer
+// fired: the deletion is under way) is not yours any more.
 func (b *Backend) yours(o occ, job string, at time.Time, ttl time.Duration) (backend.Grant, error) {
+	sent := time.Now()
 	r := o.run
 	path := b.alivePath(job, at)
-	if o.alive == nil || string(o.alive) != string(aliveValue(r.owner(), r.Token)) || !b.armed(path) {
+	if o.alive == nil || string(o.alive) != string(aliveValue(r.owner(), r.Token)) || !b.armed(path, o.alive) {
 		return backend.Grant{}, fmt.Errorf("%w: %s, token %d: the runner's lease expired", backend.ErrLeaseLost, occurrence(job, at), r.Token)
 	}
 	if _, err := b.conn.Set(path, o.alive, o.aliveVer); err != nil {
@@ -27,7 +30,7 @@ func (b *Backend) yours(o occ, job string, at time.Time, ttl time.Duration) (bac
 		return backend.Grant{}, b.wrap(err, "renew the runner's lease of "+occurrence(job, at))
 	}
 	g := b.grantTTL(ttl)
-	b.arm(path, o.alive, g)
+	b.armAt(path, o.alive, sent.Add(g))
 	return backend.Grant{Token: r.Token, TTL: g}, nil
 }
 
@@ -85,17 +88,22 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		if j.High == 0 || at.UnixMilli() > j.High {
 			j.High, j.HighVersion = at.UnixMilli(), req.SpecVersion
 		}
-		alive := aliveValue(req.Owner, j.Counter)
+		alive, g, sent := aliveValue(req.Owner, j.Counter), b.grantTTL(req.TTL), time.Now()
 		retry, err := b.multi("claim "+occurrence(req.Job, at), []string{jp + "/alive", rp[:strings.LastIndex(rp, "/")]},
 			&zk.SetDataRequest{Path: jp, Data: j.encode(), Version: ver},
 			&zk.CreateRequest{Path: rp, Data: newRun(req, j.Counter, 1).encode(), Acl: b.acl},
 			&zk.CreateRequest{Path: ap, Data: alive, Acl: b.acl, Flags: zk.FlagEphemeral})
+		if err != nil || !retry {
+			// Granted, or perhaps (unknown outcome): either way the
+			// runner's lease node is timed from this send time, so a
+			// retry with this nonce finds it kept alive and is answered
+			// "yours", and a node nobody claims again ends at its TTL.
+			b.armAt(ap, alive, sent.Add(g))
+		}
 		if err != nil {
 			return backend.Grant{}, err
 		}
 		if !retry {
-			g := b.grantTTL(req.TTL)
-			b.arm(ap, alive, g)
 			return backend.Grant{Token: j.Counter, TTL: g}, nil
 		}
 	}
@@ -165,7 +173,7 @@ func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner ba
 			return err
 		}
 		if !retry {
-			b.disarm(b.alivePath(job, at))
+			b.disarm(b.alivePath(job, at), aliveValue(owner, token))
 			return nil
 		}
 	}
@@ -202,18 +210,19 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		}
 		j.Counter++
 		nr := newRun(req, j.Counter, o.run.Attempt+1)
-		alive := aliveValue(req.Owner, j.Counter)
+		alive, g, sent := aliveValue(req.Owner, j.Counter), b.grantTTL(req.TTL), time.Now()
 		ap := b.alivePath(req.Job, at)
 		retry, err := b.multi("reclaim "+occurrence(req.Job, at), []string{b.jobPath(req.Job) + "/alive"},
 			&zk.SetDataRequest{Path: b.runPath(req.Job, at), Data: nr.encode(), Version: o.runVer},
 			&zk.SetDataRequest{Path: b.jobPath(req.Job), Data: j.encode(), Version: ver},
 			&zk.CreateRequest{Path: ap, Data: alive, Acl: b.acl, Flags: zk.FlagEphemeral})
+		if err != nil || !retry {
+			b.armAt(ap, alive, sent.Add(g)) // as in Claim
+		}
 		if err != nil {
 			return backend.Grant{}, backend.Run{}, err
 		}
 		if !retry {
-			g := b.grantTTL(req.TTL)
-			b.arm(ap, alive, g)
 			return backend.Grant{Token: j.Counter, TTL: g}, nr.view(true), nil
 		}
 	}

@@ -51,7 +51,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 		if mine == "" {
 			sent = time.Now()
 			var st *zk.Stat
-			mine, st, q, err = b.enter(key, owner, g)
+			mine, st, q, err = b.enter(key, owner, g, sent)
 			if err == nil && st == nil {
 				mine = "" // deleted at once (the session expired): again
 				continue
@@ -71,13 +71,13 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 		}
 		if err != nil {
 			if errors.Is(err, backend.ErrClosed) {
-				return backend.Grant{}, time.Time{}, err
+				return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
 			}
 			// A lost connection or a create whose reply was lost: enter
 			// finds the node by its protected name when it lists again.
 			if werr := sleepCtx(ctx, b.done, pause); werr != nil {
 				if b.check() != nil {
-					return backend.Grant{}, time.Time{}, backend.ErrClosed
+					return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
 				}
 				return b.leave(ctx, key, owner, mine)
 			}
@@ -92,8 +92,8 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 			continue
 		case i == 0:
 			path := dir + "/" + mine
-			b.setUnsure(owner.Nonce, false)
-			b.arm(path, nil, g)
+			b.clearUnsure(owner.Nonce)
+			b.armAt(path, nil, sent.Add(g))
 			b.track(key, token, path, owner)
 			if ctx.Err() != nil {
 				// Granted just as the caller gave up: release it unused.
@@ -105,7 +105,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 		ok, _, ev, err := b.conn.ExistsW(dir + "/" + q[i-1])
 		if err != nil {
 			if b.check() != nil {
-				return backend.Grant{}, time.Time{}, backend.ErrClosed
+				return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
 			}
 			if werr := sleepCtx(ctx, b.done, pause); werr != nil {
 				return b.leave(ctx, key, owner, mine)
@@ -120,9 +120,21 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 		case <-ctx.Done():
 			return b.leave(ctx, key, owner, mine)
 		case <-b.done:
-			return backend.Grant{}, time.Time{}, backend.ErrClosed
+			return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
 		}
 	}
+}
+
+// closedIn is the error of an AcquireQueued ended by Close. If no node of
+// owner's can exist it is ErrClosed. Otherwise the caller cannot know what
+// became of the node (in line, perhaps granted as Close came), so the error
+// does not wrap ErrClosed; closing the session has the server delete the
+// node — the cleanup, as a closed client can send nothing more.
+func (b *Backend) closedIn(key string, owner backend.Owner, mine string) error {
+	if mine == "" && !b.unsure(owner.Nonce) {
+		return backend.ErrClosed
+	}
+	return fmt.Errorf("zookeeper: acquire key %q: the backend was closed while this owner's node was in line; closing the session deletes it", key)
 }
 
 // leave takes owner out of key's line after its caller gave up: it deletes
@@ -158,7 +170,7 @@ func (b *Backend) withdraw(key string, owner backend.Owner, mine string) bool {
 		if !b.unsure(owner.Nonce) {
 			return true // nothing was sent, or its failure was certain
 		}
-		q, err := b.queue(key)
+		q, err := b.syncedQueue(key)
 		if err != nil {
 			return false
 		}
@@ -174,9 +186,9 @@ func (b *Backend) withdraw(key string, owner backend.Owner, mine string) bool {
 		if err != nil && err != zk.ErrNoNode {
 			return false
 		}
-		b.disarm(dir + "/" + n)
+		b.disarm(dir+"/"+n, nil)
 	}
-	b.setUnsure(owner.Nonce, false)
+	b.clearUnsure(owner.Nonce)
 	return true
 }
 

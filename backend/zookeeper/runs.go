@@ -199,5 +199,5 @@ func (b *Backend) multi(what string, parents []string, ops ...any) (retry bool, 
 	case zk.ErrBadVersion, zk.ErrNodeExists, zk.ErrNotEmpty:
 		return true, nil
 	}
-	return false, b.wrap(err, what)
+	return false, b.wrapSent(err, what)
 }

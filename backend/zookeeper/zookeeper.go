@@ -27,10 +27,19 @@
 //     session timeout — the holder's process died or was cut off. This is
 //     judged by the ZooKeeper server's clock;
 //   - TTL without a successful Renew: the backend that created the node
-//     deletes it when TTL has passed since the reply to its last
-//     acquire/renew (ZooKeeper would keep a live but silent holder's node
-//     forever). This is judged by the holder's own clock — the clock its
-//     deadline is on — so Capabilities().ServerClock is false.
+//     deletes it when TTL has passed since the send time of its last
+//     acquire/renew — an Acquire answered "yours" renews too (ZooKeeper
+//     would keep a live but silent holder's node forever). A failed delete
+//     (a connection lost across the TTL instant) is retried until the node
+//     is gone or the session ended: a client that reconnects to its session
+//     must not keep the node alive. This is judged by the holder's own
+//     clock — the clock its deadline is on — so Capabilities().ServerClock
+//     is false.
+//   - Close: closing the session has the server delete every ephemeral
+//     node of it at once. This is also the cleanup of a request in flight
+//     when Close came, whose outcome is unknown: its error does not wrap
+//     ErrClosed (the Locker reports ErrIndeterminate), and the node it may
+//     have created goes with the session.
 //
 // The granted TTL is min(requested TTL, negotiated session timeout): the
 // node lives at least that long from the request's send time by both
@@ -55,7 +64,16 @@
 //     backend remembers the owner nonces whose create (or withdrawal) had
 //     an unknown outcome and lists the queue before creating only for
 //     those; a retried Acquire of a grant this backend made is answered
-//     from its local record after an exists on the node.
+//     from its local record after a sync and an exists on the node (the
+//     sync, so that on an ensemble a follower cut off from the leader cannot
+//     answer from state older than the retry). No node this backend may
+//     have created is left untimed: when a try Acquire's outcome is
+//     unknown, a background search finds the owner's nodes by protected
+//     name and times each one for deletion at the TTL from the first
+//     unknown request's send time (a waiter nobody waits on would otherwise
+//     become a holder that nobody renews or releases). A claim whose
+//     outcome is unknown times its runner's lease node the same way, so its
+//     retry is answered "yours" and a silent runner's lease ends.
 //   - Push events: Wait sets a watch on the holder's node (the predecessor
 //     of anyone who would acquire next); its deletion — release, expiry of
 //     the holder's session or TTL — fires it. Any other watch event
@@ -154,11 +172,12 @@ type Backend struct {
 	mu         sync.Mutex
 	closed     bool
 	negotiated time.Duration
-	timers     map[string]*time.Timer     // ephemeral node path → TTL deletion
-	grants     map[grantRef]grantRec      // lock grants this backend keeps alive
-	grantAt    map[string]grantRef        // the same, by node path
-	grantBy    map[backend.Nonce]grantRef // the same, by owner nonce
-	unsureOf   map[backend.Nonce]bool     // owners whose node may exist unknown to them
+	timers     map[timerKey]*time.Timer    // ephemeral node → TTL deletion
+	grants     map[grantRef]grantRec       // lock grants this backend keeps alive
+	grantAt    map[string]grantRef         // the same, by node path
+	grantBy    map[backend.Nonce]grantRef  // the same, by owner nonce
+	unsureOf   map[backend.Nonce]unsureRec // owners whose node may exist unknown to them
+	settling   map[backend.Nonce]bool      // owners whose nodes settle looks for
 	done       chan struct{}
 
 	handshake  chan struct{} // closed once the granted timeout is known
@@ -213,7 +232,7 @@ func OpenConfig(cfg Config) (*Backend, error) {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
-	b := &Backend{prefix: p, acl: zk.WorldACL(zk.PermAll), timers: map[string]*time.Timer{}, grants: map[grantRef]grantRec{}, grantAt: map[string]grantRef{}, grantBy: map[backend.Nonce]grantRef{}, unsureOf: map[backend.Nonce]bool{}, done: make(chan struct{}), handshake: make(chan struct{})}
+	b := &Backend{prefix: p, acl: zk.WorldACL(zk.PermAll), timers: map[timerKey]*time.Timer{}, grants: map[grantRef]grantRec{}, grantAt: map[string]grantRef{}, grantBy: map[backend.Nonce]grantRef{}, unsureOf: map[backend.Nonce]unsureRec{}, settling: map[backend.Nonce]bool{}, done: make(chan struct{}), handshake: make(chan struct{})}
 	conn, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(handshakeLogger{b}), zk.WithLogInfo(true))
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper: connect to %v: %w", cfg.Servers, err)
@@ -343,6 +362,9 @@ func (b *Backend) check() error {
 	return nil
 }
 
+// wrap wraps the error of a request that changes nothing if it was
+// applied (a read, or a write whose loss is harmless): once the backend is
+// closed, it is ErrClosed.
 func (b *Backend) wrap(err error, what string) error {
 	if err == nil {
 		return nil
@@ -353,126 +375,18 @@ func (b *Backend) wrap(err error, what string) error {
 	return fmt.Errorf("zookeeper: %s: %w", what, err)
 }
 
-// arm (re)starts the TTL deletion of an ephemeral node this backend
-// created: when ttl passes without another arm, the node is deleted if it is
-// still the same node — its data equals want (nil: any data; lock node
-// paths are never reused).
-func (b *Backend) arm(path string, want []byte, ttl time.Duration) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return
+// wrapSent wraps the error of a request that may have been applied and
+// whose outcome matters (a create of a lock node or a claim): closing the
+// backend while it was in flight leaves its outcome unknown, so the error
+// does not wrap ErrClosed (a caller must not read it as "nothing
+// happened"). The closed session's ephemeral nodes are deleted by the
+// server, which is the only cleanup a closed client can do.
+func (b *Backend) wrapSent(err error, what string) error {
+	if err == nil {
+		return nil
 	}
-	if t := b.timers[path]; t != nil {
-		t.Stop()
+	if b.check() != nil {
+		return fmt.Errorf("zookeeper: %s: the backend was closed while the request was in flight, it may have been applied (closing the session deletes its ephemeral nodes): %w", what, err)
 	}
-	var t *time.Timer
-	t = time.AfterFunc(ttl, func() {
-		b.mu.Lock()
-		if b.timers[path] != t {
-			b.mu.Unlock()
-			return
-		}
-		delete(b.timers, path)
-		b.forget(path)
-		b.mu.Unlock()
-		if data, st, err := b.conn.Get(path); err == nil && (want == nil || string(data) == string(want)) {
-			_ = b.conn.Delete(path, st.Version)
-		}
-	})
-	b.timers[path] = t
-}
-
-// disarm stops the TTL deletion of path and forgets its grant.
-func (b *Backend) disarm(path string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if t := b.timers[path]; t != nil {
-		t.Stop()
-		delete(b.timers, path)
-	}
-	b.forget(path)
-}
-
-// forget drops the grant of path; b.mu is held.
-func (b *Backend) forget(path string) {
-	if r, ok := b.grantAt[path]; ok {
-		if b.grantBy[b.grants[r].owner.Nonce] == r {
-			delete(b.grantBy, b.grants[r].owner.Nonce)
-		}
-		delete(b.grants, r)
-		delete(b.grantAt, path)
-	}
-}
-
-// grantRef names one lock grant: key and token.
-type grantRef struct {
-	key   string
-	token uint64
-}
-
-type grantRec struct {
-	path  string
-	owner backend.Owner
-}
-
-// track records a lock grant this backend made, so Release needs no lookup.
-func (b *Backend) track(key string, token uint64, path string, owner backend.Owner) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return
-	}
-	b.grants[grantRef{key, token}] = grantRec{path: path, owner: owner}
-	b.grantAt[path] = grantRef{key, token}
-	b.grantBy[owner.Nonce] = grantRef{key, token}
-}
-
-// grantOf returns the grant on key this backend made to owner and keeps
-// alive: an Acquire retried after its reply was lost answers with it.
-func (b *Backend) grantOf(key string, owner backend.Owner) (path string, token uint64, ok bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r, ok := b.grantBy[owner.Nonce]
-	if !ok || r.key != key || b.grants[r].owner != owner || b.timers[b.grants[r].path] == nil {
-		return "", 0, false
-	}
-	return b.grants[r].path, r.token, true
-}
-
-// tracked returns the path and owner of a grant this backend made.
-func (b *Backend) tracked(key string, token uint64) (string, backend.Owner, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r, ok := b.grants[grantRef{key, token}]
-	return r.path, r.owner, ok
-}
-
-// maxUnsure bounds the owners remembered as unsure; past it every Acquire
-// lists the queue first (the safe, slower path).
-const maxUnsure = 4096
-
-// unsure reports whether an earlier Acquire by this owner nonce may have
-// left a node: then the queue must be searched for it before creating.
-func (b *Backend) unsure(n backend.Nonce) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.unsureOf[n] || len(b.unsureOf) >= maxUnsure
-}
-
-func (b *Backend) setUnsure(n backend.Nonce, v bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if v {
-		b.unsureOf[n] = true
-	} else {
-		delete(b.unsureOf, n)
-	}
-}
-
-// armed reports whether this backend keeps path alive.
-func (b *Backend) armed(path string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.timers[path] != nil
+	return fmt.Errorf("zookeeper: %s: %w", what, err)
 }
