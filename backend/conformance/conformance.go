@@ -172,6 +172,26 @@ func NegativeControl(t *testing.T, h Harness, wrap func(backend.Backend) backend
 	}
 }
 
+// RunWrapped runs the named checks against h's backends wrapped by wrap and
+// expects them to pass: it shows that the library alone keeps a guarantee
+// when a backend falls short of one part of the contract (the negative
+// control shows the backend check catching that same shortfall).
+func RunWrapped(t *testing.T, h Harness, wrap func(backend.Backend) backend.Backend, names ...string) {
+	byName := map[string]check{}
+	for _, c := range checks() {
+		byName[c.name] = c
+	}
+	for _, n := range names {
+		c, ok := byName[n]
+		if !ok {
+			t.Fatalf("conformance: no check named %q", n)
+		}
+		t.Run(n, func(t *testing.T) {
+			c.fn(t, &env{h: h, tb: t, wrap: wrap})
+		})
+	}
+}
+
 // --- helpers shared by the checks ---
 
 // ctx returns a context that bounds a check which would otherwise hang.
