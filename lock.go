@@ -197,36 +197,56 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 		sent := time.Now()
 		g, err := lk.b.Acquire(ctx, bkey, owner, lk.cfg.ttl)
 		if err == nil {
-			// If an earlier attempt may have been applied, this success may
-			// be that grant answering "yours": count from the earlier send.
-			if !firstUnknown.IsZero() {
-				sent = firstUnknown
+			if firstUnknown.IsZero() {
+				return lk.hold(ctx, kind, key, bkey, owner, g, sent, leave), nil
 			}
-			return lk.hold(ctx, kind, key, bkey, owner, g, sent, leave), nil
+			// An earlier attempt may have been applied — even after a
+			// later one was answered "held" — so this success may be that
+			// grant answering "yours", and the backend may count its TTL
+			// from the earlier attempt's arrival.
+			base, granted, gone := lk.confirm(ctx, bkey, owner, g, firstUnknown)
+			if !gone {
+				g.TTL = granted
+				return lk.hold(ctx, kind, key, bkey, owner, g, base, leave), nil
+			}
+			if !wait {
+				return nil, fmt.Errorf("%w: acquire %q: the grant expired before it could be confirmed", ErrIndeterminate, key)
+			}
+			if werr := sleep(ctx, jitter(backoff)); werr != nil {
+				return nil, fmt.Errorf("%w: acquire %q: the grant expired before it could be confirmed", ErrIndeterminate, key)
+			}
+			continue
 		}
 		var held *backend.HeldError
 		switch {
 		case errors.As(err, &held):
-			firstUnknown, unknown = time.Time{}, 0 // none of our attempts holds it
+			// Another owner holds the key now; an attempt of ours whose
+			// outcome is unknown may still be applied after it leaves, so
+			// firstUnknown is kept for the rest of the call.
 			if observe != nil {
 				observe(held.Holder)
 			}
 			if !wait {
+				if !firstUnknown.IsZero() {
+					go lk.cleanup(bkey, owner)
+					return nil, fmt.Errorf("%w: acquire %q: an earlier attempt's outcome is unknown: %w", ErrIndeterminate, key, err)
+				}
 				return nil, fmt.Errorf("%w: %w", ErrNotAcquired, err)
 			}
 			if werr := lk.wait(ctx, bkey, backoff, held.Holder.Remaining); werr != nil {
+				if !firstUnknown.IsZero() {
+					go lk.cleanup(bkey, owner)
+					return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, lastErr)
+				}
 				return nil, werr
 			}
 			backoff = min(backoff*2, lk.cfg.backoffMax)
 			continue
-		case errors.Is(err, backend.ErrInvalid):
-			return nil, err
-		case errors.Is(err, backend.ErrClosed):
-			if !firstUnknown.IsZero() {
-				// Closed after an attempt that may have been applied: its
-				// outcome is still unknown (a closed backend cannot look).
-				return nil, fmt.Errorf("%w: acquire %q: the backend was closed after an attempt with an unknown outcome: %w", ErrIndeterminate, key, lastErr)
-			}
+		case errors.Is(err, backend.ErrClosed) && !firstUnknown.IsZero():
+			// Closed while an earlier attempt's outcome was unknown: it may
+			// hold the key until the backend expires it.
+			return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, err)
+		case errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):
 			return nil, err
 		case errors.Is(err, backend.ErrNotApplied) && firstUnknown.IsZero():
 			// Never sent, and no earlier attempt may have been applied:
@@ -256,6 +276,27 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 		}
 		backoff = min(backoff*2, lk.cfg.backoffMax)
 	}
+}
+
+// confirm renews a grant that may be the answer to an earlier attempt
+// applied late, and returns the instant the holder's deadline counts from:
+// the renewal's send time if the backend confirmed it (Renew extends the
+// lease to the TTL from its arrival), else first, the send time of the
+// earliest attempt that may have been applied — the backend cannot have
+// started the grant's TTL before it. gone reports that the backend answered
+// the grant is no longer held (it ran out before it could be confirmed).
+func (lk *Locker) confirm(ctx context.Context, bkey string, owner backend.Owner, g backend.Grant, first time.Time) (base time.Time, granted time.Duration, gone bool) {
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), first.Add(lk.cfg.safeSpan(g.TTL)))
+	defer cancel()
+	sent := time.Now()
+	rg, err := lk.b.Renew(rctx, bkey, owner, g.Token, lk.cfg.ttl)
+	switch {
+	case err == nil:
+		return sent, rg.TTL, false
+	case errors.Is(err, backend.ErrLeaseLost):
+		return time.Time{}, 0, true
+	}
+	return first, g.TTL, false
 }
 
 // acquireQueued is a blocking acquire on a backend that keeps waiters in

@@ -17,7 +17,8 @@
 //   - Renew, Release, Heartbeat and Finish are guarded by owner nonce + token;
 //     a mismatch is ErrLeaseLost.
 //   - Acquire and Claim are idempotent per owner nonce: a retry of a request
-//     that was applied returns the same grant.
+//     that was applied returns the same grant (Acquire also renews it to the
+//     TTL from now).
 //   - Bad input is rejected with an error wrapping ErrInvalid that names the
 //     field and the value, before anything is changed.
 package backend
@@ -178,8 +179,11 @@ type Leases interface {
 	// Acquire grants the lease on key to owner for ttl if the key is free or
 	// its lease has expired, returning a token greater than every token
 	// returned for key before. If the key is held by the same owner (same
-	// nonce) the existing grant is returned unchanged (the request was a
-	// retry). Otherwise it fails with a *HeldError.
+	// nonce) the request was a retry of one that was applied: the existing
+	// token is returned and the lease is renewed to ttl from now by the
+	// backend's clock, as Renew would (an earlier attempt applied late must
+	// not leave a lease shorter than this answer implies), with the TTL
+	// granted. Otherwise it fails with a *HeldError.
 	Acquire(ctx context.Context, key string, owner Owner, ttl time.Duration) (Grant, error)
 	// Renew extends the lease held by owner with token to ttl from now (by
 	// the backend's clock), keeping the token. ErrLeaseLost if the lease is

@@ -97,7 +97,8 @@ type RunFilter struct {
 type Ledger interface {
 	// Claim claims an occurrence. The first claim wins and returns a token
 	// greater than every token returned before for the job (tokens are per
-	// job). A retry by the same owner nonce returns the same grant. Any other
+	// job). A retry by the same owner nonce returns the same grant and renews
+	// the runner's lease to the TTL from now, as Heartbeat would. Any other
 	// claim of the same occurrence fails with a *ClaimedError, whatever the
 	// state: a finished occurrence is never claimed again. Claim also raises
 	// the job's high-water mark to ScheduledAt.
@@ -112,7 +113,8 @@ type Ledger interface {
 	// Reclaim takes over a running occurrence whose runner's lease expired:
 	// new owner, greater token, attempt+1. ErrNotExpired while the lease is
 	// live, *ClaimedError if it is finished, ErrNotFound if never claimed.
-	// A retry by the same owner nonce returns the same grant.
+	// A retry by the same owner nonce returns the same grant, renewed to the
+	// TTL from now.
 	Reclaim(ctx context.Context, req ClaimRequest) (Grant, Run, error)
 	// Abandon marks a running occurrence whose runner's lease expired as
 	// Abandoned (crash policy skip). ErrNotExpired while the lease is live.

@@ -82,20 +82,28 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		TTL: e.job.LeaseTTL, MaxEarly: s.cfg.tolerance, MaxRunning: e.job.MaxConcurrent,
 	}
 	backoff := 10 * time.Millisecond
-	var firstUnknown time.Time // send time of the oldest attempt that may have been applied
+	// firstUnknown is the send time of the oldest attempt whose outcome is
+	// unknown. It is kept for the whole call: such an attempt may still be
+	// applied after a later one was refused (too early, say), and then a
+	// retry answers "yours" with the grant it made.
+	var firstUnknown time.Time
 	for attempt := 0; ; attempt++ {
 		sent := time.Now() // lease timing is real time, whatever clock schedules
-		if firstUnknown.IsZero() {
-			firstUnknown = sent
-		}
 		g, err := s.l.Claim(ctx, req)
 		var claimed *backend.ClaimedError
 		switch {
 		case err == nil:
+			base := sent
+			if !firstUnknown.IsZero() {
+				var lost bool
+				if base, lost = s.confirmClaim(ctx, req, g, firstUnknown); lost {
+					log.Warn("claim expired before it could be confirmed; the crash policy decides on recovery")
+					return
+				}
+			}
 			s.emit(Event{Kind: EventClaim, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Token: leasehold.Token(g.Token),
 				Attempt: 1, Result: ClaimWon, CatchUp: isCatchUp(ctx)})
-			// A retry answering "yours" returns an earlier attempt's grant.
-			s.execute(e, Run{Job: e.job.Name, ScheduledAt: backend.Instant(at), Attempt: 1, Instance: s.cfg.instance}, owner, g, firstUnknown)
+			s.execute(e, Run{Job: e.job.Name, ScheduledAt: backend.Instant(at), Attempt: 1, Instance: s.cfg.instance}, owner, g, base)
 			return
 		case errors.As(err, &claimed):
 			s.emit(Event{Kind: EventClaim, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Result: ClaimConflict, CatchUp: isCatchUp(ctx)})
@@ -113,10 +121,12 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 			return
 		case errors.Is(err, backend.ErrTooEarly):
 			// This host's clock runs ahead of the backend's; try again soon.
-			// Not applied, and no earlier attempt was (it would answer "yours").
-			firstUnknown = time.Time{}
+			// This attempt was not applied; an earlier one may still be.
 		default:
 			// Unknown outcome: retry with the same nonce ("yours" if applied).
+			if firstUnknown.IsZero() {
+				firstUnknown = sent
+			}
 		}
 		if ctx.Err() != nil {
 			return // stopping: unclaimed occurrences are left to the misfire policy
@@ -133,6 +143,26 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		}
 		backoff = min(backoff*2, time.Second)
 	}
+}
+
+// confirmClaim heartbeats a won claim that may be the answer to an earlier
+// attempt applied late, and returns the instant the runner's deadline counts
+// from: the heartbeat's send time if the backend confirmed it (it extends
+// the lease to the TTL from its arrival), else first, the send time of the
+// earliest attempt that may have been applied. lost reports that the lease
+// ran out before it could be confirmed.
+func (s *Scheduler) confirmClaim(ctx context.Context, req backend.ClaimRequest, g backend.Grant, first time.Time) (base time.Time, lost bool) {
+	hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), first.Add(safeSpan(g.TTL)))
+	defer cancel()
+	sent := time.Now()
+	err := s.l.Heartbeat(hctx, req.Job, req.ScheduledAt, req.Owner, g.Token, req.TTL)
+	switch {
+	case err == nil:
+		return sent, false
+	case errors.Is(err, backend.ErrLeaseLost):
+		return time.Time{}, true
+	}
+	return first, false
 }
 
 // catchUp handles occurrences that passed while no instance claimed them,

@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"runtime"
 	"strings"
 	"sync"
@@ -146,15 +147,7 @@ func (r *recorder) Failed() bool {
 // wrap (a deliberately broken backend) and fails t for every named check
 // that passes: a suite that cannot fail proves nothing.
 func NegativeControl(t *testing.T, h Harness, wrap func(backend.Backend) backend.Backend, names ...string) {
-	byName := map[string]check{}
-	for _, c := range checks() {
-		byName[c.name] = c
-	}
-	for _, n := range names {
-		c, ok := byName[n]
-		if !ok {
-			t.Fatalf("conformance: no check named %q", n)
-		}
+	for n, c := range named(t, names) {
 		t.Run(n, func(t *testing.T) {
 			r := &recorder{}
 			done := make(chan struct{})
@@ -169,6 +162,38 @@ func NegativeControl(t *testing.T, h Harness, wrap func(backend.Backend) backend
 			}
 			t.Logf("check %q failed as it must: %s", n, strings.Join(r.msgs, "; "))
 		})
+	}
+}
+
+// RunWrapped runs the named checks against h's backends wrapped by wrap and
+// expects them to pass: it shows that the library alone keeps a guarantee
+// when a backend falls short of one part of the contract (the negative
+// control shows the backend check catching that same shortfall).
+func RunWrapped(t *testing.T, h Harness, wrap func(backend.Backend) backend.Backend, names ...string) {
+	for n, c := range named(t, names) {
+		t.Run(n, func(t *testing.T) {
+			c.fn(t, &env{h: h, tb: t, wrap: wrap})
+		})
+	}
+}
+
+// named yields the checks called names, in that order, failing t for a
+// name that is not a check.
+func named(t *testing.T, names []string) iter.Seq2[string, check] {
+	byName := map[string]check{}
+	for _, c := range checks() {
+		byName[c.name] = c
+	}
+	return func(yield func(string, check) bool) {
+		for _, n := range names {
+			c, ok := byName[n]
+			if !ok {
+				t.Fatalf("conformance: no check named %q", n)
+			}
+			if !yield(n, c) {
+				return
+			}
+		}
 	}
 }
 

@@ -21,6 +21,7 @@ func leaseChecks() []check {
 		{"StaleHolderCannotRenewOrRelease", checkStaleHolder},
 		{"SameInstanceNameOtherNonce", checkSameName},
 		{"RetriedAcquireAnswersYours", checkRetryYours},
+		{"RetriedAcquireRenewsExpiry", checkRetryRenews},
 		{"ExpiryLetsNextHolderIn", checkExpiry},
 		{"ExclusionUnder64Goroutines", checkExclusion64},
 		{"BadInputChangesNothing", checkBadInput},
@@ -230,6 +231,48 @@ func checkRetryYours(t T, e *env) {
 	if g3.Token != g1.Token+1 && g3.Token <= g1.Token {
 		t.Fatalf("token after the retried grant %d, want > %d", g3.Token, g1.Token)
 	}
+}
+
+// checkRetryRenews: an Acquire answered "yours" (a retry of an applied
+// request, same owner nonce) renews the lease to ttl from now by the
+// backend's clock. A backend that returned the old grant unchanged would
+// leave the lease expiring at the first attempt's apply time + TTL while
+// the caller counts its deadline from the retry (issue #14 item 1).
+func checkRetryRenews(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	a := owner("a")
+	ttl := e.ttl(2 * time.Second)
+	t0 := time.Now()
+	g1, err := b.Acquire(ctx, "retryrenew/k", a, ttl)
+	mustNil(t, err, "Acquire")
+	time.Sleep(time.Until(t0.Add(ttl / 2))) // the scenario: half the lease passes
+	s1 := time.Now()
+	g2, err := b.Acquire(ctx, "retryrenew/k", a, ttl)
+	mustNil(t, err, "retried Acquire with the same nonce")
+	if g2.Token != g1.Token {
+		t.Fatalf("retried Acquire answered token %d, want the same grant %d", g2.Token, g1.Token)
+	}
+	if g2.TTL < ttl {
+		t.Fatalf("retried Acquire reports TTL %v, want at least the %v asked for", g2.TTL, ttl)
+	}
+	l, err := b.Get(ctx, "retryrenew/k")
+	mustNil(t, err, "Get after the retried Acquire")
+	// By the backend's clock the lease now ends ttl after the retry was
+	// applied, so at least ttl − (time since the retry was sent) remains;
+	// ttl/4 allows for the read's own latency on a loaded machine.
+	if want := ttl - time.Since(s1) - ttl/4; l.Remaining < want {
+		t.Fatalf("after a retried Acquire answered yours, %v remain; want at least %v: the retry did not renew the lease to ttl %v from now",
+			l.Remaining, want, ttl)
+	}
+	// Past the first grant's own expiry, the lease must still be held.
+	time.Sleep(time.Until(t0.Add(ttl + ttl/8)))
+	if time.Since(s1) < ttl*7/8 {
+		_, err = b.Acquire(ctx, "retryrenew/k", owner("b"), ttl)
+		mustIs(t, err, backend.ErrHeld, "another owner's Acquire after the first grant's TTL but within the renewed one")
+	} else {
+		t.Logf("machine too slow to probe between the two expiries (%v since the retry)", time.Since(s1))
+	}
+	mustNil(t, b.Release(ctx, "retryrenew/k", a, g1.Token), "Release")
 }
 
 func checkExpiry(t T, e *env) {

@@ -12,6 +12,7 @@ func ledgerChecks() []check {
 	return []check{
 		{"LedgerOneWinnerAmongConcurrentClaims", checkOneWinner},
 		{"LedgerRetriedClaimAnswersYours", checkClaimRetry},
+		{"LedgerRetriedClaimRenewsLease", checkClaimRetryRenews},
 		{"LedgerFinishedNeverClaimedAgain", checkFinishedNeverAgain},
 		{"LedgerHeartbeatAndFinishGuarded", checkLedgerGuards},
 		{"LedgerReclaimOnlyAfterExpiry", checkReclaim},

@@ -21,6 +21,7 @@ func libraryChecks() []check {
 		{"LockDeadlineCountsFromSendTimeUnderDelayedReplies", checkDelayedReplies},
 		{"LockRetryAfterLostReplyAnswersYours", checkLostAck},
 		{"LockIndeterminateAcquireIsReportedAndCleanedUp", checkIndeterminate},
+		{"LockLateAppliedAttemptNeverOutlivesLease", checkLateAppliedAttempt},
 		{"LockDoSerialisesAndReportsLoss", checkDo},
 		{"LockBadInputAndNilFuncs", checkLibraryBadInput},
 		{"ElectionHandOverOnResign", checkResign},

@@ -70,3 +70,47 @@ func TestNegativeControl(t *testing.T) {
 		"LockWatchdogKeepsLeaseAlive",
 	)
 }
+
+// staleYours answers a retried Acquire (same owner nonce) with the grant it
+// saw before, without renewing it: the contract before issue #14, under
+// which a late-applied first attempt leaves a lease shorter than the answer
+// implies.
+type staleYours struct {
+	backend.Backend
+	mu     sync.Mutex
+	grants map[string]backend.Grant // key + owner -> first grant seen
+}
+
+func (b *staleYours) Acquire(ctx context.Context, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
+	id := key + "\x00" + o.String()
+	if l, err := b.Backend.Get(ctx, key); err == nil && l.Owner == o {
+		b.mu.Lock()
+		g, ok := b.grants[id]
+		b.mu.Unlock()
+		if ok {
+			return g, nil
+		}
+	}
+	g, err := b.Backend.Acquire(ctx, key, o, ttl)
+	if err == nil {
+		b.mu.Lock()
+		b.grants[id] = g
+		b.mu.Unlock()
+	}
+	return g, err
+}
+
+// TestStaleYours: the backend check catches a retry that does not renew,
+// and the Locker alone still never outlives the lease (it counts from the
+// earliest attempt that may have been applied and confirms with a Renew).
+func TestStaleYours(t *testing.T) {
+	h := conformance.Harness{
+		New:  func(testing.TB) backend.Backend { return memory.New() },
+		Want: memory.New().Capabilities(),
+	}
+	wrap := func(b backend.Backend) backend.Backend {
+		return &staleYours{Backend: b, grants: map[string]backend.Grant{}}
+	}
+	conformance.NegativeControl(t, h, wrap, "RetriedAcquireRenewsExpiry")
+	conformance.RunWrapped(t, h, wrap, "LockLateAppliedAttemptNeverOutlivesLease", "LockRetryAfterLostReplyAnswersYours")
+}

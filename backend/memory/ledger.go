@@ -49,7 +49,8 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	now := b.now()
 	k := runKey{req.Job, at.UnixMilli()}
 	if r := b.runs[k]; r != nil {
-		if r.rec.Owner == req.Owner && r.rec.State == backend.Running {
+		if r.rec.Owner == req.Owner && r.rec.State == backend.Running { // a retry: renew it
+			r.expires = now.Add(req.TTL)
 			return backend.Grant{Token: r.rec.Token, TTL: req.TTL}, nil
 		}
 		return backend.Grant{}, &backend.ClaimedError{Run: b.view(r, now)}
@@ -146,8 +147,9 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	switch {
 	case r == nil:
 		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s was never claimed", backend.ErrNotFound, req.Job, at.Format(time.RFC3339Nano))
-	case r.rec.State == backend.Running && r.rec.Owner == req.Owner:
-		return backend.Grant{Token: r.rec.Token, TTL: req.TTL}, b.view(r, now), nil // retry
+	case r.rec.State == backend.Running && r.rec.Owner == req.Owner: // a retry: renew it
+		r.expires = now.Add(req.TTL)
+		return backend.Grant{Token: r.rec.Token, TTL: req.TTL}, b.view(r, now), nil
 	case r.rec.State.Finished():
 		return backend.Grant{}, backend.Run{}, &backend.ClaimedError{Run: b.view(r, now)}
 	case now.Before(r.expires):

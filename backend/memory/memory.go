@@ -125,7 +125,8 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	defer b.mu.Unlock()
 	now := b.now()
 	if l := b.live(key, now); l != nil {
-		if l.owner == owner { // a retry of a request that was applied
+		if l.owner == owner { // a retry of a request that was applied: renew it
+			l.expires = now.Add(ttl)
 			return backend.Grant{Token: l.token, TTL: ttl}, nil
 		}
 		return backend.Grant{}, &backend.HeldError{Holder: b.leaseView(key, l, now)}

@@ -12,8 +12,11 @@ import (
 )
 
 // acquireSQL: free is "expires_at IS NULL OR expires_at <= NOW(6)" on the
-// row as it was; every assignment tests only expires_at, which is assigned
-// last (ODKU assigns left to right). A grant over an existing row returns
+// row as it was; token, instance and nonce test only expires_at, which is
+// assigned last (ODKU assigns left to right). expires_at itself is set when
+// the (already assigned) owner is the caller: the key was free, or the
+// request is a retry of the caller's applied one, which is renewed to the
+// TTL from now. A grant over an existing row returns
 // its token through LAST_INSERT_ID(expr); an insert (the key's first grant,
 // token 1) and a row left unchanged both report 0 and are told apart by
 // reading the row. (LAST_INSERT_ID(1) in VALUES would not do: VALUES is
@@ -27,7 +30,7 @@ func (b *Backend) acquireSQL() string {
 			token = IF(` + free + `, LAST_INSERT_ID(token + 1), token),
 			instance = IF(` + free + `, VALUES(instance), instance),
 			nonce = IF(` + free + `, VALUES(nonce), nonce),
-			expires_at = IF(` + free + `, VALUES(expires_at), expires_at)`
+			expires_at = IF(nonce = VALUES(nonce) AND instance = VALUES(instance), VALUES(expires_at), expires_at)`
 }
 
 // Acquire implements backend.Leases: one statement when the key is free or

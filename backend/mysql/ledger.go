@@ -168,12 +168,42 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		return backend.Grant{}, err
 	case err != nil:
 		return backend.Grant{}, dbErr(ctx, what, err)
-	case exist != nil && exist.Owner == req.Owner && exist.State == backend.Running:
-		return backend.Grant{Token: exist.Token, TTL: ttl}, nil // a retry
+	case exist != nil && exist.Owner == req.Owner && exist.State == backend.Running: // a retry: renew it
+		n, err := b.renewRun(ctx, b.db, req, at, exist.Token)
+		switch {
+		case err != nil:
+			return backend.Grant{}, dbErr(ctx, what, err)
+		case n == 0: // taken over or finished meanwhile
+			r, err := b.getRun(ctx, b.db, req.Job, at, "")
+			if err != nil {
+				return backend.Grant{}, dbErr(ctx, what, err)
+			}
+			return backend.Grant{}, &backend.ClaimedError{Run: r}
+		}
+		return backend.Grant{Token: exist.Token, TTL: ttl}, nil
 	case exist != nil:
 		return backend.Grant{}, &backend.ClaimedError{Run: *exist}
 	}
 	return g, nil
+}
+
+// renewRun extends the runner's lease of a running occurrence still held
+// by req.Owner with token to the TTL from now, for a retried Claim or
+// Reclaim answered "yours". It returns the number of rows matched (0: the
+// occurrence changed hands or state meanwhile).
+func (b *Backend) renewRun(ctx context.Context, q execer, req backend.ClaimRequest, at time.Time, token uint64) (int64, error) {
+	res, err := q.ExecContext(ctx, `UPDATE `+b.tRuns+` SET expires_at = NOW(6) + INTERVAL ? MICROSECOND
+		WHERE job = ? AND scheduled_at = ? AND state = 'running' AND instance = ? AND nonce = ? AND token = ?`,
+		micros(req.TTL), req.Job, at, req.Owner.Instance, req.Owner.Nonce[:], token)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// execer is what renewRun needs of a *sql.DB or *sql.Tx.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
 // runGuard: running, held by owner+token, unexpired. Arguments: job,
@@ -247,7 +277,10 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 			return fmt.Errorf("%w: %s was never claimed", backend.ErrNotFound, occurrence(req.Job, at))
 		case err != nil:
 			return err
-		case r.State == backend.Running && r.Owner == req.Owner: // a retry
+		case r.State == backend.Running && r.Owner == req.Owner: // a retry: renew it
+			if _, err := b.renewRun(ctx, tx, req, at, r.Token); err != nil {
+				return err
+			}
 			g, run = backend.Grant{Token: r.Token, TTL: ttl}, r
 			return nil
 		case r.State.Finished():

@@ -26,7 +26,7 @@ func setNonce(n *backend.Nonce, b []byte) error {
 // acquireSQL grants the lease in one statement. The upsert's WHERE lets the
 // update happen only when the key is free (expires_at NULL), expired by
 // clock_timestamp(), or held by the same owner (a retry, answered with the
-// unchanged grant). When it did not happen, the second branch reports the
+// same token and renewed to the TTL from now). When it did not happen, the second branch reports the
 // holder, if the statement's snapshot sees the row (a row committed after
 // the snapshot was taken is read again by a second statement).
 func (b *Backend) acquireSQL() string {
@@ -35,7 +35,7 @@ func (b *Backend) acquireSQL() string {
 		VALUES ($1, $2, $3, 1, clock_timestamp() + $4 * interval '1 microsecond')
 		ON CONFLICT (key) DO UPDATE SET
 			token = CASE WHEN l.expires_at > clock_timestamp() THEN l.token ELSE l.token + 1 END,
-			expires_at = CASE WHEN l.expires_at > clock_timestamp() THEN l.expires_at ELSE excluded.expires_at END,
+			expires_at = excluded.expires_at,
 			instance = excluded.instance, nonce = excluded.nonce
 		WHERE l.expires_at IS NULL OR l.expires_at <= clock_timestamp()
 			OR (l.nonce = excluded.nonce AND l.instance = excluded.instance)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasehold/leasehold/backend"
 )
@@ -119,8 +120,15 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		r, err := b.getRun(ctx, b.pool, req.Job, at, "")
 		switch {
 		case err == nil:
-			if r.Owner == req.Owner && r.State == backend.Running {
-				return backend.Grant{Token: r.Token, TTL: time.Duration(micros(req.TTL)) * time.Microsecond}, nil // a retry
+			if r.Owner == req.Owner && r.State == backend.Running { // a retry: renew it
+				n, err := b.renewRun(ctx, b.pool, req, at, r.Token)
+				if err != nil {
+					return backend.Grant{}, dbErr(ctx, what, err)
+				}
+				if n == 0 {
+					continue // taken over meanwhile: read it again
+				}
+				return backend.Grant{Token: r.Token, TTL: time.Duration(micros(req.TTL)) * time.Microsecond}, nil
 			}
 			return backend.Grant{}, &backend.ClaimedError{Run: r}
 		case !errors.Is(err, pgx.ErrNoRows):
@@ -242,6 +250,25 @@ func (b *Backend) claimLimited(ctx context.Context, req backend.ClaimRequest, at
 		return 0, nil, now, err
 	}
 	return bumped, token, now, nil
+}
+
+// renewRun extends the runner's lease of a running occurrence still held
+// by req.Owner with token to the TTL from now, for a retried Claim or
+// Reclaim answered "yours". It returns the number of rows updated (0: the
+// occurrence changed hands or state meanwhile).
+func (b *Backend) renewRun(ctx context.Context, q execer, req backend.ClaimRequest, at time.Time, token uint64) (int64, error) {
+	tag, err := q.Exec(ctx, `UPDATE `+b.tRuns+` SET expires_at = clock_timestamp() + $6 * interval '1 microsecond'
+		WHERE job = $1 AND scheduled_at = $2 AND state = 'running' AND instance = $3 AND nonce = $4 AND token = $5`,
+		req.Job, at, req.Owner.Instance, req.Owner.Nonce[:], int64(token), micros(req.TTL))
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// execer is what renewRun needs of a pool or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // runGuard is the WHERE clause of Heartbeat and Finish: the occurrence is

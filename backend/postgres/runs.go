@@ -36,7 +36,13 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s was never claimed", backend.ErrNotFound, occurrence(req.Job, at))
 	case err != nil:
 		return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
-	case r.State == backend.Running && r.Owner == req.Owner: // a retry
+	case r.State == backend.Running && r.Owner == req.Owner: // a retry: renew it
+		if _, err := b.renewRun(ctx, tx, req, at, r.Token); err != nil {
+			return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
+		}
 		return backend.Grant{Token: r.Token, TTL: ttl}, r, nil
 	case r.State.Finished():
 		return backend.Grant{}, backend.Run{}, &backend.ClaimedError{Run: r}

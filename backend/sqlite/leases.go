@@ -62,7 +62,7 @@ const leaseCols = `instance, nonce, token, expires_ns, boot_id`
 
 // Acquire implements backend.Leases. In one immediate transaction it reads
 // the lease on key; if it is live it answers the same owner with the
-// existing grant and anyone else with a *backend.HeldError; otherwise it
+// existing grant, renewed to ttl from now, and anyone else with a *backend.HeldError; otherwise it
 // increments the key's counter and writes the new lease.
 func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
@@ -78,7 +78,10 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		cur, err := scanLease(tx.StmtContext(ctx, b.stmts[stSelectLease]).QueryRowContext(ctx, key), nil)
 		switch {
 		case err == nil && b.liveLease(cur, now):
-			if cur.owner == owner { // a retry of a request that was applied
+			if cur.owner == owner { // a retry of a request that was applied: renew it
+				if _, err := tx.ExecContext(ctx, `UPDATE leases SET expires_ns = ? WHERE key = ?`, now+int64(ttl), key); err != nil {
+					return dbErr(ctx, what, err)
+				}
 				g = backend.Grant{Token: cur.token, TTL: ttl}
 				return nil
 			}

@@ -89,8 +89,11 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		r, err := getRun(ctx, tx, req.Job, at.UnixMilli())
 		switch {
 		case err == nil:
-			if r.rec.Owner == req.Owner && r.rec.State == backend.Running {
-				g = backend.Grant{Token: r.rec.Token, TTL: req.TTL} // a retry
+			if r.rec.Owner == req.Owner && r.rec.State == backend.Running { // a retry: renew it
+				if err := b.renewRun(ctx, tx, req, at, now); err != nil {
+					return dbErr(ctx, what, err)
+				}
+				g = backend.Grant{Token: r.rec.Token, TTL: req.TTL}
 				return nil
 			}
 			return &backend.ClaimedError{Run: b.view(r, now)}
@@ -214,7 +217,10 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 			return fmt.Errorf("%w: %s was never claimed", backend.ErrNotFound, occurrence(req.Job, at))
 		case err != nil:
 			return dbErr(ctx, what, err)
-		case r.rec.State == backend.Running && r.rec.Owner == req.Owner: // a retry
+		case r.rec.State == backend.Running && r.rec.Owner == req.Owner: // a retry: renew it
+			if err := b.renewRun(ctx, tx, req, at, now); err != nil {
+				return dbErr(ctx, what, err)
+			}
 			g, run = backend.Grant{Token: r.rec.Token, TTL: req.TTL}, b.view(r, now)
 			return nil
 		case r.rec.State.Finished():
@@ -406,4 +412,12 @@ func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (in
 		return nil
 	})
 	return int(n), err
+}
+
+// renewRun extends the runner's lease on a running occurrence to the TTL
+// from now, for a retried Claim or Reclaim answered "yours".
+func (b *Backend) renewRun(ctx context.Context, tx *sql.Tx, req backend.ClaimRequest, at time.Time, now int64) error {
+	_, err := tx.ExecContext(ctx, `UPDATE runs SET expires_ns = ?, boot_id = ? WHERE job = ? AND scheduled_ms = ?`,
+		now+int64(req.TTL), b.bootID, req.Job, at.UnixMilli())
+	return err
 }
