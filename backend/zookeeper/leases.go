@@ -100,25 +100,27 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	g := b.grantTTL(ttl)
 	if path, token, ok := b.grantOf(key, owner); ok {
 		// A retry of a grant made here: yours, if its node still exists.
-		// Sync first, so that on an ensemble a lagging follower cannot
-		// answer from before the node's deletion; the read proves the
-		// session alive after this call's send time, and the grant is
-		// renewed from it.
-		if _, err := b.conn.Sync(path); err != nil && err != zk.ErrNoNode {
-			return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+		// A write renews it: it goes through the leader, so on an ensemble
+		// a follower that lags (or was cut off from) the leader cannot
+		// answer from state older than the retry; it proves the session
+		// alive after this call's send time; and its mtime restarts the TTL
+		// that Get reports, as the timer restarts from the send time.
+		st, err := b.conn.Set(path, nodeData(owner, g), -1)
+		if err == zk.ErrNoNode {
+			b.disarm(path, nil)
+			return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: gone before the retry", backend.ErrLeaseLost, key, token)
 		}
-		exists, st, err := b.conn.Exists(path)
 		if err != nil {
 			return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
 		}
-		if !exists || uint64(st.Czxid) != token || st.EphemeralOwner != b.conn.SessionID() {
+		if uint64(st.Czxid) != token || st.EphemeralOwner != b.conn.SessionID() {
 			b.disarm(path, nil)
 			return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: gone before the retry", backend.ErrLeaseLost, key, token)
 		}
 		b.armAt(path, nil, sent.Add(g))
 		return backend.Grant{Token: token, TTL: g}, nil
 	}
-	mine, st, q, err := b.enter(key, owner, g, sent)
+	mine, found, st, q, err := b.enter(key, owner, g, sent)
 	if err != nil {
 		if b.unsure(owner.Nonce) {
 			// The caller may give up without a retry: find and time the
@@ -148,14 +150,24 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		}
 		return backend.Grant{}, fmt.Errorf("zookeeper: acquire key %q: the queue changed, try again: %w", key, backend.ErrHeld)
 	}
-	b.clearUnsure(owner.Nonce)
 	// Ours is the lowest: granted. The session was alive when the create
 	// (and the reads) arrived, after this call's send time, so the session
-	// cannot expire before send time + timeout ≥ send time + g. If the node
-	// was an earlier attempt's, this answer renews it from this send time.
+	// cannot expire before send time + timeout ≥ send time + g.
 	if st.EphemeralOwner != b.conn.SessionID() {
 		return backend.Grant{}, fmt.Errorf("%w: key %q is held by owner %s through another session", backend.ErrLeaseLost, key, owner.Instance)
 	}
+	if found {
+		// An earlier attempt's node: this answer is "yours", which renews
+		// it — a write, so that Get's remaining time restarts too.
+		if _, err := b.conn.Set(path, nodeData(owner, g), st.Version); err != nil {
+			if err == zk.ErrNoNode || err == zk.ErrBadVersion {
+				return backend.Grant{}, fmt.Errorf("%w: key %q: the earlier attempt's node went before the retry", backend.ErrLeaseLost, key)
+			}
+			b.armIfUnarmed(path, nil, sent.Add(g)) // still untimed: time it
+			return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+		}
+	}
+	b.clearUnsure(owner.Nonce)
 	b.armAt(path, nil, sent.Add(g))
 	b.track(key, uint64(st.Czxid), path, owner)
 	return backend.Grant{Token: uint64(st.Czxid), TTL: g}, nil
@@ -165,19 +177,20 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 // or finds the node an earlier attempt with this owner nonce may have left
 // (its outcome was unknown), then lists the queue and reads the node's stat
 // at once (two requests pipelined on the session). st is nil if the node is
-// gone. On an error the owner is marked unsure (with sent, the send time of
+// gone; found reports that the node is an earlier attempt's. On an error
+// the owner is marked unsure (with sent, the send time of
 // the caller's request): a retry lists first. An error after the create was
 // sent does not wrap ErrClosed: the create may have been applied.
-func (b *Backend) enter(key string, owner backend.Owner, g time.Duration, sent time.Time) (mine string, st *zk.Stat, q []string, err error) {
+func (b *Backend) enter(key string, owner backend.Owner, g time.Duration, sent time.Time) (mine string, found bool, st *zk.Stat, q []string, err error) {
 	dir := b.lockDir(key)
 	if b.unsure(owner.Nonce) {
 		q, err := b.syncedQueue(key)
 		if err != nil {
-			return "", nil, nil, err
+			return "", false, nil, nil, err
 		}
 		for _, n := range q { // a retry: our earlier create was applied
 			if strings.HasPrefix(n, nodeName(owner)) {
-				mine = n
+				mine, found = n, true
 			}
 		}
 	}
@@ -185,14 +198,14 @@ func (b *Backend) enter(key string, owner backend.Owner, g time.Duration, sent t
 		p, err := b.conn.Create(dir+"/"+nodeName(owner), nodeData(owner, g), zk.FlagEphemeral|zk.FlagSequence, b.acl)
 		if err == zk.ErrNoNode {
 			if _, err := b.conn.CreateContainer(dir, nil, zk.FlagContainer, b.acl); err != nil && err != zk.ErrNodeExists {
-				return "", nil, nil, b.wrap(err, fmt.Sprintf("create the queue of key %q", key))
+				return "", false, nil, nil, b.wrap(err, fmt.Sprintf("create the queue of key %q", key))
 			}
 			continue
 		}
 		if err != nil {
 			// Unknown outcome: a retry with this nonce finds the node.
 			b.markUnsure(owner.Nonce, sent, g)
-			return "", nil, nil, b.wrapSent(err, fmt.Sprintf("acquire key %q", key))
+			return "", false, nil, nil, b.wrapSent(err, fmt.Sprintf("acquire key %q", key))
 		}
 		mine = p[len(dir)+1:]
 	}
@@ -212,12 +225,12 @@ func (b *Backend) enter(key string, owner backend.Owner, g time.Duration, sent t
 	}
 	if err != nil {
 		b.markUnsure(owner.Nonce, sent, g) // our node may stay: the retry finds it
-		return "", nil, nil, b.wrapSent(err, fmt.Sprintf("acquire key %q", key))
+		return "", false, nil, nil, b.wrapSent(err, fmt.Sprintf("acquire key %q", key))
 	}
 	if !exists {
 		st = nil
 	}
-	return mine, st, q, nil
+	return mine, found, st, q, nil
 }
 
 // find returns the path and stat of owner's lock node with token.

@@ -51,7 +51,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 		if mine == "" {
 			sent = time.Now()
 			var st *zk.Stat
-			mine, st, q, err = b.enter(key, owner, g, sent)
+			mine, _, st, q, err = b.enter(key, owner, g, sent)
 			if err == nil && st == nil {
 				mine = "" // deleted at once (the session expired): again
 				continue
