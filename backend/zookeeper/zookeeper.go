@@ -64,9 +64,11 @@
 //     backend remembers the owner nonces whose create (or withdrawal) had
 //     an unknown outcome and lists the queue before creating only for
 //     those; a retried Acquire of a grant this backend made is answered
-//     from its local record after a sync and an exists on the node (the
-//     sync, so that on an ensemble a follower cut off from the leader cannot
-//     answer from state older than the retry). No node this backend may
+//     from its local record after a write to the node that renews it (a
+//     write goes through the leader, so on an ensemble a follower cut off
+//     from the leader cannot answer from state older than the retry; the
+//     other listings after an unknown outcome sync first for the same
+//     reason). No node this backend may
 //     have created is left untimed: when a try Acquire's outcome is
 //     unknown, a background search finds the owner's nodes by protected
 //     name and times each one for deletion at the TTL from the first
