@@ -2,11 +2,14 @@ package zookeeper_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/conformance"
+	"github.com/leasehold/leasehold/backend/zookeeper"
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 
@@ -65,4 +68,29 @@ func TestEnsembleRetryReadsNoStaleFollower(t *testing.T) {
 	t.Logf("retried Acquire through the cut-off follower: %v", err)
 	e.Cut(f, leader, false)
 	restored = true
+}
+
+// TestEnsembleConformanceLeases runs the suite's lease checks on a
+// 3-server ensemble, each backend connected to all three servers (a
+// session then lives on whichever the client picked). Not
+// ExclusionUnder64Goroutines: 40 s on an ensemble on this 2-core host; the
+// standalone suite runs it.
+func TestEnsembleConformanceLeases(t *testing.T) {
+	e := testserver.ZooKeeperEnsemble3(t)
+	h := conformance.Harness{
+		New: func(t testing.TB) backend.Backend {
+			b, err := zookeeper.OpenConfig(zookeeper.Config{Servers: e.Addrs(), Prefix: fmt.Sprintf("/t%d", prefixes.Add(1)),
+				SessionTimeout: 40 * time.Second, ConnectTimeout: 30 * time.Second})
+			if err != nil {
+				t.Fatalf("zookeeper.OpenConfig: %v", err)
+			}
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		Want: want(),
+	}
+	conformance.RunWrapped(t, h, func(b backend.Backend) backend.Backend { return b },
+		"AcquireHeldGet", "TokensIncreaseOver1000Handovers", "RenewKeepsToken", "StaleHolderCannotRenewOrRelease",
+		"SameInstanceNameOtherNonce", "RetriedAcquireAnswersYours", "RetriedAcquireRenewsExpiry",
+		"ExpiryLetsNextHolderIn", "LockLateAppliedAttemptNeverOutlivesLease")
 }
