@@ -205,15 +205,21 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 			// grant answering "yours", and the backend may count its TTL
 			// from the earlier attempt's arrival.
 			base, granted, gone := lk.confirm(ctx, bkey, owner, g, firstUnknown)
-			if !gone {
+			if !gone && time.Until(base.Add(lk.cfg.safeSpan(granted))) > 0 {
 				g.TTL = granted
 				return lk.hold(ctx, kind, key, bkey, owner, g, base, leave), nil
 			}
+			// Lost before it could be confirmed, or not confirmed and no
+			// longer trustworthy: never hand out a lock that is already
+			// past its deadline.
+			if !gone {
+				go lk.cleanup(bkey, owner)
+			}
 			if !wait {
-				return nil, fmt.Errorf("%w: acquire %q: the grant expired before it could be confirmed", ErrIndeterminate, key)
+				return nil, fmt.Errorf("%w: acquire %q: the grant could not be confirmed before its deadline", ErrIndeterminate, key)
 			}
 			if werr := sleep(ctx, jitter(backoff)); werr != nil {
-				return nil, fmt.Errorf("%w: acquire %q: the grant expired before it could be confirmed", ErrIndeterminate, key)
+				return nil, fmt.Errorf("%w: acquire %q: the grant could not be confirmed before its deadline", ErrIndeterminate, key)
 			}
 			continue
 		}
@@ -222,7 +228,15 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 		case errors.As(err, &held):
 			// Another owner holds the key now; an attempt of ours whose
 			// outcome is unknown may still be applied after it leaves, so
-			// firstUnknown is kept for the rest of the call.
+			// the call stays "unknown". But no grant of ours existed when
+			// this attempt was served, so one that answers "yours" later
+			// was made after this send time: count from here, not from an
+			// attempt that may be many TTLs old (a long wait behind a
+			// holder would otherwise end in a lock already past its
+			// deadline).
+			if !firstUnknown.IsZero() {
+				firstUnknown = sent
+			}
 			if observe != nil {
 				observe(held.Holder)
 			}
@@ -282,11 +296,15 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 // applied late, and returns the instant the holder's deadline counts from:
 // the renewal's send time if the backend confirmed it (Renew extends the
 // lease to the TTL from its arrival), else first, the send time of the
-// earliest attempt that may have been applied — the backend cannot have
-// started the grant's TTL before it. gone reports that the backend answered
+// earliest attempt that may have made this grant (the first unknown one, or
+// the latest answered "held" since) — the backend cannot have started the
+// grant's TTL before it. gone reports that the backend answered
 // the grant is no longer held (it ran out before it could be confirmed).
 func (lk *Locker) confirm(ctx context.Context, bkey string, owner backend.Owner, g backend.Grant, first time.Time) (base time.Time, granted time.Duration, gone bool) {
-	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), first.Add(lk.cfg.safeSpan(g.TTL)))
+	// Bounded like a watchdog renewal, not by first's deadline: a Renew
+	// that succeeds proves the lease was live when it arrived and extends it,
+	// however old first is.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lk.cfg.renewDeadline)
 	defer cancel()
 	sent := time.Now()
 	rg, err := lk.b.Renew(rctx, bkey, owner, g.Token, lk.cfg.ttl)
