@@ -1,0 +1,76 @@
+package schedule_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// unknownThenEarly loses attempt 1 of a Claim (a broken connection: its
+// outcome is unknown to the caller), refuses attempt 2 as too early, and
+// then delivers attempt 1 late, as the network may.
+type unknownThenEarly struct {
+	backend.Backend
+	mu    sync.Mutex
+	n     int
+	first backend.ClaimRequest
+}
+
+func (b *unknownThenEarly) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	b.mu.Lock()
+	b.n++
+	n := b.n
+	if n == 1 {
+		b.first = req
+	}
+	b.mu.Unlock()
+	switch n {
+	case 1:
+		return backend.Grant{}, errors.New("injected: connection reset")
+	case 2:
+		return backend.Grant{}, fmt.Errorf("injected: %w", backend.ErrTooEarly)
+	}
+	return b.Backend.Claim(ctx, req)
+}
+
+func (b *unknownThenEarly) applyFirst(ctx context.Context) error {
+	b.mu.Lock()
+	req := b.first
+	b.mu.Unlock()
+	_, err := b.Backend.Claim(ctx, req)
+	return err
+}
+
+// TestClaimOccurrenceUnknownThenTooEarly: a ClaimOccurrence whose first
+// attempt's outcome is unknown must not report a later "too early" refusal
+// as the answer: the first attempt may still be applied (here it is), and
+// the caller, told "too early", leaves a running claim nobody runs. The
+// contract: an outcome that cannot be known is ErrIndeterminate.
+func TestClaimOccurrenceUnknownThenTooEarly(t *testing.T) {
+	mem := memory.New()
+	defer mem.Close()
+	b := &unknownThenEarly{Backend: mem}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	at := time.Now().Add(-time.Second)
+	_, err := schedule.ClaimOccurrence(ctx, b, "job", at, schedule.ClaimOptions{Instance: "a", TTL: time.Second})
+	if err == nil {
+		t.Fatal("ClaimOccurrence succeeded; the wrapper refuses attempt 2")
+	}
+	if err := b.applyFirst(ctx); err != nil {
+		t.Fatalf("applying attempt 1 late: %v", err)
+	}
+	if !errors.Is(err, leasehold.ErrIndeterminate) {
+		r, _ := mem.GetRun(ctx, "job", backend.Instant(at))
+		t.Fatalf("ClaimOccurrence = %v, want ErrIndeterminate: an earlier attempt's outcome was unknown, and it was applied (run state %s, owner %s)",
+			err, r.State, r.Owner.Instance)
+	}
+}
