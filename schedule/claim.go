@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -36,7 +37,10 @@ type ClaimOptions struct {
 // ClaimOccurrence claims the occurrence (job, at) in the ledger b. It
 // returns a *backend.ClaimedError (errors.Is backend.ErrClaimed) if another
 // claim came first — including one that already finished: an occurrence is
-// claimed once. The claim's Context is cancelled if its lease is lost.
+// claimed once. The claim's Context is cancelled if its lease is lost. If
+// an attempt's outcome is unknown and no later answer settles it, the error
+// wraps leasehold.ErrIndeterminate: the occurrence may be claimed under this
+// call's owner, and its lease then expires with nobody running it.
 func ClaimOccurrence(ctx context.Context, b backend.Ledger, job string, at time.Time, o ClaimOptions) (*Claim, error) {
 	if o.Instance == "" {
 		o.Instance = "leasehold"
@@ -57,14 +61,30 @@ func ClaimOccurrence(ctx context.Context, b backend.Ledger, job string, at time.
 		// answering "yours" returns the grant that attempt may have made.
 		sent = time.Now()
 	)
+	// unknown: an attempt's outcome is unknown; it may be applied, even later.
+	unknown := false
 	for attempt := 0; attempt < 3; attempt++ { // retries reuse the nonce: an applied claim answers "yours"
 		g, err = b.Claim(ctx, req)
 		if err == nil || errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrInvalid) ||
-			errors.Is(err, backend.ErrTooEarly) || errors.Is(err, backend.ErrOverlap) || ctx.Err() != nil {
+			errors.Is(err, backend.ErrTooEarly) || errors.Is(err, backend.ErrOverlap) {
+			break
+		}
+		if !errors.Is(err, backend.ErrNotApplied) && !errors.Is(err, backend.ErrClosed) {
+			unknown = true
+		}
+		if ctx.Err() != nil {
 			break
 		}
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case unknown && !errors.Is(err, backend.ErrClaimed) && !errors.Is(err, backend.ErrInvalid):
+		// A refusal (too early, overlap) or another failure does not undo
+		// an earlier attempt that may still be applied: the claim may be
+		// ours, held by nobody, until its lease expires.
+		return nil, fmt.Errorf("%w: claim %s@%s: an attempt's outcome is unknown: %w",
+			leasehold.ErrIndeterminate, job, at.Format(time.RFC3339Nano), err)
+	default:
 		return nil, err
 	}
 	c := &Claim{
