@@ -228,15 +228,10 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 		case errors.As(err, &held):
 			// Another owner holds the key now; an attempt of ours whose
 			// outcome is unknown may still be applied after it leaves, so
-			// the call stays "unknown". But no grant of ours existed when
-			// this attempt was served, so one that answers "yours" later
-			// was made after this send time: count from here, not from an
-			// attempt that may be many TTLs old (a long wait behind a
-			// holder would otherwise end in a lock already past its
-			// deadline).
-			if !firstUnknown.IsZero() {
-				firstUnknown = sent
-			}
+			// firstUnknown is kept for the rest of the call. (It is not
+			// moved to this attempt's send time: a SQL statement applied
+			// late may carry the timestamp of its start, so a grant made
+			// after this answer can still count from before it.)
 			if observe != nil {
 				observe(held.Holder)
 			}
@@ -296,9 +291,8 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 // applied late, and returns the instant the holder's deadline counts from:
 // the renewal's send time if the backend confirmed it (Renew extends the
 // lease to the TTL from its arrival), else first, the send time of the
-// earliest attempt that may have made this grant (the first unknown one, or
-// the latest answered "held" since) — the backend cannot have started the
-// grant's TTL before it. gone reports that the backend answered
+// earliest attempt that may have been applied — the backend cannot have
+// started the grant's TTL before it. gone reports that the backend answered
 // the grant is no longer held (it ran out before it could be confirmed).
 func (lk *Locker) confirm(ctx context.Context, bkey string, owner backend.Owner, g backend.Grant, first time.Time) (base time.Time, granted time.Duration, gone bool) {
 	// Bounded like a watchdog renewal, not by first's deadline: a Renew
