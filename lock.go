@@ -211,14 +211,17 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 			}
 			// Lost before it could be confirmed, or not confirmed and no
 			// longer trustworthy: never hand out a lock that is already
-			// past its deadline.
-			if !gone {
-				go lk.cleanup(bkey, owner)
-			}
+			// past its deadline. A blocking Acquire tries again (a retry
+			// answers "yours" and renews); giving up, release what may be
+			// ours — but never while this call may still take it.
 			if !wait {
+				if !gone {
+					go lk.cleanup(bkey, owner)
+				}
 				return nil, fmt.Errorf("%w: acquire %q: the grant could not be confirmed before its deadline", ErrIndeterminate, key)
 			}
 			if werr := sleep(ctx, jitter(backoff)); werr != nil {
+				go lk.cleanup(bkey, owner)
 				return nil, fmt.Errorf("%w: acquire %q: the grant could not be confirmed before its deadline", ErrIndeterminate, key)
 			}
 			continue
