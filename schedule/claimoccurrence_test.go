@@ -74,3 +74,55 @@ func TestClaimOccurrenceUnknownThenTooEarly(t *testing.T) {
 			err, r.State, r.Owner.Instance)
 	}
 }
+
+// slowUnknownFirst: attempt 1 of a Claim takes span and then fails with an
+// unknown outcome (nothing applied); later attempts go through. Heartbeat
+// honours ctx as networked ledgers do.
+type slowUnknownFirst struct {
+	backend.Backend
+	span time.Duration
+	mu   sync.Mutex
+	n    int
+}
+
+func (b *slowUnknownFirst) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	b.mu.Lock()
+	b.n++
+	n := b.n
+	b.mu.Unlock()
+	if n == 1 {
+		time.Sleep(b.span) // a request timing out
+		return backend.Grant{}, errors.New("injected: i/o timeout")
+	}
+	return b.Backend.Claim(ctx, req)
+}
+
+func (b *slowUnknownFirst) Heartbeat(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
+	}
+	return b.Backend.Heartbeat(ctx, job, at, o, token, ttl)
+}
+
+// TestClaimOccurrenceAfterSlowUnknownAttemptIsLive: when the first attempt
+// timed out after longer than the TTL and the retry won the claim, the
+// Claim's context must be live (confirmed by a heartbeat), not cancelled at
+// once because its deadline counts from the first attempt's send time.
+func TestClaimOccurrenceAfterSlowUnknownAttemptIsLive(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	mem := memory.New()
+	defer mem.Close()
+	b := &slowUnknownFirst{Backend: mem, span: 2 * ttl}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := schedule.ClaimOccurrence(ctx, b, "job", time.Now().Add(-time.Second), schedule.ClaimOptions{Instance: "a", TTL: ttl})
+	if err != nil {
+		t.Fatalf("ClaimOccurrence: %v", err)
+	}
+	defer c.Finish(context.Background(), nil)
+	select {
+	case <-c.Context().Done():
+		t.Fatalf("the won claim's context was cancelled (%v): its deadline counted from the attempt that timed out", context.Cause(c.Context()))
+	case <-time.After(3 * ttl): // heartbeats keep a live claim going
+	}
+}
