@@ -163,13 +163,18 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 // earliest attempt that may have been applied. lost reports that the lease
 // ran out before it could be confirmed.
 func (s *Scheduler) confirmClaim(ctx context.Context, req backend.ClaimRequest, g backend.Grant, first time.Time) (base time.Time, lost bool) {
+	return confirmGrant(ctx, s.l, req, g, first)
+}
+
+// confirmGrant is confirmClaim over any ledger (ClaimOccurrence uses it).
+func confirmGrant(ctx context.Context, l backend.Ledger, req backend.ClaimRequest, g backend.Grant, first time.Time) (base time.Time, lost bool) {
 	// Bounded like a heartbeat, not by first's deadline: a heartbeat that
 	// succeeds proves the lease was live when it arrived and extends it,
 	// however old first is.
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.TTL/3)
 	defer cancel()
 	sent := time.Now()
-	err := s.l.Heartbeat(hctx, req.Job, req.ScheduledAt, req.Owner, g.Token, req.TTL)
+	err := l.Heartbeat(hctx, req.Job, req.ScheduledAt, req.Owner, g.Token, req.TTL)
 	switch {
 	case err == nil:
 		return sent, false
