@@ -205,15 +205,24 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 			// grant answering "yours", and the backend may count its TTL
 			// from the earlier attempt's arrival.
 			base, granted, gone := lk.confirm(ctx, bkey, owner, g, firstUnknown)
-			if !gone {
+			if !gone && time.Until(base.Add(lk.cfg.safeSpan(granted))) > 0 {
 				g.TTL = granted
 				return lk.hold(ctx, kind, key, bkey, owner, g, base, leave), nil
 			}
+			// Lost before it could be confirmed, or not confirmed and no
+			// longer trustworthy: never hand out a lock that is already
+			// past its deadline. A blocking Acquire tries again (a retry
+			// answers "yours" and renews); giving up, release what may be
+			// ours — but never while this call may still take it.
 			if !wait {
-				return nil, fmt.Errorf("%w: acquire %q: the grant expired before it could be confirmed", ErrIndeterminate, key)
+				if !gone {
+					go lk.cleanup(bkey, owner)
+				}
+				return nil, fmt.Errorf("%w: acquire %q: the grant could not be confirmed before its deadline", ErrIndeterminate, key)
 			}
 			if werr := sleep(ctx, jitter(backoff)); werr != nil {
-				return nil, fmt.Errorf("%w: acquire %q: the grant expired before it could be confirmed", ErrIndeterminate, key)
+				go lk.cleanup(bkey, owner)
+				return nil, fmt.Errorf("%w: acquire %q: the grant could not be confirmed before its deadline", ErrIndeterminate, key)
 			}
 			continue
 		}
@@ -222,7 +231,10 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 		case errors.As(err, &held):
 			// Another owner holds the key now; an attempt of ours whose
 			// outcome is unknown may still be applied after it leaves, so
-			// firstUnknown is kept for the rest of the call.
+			// firstUnknown is kept for the rest of the call. (It is not
+			// moved to this attempt's send time: a SQL statement applied
+			// late may carry the timestamp of its start, so a grant made
+			// after this answer can still count from before it.)
 			if observe != nil {
 				observe(held.Holder)
 			}
@@ -286,7 +298,10 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 // started the grant's TTL before it. gone reports that the backend answered
 // the grant is no longer held (it ran out before it could be confirmed).
 func (lk *Locker) confirm(ctx context.Context, bkey string, owner backend.Owner, g backend.Grant, first time.Time) (base time.Time, granted time.Duration, gone bool) {
-	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), first.Add(lk.cfg.safeSpan(g.TTL)))
+	// Bounded like a watchdog renewal, not by first's deadline: a Renew
+	// that succeeds proves the lease was live when it arrived and extends it,
+	// however old first is.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lk.cfg.renewDeadline)
 	defer cancel()
 	sent := time.Now()
 	rg, err := lk.b.Renew(rctx, bkey, owner, g.Token, lk.cfg.ttl)

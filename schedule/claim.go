@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -36,7 +37,10 @@ type ClaimOptions struct {
 // ClaimOccurrence claims the occurrence (job, at) in the ledger b. It
 // returns a *backend.ClaimedError (errors.Is backend.ErrClaimed) if another
 // claim came first — including one that already finished: an occurrence is
-// claimed once. The claim's Context is cancelled if its lease is lost.
+// claimed once. The claim's Context is cancelled if its lease is lost. If
+// an attempt's outcome is unknown and no later answer settles it, the error
+// wraps leasehold.ErrIndeterminate: the occurrence may be claimed under this
+// call's owner, and its lease then expires with nobody running it.
 func ClaimOccurrence(ctx context.Context, b backend.Ledger, job string, at time.Time, o ClaimOptions) (*Claim, error) {
 	if o.Instance == "" {
 		o.Instance = "leasehold"
@@ -51,20 +55,46 @@ func ClaimOccurrence(ctx context.Context, b backend.Ledger, job string, at time.
 	at = backend.Instant(at)
 	req := backend.ClaimRequest{Job: job, ScheduledAt: at, Owner: owner, TTL: o.TTL, MaxEarly: o.MaxEarly}
 	var (
-		g   backend.Grant
-		err error
-		// The lease counts from the send time of the first attempt: a retry
-		// answering "yours" returns the grant that attempt may have made.
-		sent = time.Now()
+		g    backend.Grant
+		err  error
+		sent time.Time
+		// firstUnknown is the send time of the first attempt whose outcome
+		// is unknown: it may be applied, even later, and a retry answering
+		// "yours" then returns the grant it made.
+		firstUnknown time.Time
 	)
 	for attempt := 0; attempt < 3; attempt++ { // retries reuse the nonce: an applied claim answers "yours"
+		sent = time.Now()
 		g, err = b.Claim(ctx, req)
 		if err == nil || errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrInvalid) ||
-			errors.Is(err, backend.ErrTooEarly) || errors.Is(err, backend.ErrOverlap) || ctx.Err() != nil {
+			errors.Is(err, backend.ErrTooEarly) || errors.Is(err, backend.ErrOverlap) {
+			break
+		}
+		if firstUnknown.IsZero() && !errors.Is(err, backend.ErrNotApplied) && !errors.Is(err, backend.ErrClosed) {
+			firstUnknown = sent
+		}
+		if ctx.Err() != nil {
 			break
 		}
 	}
-	if err != nil {
+	switch {
+	case err == nil && !firstUnknown.IsZero():
+		// Confirm with a heartbeat, as the Scheduler does: the lease may
+		// count from the first attempt, possibly long ago.
+		base, lost := confirmGrant(ctx, b, req, g, firstUnknown)
+		if lost || time.Until(base.Add(safeSpan(g.TTL))) <= 0 {
+			return nil, fmt.Errorf("%w: claim %s@%s: won after an attempt whose outcome was unknown, and not confirmed in time",
+				leasehold.ErrIndeterminate, job, at.Format(time.RFC3339Nano))
+		}
+		sent = base
+	case err == nil:
+	case !firstUnknown.IsZero() && !errors.Is(err, backend.ErrClaimed) && !errors.Is(err, backend.ErrInvalid):
+		// A refusal (too early, overlap) or another failure does not undo
+		// an earlier attempt that may still be applied: the claim may be
+		// ours, held by nobody, until its lease expires.
+		return nil, fmt.Errorf("%w: claim %s@%s: an attempt's outcome is unknown: %w",
+			leasehold.ErrIndeterminate, job, at.Format(time.RFC3339Nano), err)
+	default:
 		return nil, err
 	}
 	c := &Claim{

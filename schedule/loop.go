@@ -10,6 +10,10 @@ import (
 	"github.com/leasehold/leasehold/backend"
 )
 
+// errClaimUnconfirmed: a claim answered after an attempt with an unknown
+// outcome could not be confirmed while its lease could still be trusted.
+var errClaimUnconfirmed = errors.New("claim could not be confirmed before its deadline")
+
 // maxInflight bounds the occurrences of one job whose claim (or run) is in
 // progress on this instance.
 const maxInflight = 256
@@ -100,6 +104,13 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 					log.Warn("claim expired before it could be confirmed; the crash policy decides on recovery")
 					return
 				}
+				if time.Until(base.Add(safeSpan(g.TTL))) <= 0 {
+					// Not confirmed, and the earliest instant the lease may
+					// count from is too old to run under: try again (a retry
+					// answers "yours" and renews the lease).
+					err = errClaimUnconfirmed
+					break
+				}
 			}
 			s.emit(Event{Kind: EventClaim, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Token: leasehold.Token(g.Token),
 				Attempt: 1, Result: ClaimWon, CatchUp: isCatchUp(ctx)})
@@ -152,10 +163,18 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 // earliest attempt that may have been applied. lost reports that the lease
 // ran out before it could be confirmed.
 func (s *Scheduler) confirmClaim(ctx context.Context, req backend.ClaimRequest, g backend.Grant, first time.Time) (base time.Time, lost bool) {
-	hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), first.Add(safeSpan(g.TTL)))
+	return confirmGrant(ctx, s.l, req, g, first)
+}
+
+// confirmGrant is confirmClaim over any ledger (ClaimOccurrence uses it).
+func confirmGrant(ctx context.Context, l backend.Ledger, req backend.ClaimRequest, g backend.Grant, first time.Time) (base time.Time, lost bool) {
+	// Bounded like a heartbeat, not by first's deadline: a heartbeat that
+	// succeeds proves the lease was live when it arrived and extends it,
+	// however old first is.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.TTL/3)
 	defer cancel()
 	sent := time.Now()
-	err := s.l.Heartbeat(hctx, req.Job, req.ScheduledAt, req.Owner, g.Token, req.TTL)
+	err := l.Heartbeat(hctx, req.Job, req.ScheduledAt, req.Owner, g.Token, req.TTL)
 	switch {
 	case err == nil:
 		return sent, false

@@ -148,10 +148,49 @@ func (s *Scheduler) recoverRun(ctx context.Context, e *entry, r backend.Run) {
 	}
 	owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
 	req := backend.ClaimRequest{Job: r.Job, ScheduledAt: r.ScheduledAt, SpecVersion: e.spec.Version(), Owner: owner, TTL: e.job.LeaseTTL}
-	sent := time.Now()
-	g, rr, err := s.l.Reclaim(ctx, req)
+	// Like a claim, a Reclaim whose outcome is unknown may have been applied
+	// (a new owner, attempt+1): retry it with the same nonce, which answers
+	// "yours", rather than spend the attempt with nobody running it.
+	var (
+		g            backend.Grant
+		rr           backend.Run
+		err          error
+		sent         time.Time
+		firstUnknown time.Time
+		backoff      = 10 * time.Millisecond
+	)
+	for attempt := 0; ; attempt++ {
+		sent = time.Now()
+		g, rr, err = s.l.Reclaim(ctx, req)
+		if err == nil || errors.Is(err, backend.ErrNotExpired) || errors.Is(err, backend.ErrClaimed) ||
+			errors.Is(err, backend.ErrNotFound) || errors.Is(err, backend.ErrInvalid) || errors.Is(err, backend.ErrClosed) {
+			break
+		}
+		if firstUnknown.IsZero() && !errors.Is(err, backend.ErrNotApplied) {
+			firstUnknown = sent
+		}
+		if attempt >= 10 || ctx.Err() != nil {
+			log.Error("reclaim failed; the occurrence is recovered again once its lease expires", "err", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.cfg.clock.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
 	if err != nil {
 		return // someone else reclaimed it, or it finished meanwhile
+	}
+	if !firstUnknown.IsZero() {
+		// "yours" may answer the attempt applied first, whose lease counts
+		// from its arrival: confirm, as occur does.
+		var lost bool
+		if sent, lost = s.confirmClaim(ctx, req, g, firstUnknown); lost || time.Until(sent.Add(safeSpan(g.TTL))) <= 0 {
+			log.Warn("reclaimed occurrence could not be confirmed; it is recovered again once its lease expires")
+			return
+		}
 	}
 	log.Warn("reclaimed an occurrence whose runner died", "token", g.Token, "attempt", rr.Attempt)
 	s.emit(Event{Kind: EventReclaim, Job: r.Job, ScheduledAt: r.ScheduledAt, Token: leasehold.Token(g.Token), Attempt: rr.Attempt})

@@ -1,0 +1,128 @@
+package schedule_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// unknownThenEarly loses attempt 1 of a Claim (a broken connection: its
+// outcome is unknown to the caller), refuses attempt 2 as too early, and
+// then delivers attempt 1 late, as the network may.
+type unknownThenEarly struct {
+	backend.Backend
+	mu    sync.Mutex
+	n     int
+	first backend.ClaimRequest
+}
+
+func (b *unknownThenEarly) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	b.mu.Lock()
+	b.n++
+	n := b.n
+	if n == 1 {
+		b.first = req
+	}
+	b.mu.Unlock()
+	switch n {
+	case 1:
+		return backend.Grant{}, errors.New("injected: connection reset")
+	case 2:
+		return backend.Grant{}, fmt.Errorf("injected: %w", backend.ErrTooEarly)
+	}
+	return b.Backend.Claim(ctx, req)
+}
+
+func (b *unknownThenEarly) applyFirst(ctx context.Context) error {
+	b.mu.Lock()
+	req := b.first
+	b.mu.Unlock()
+	_, err := b.Backend.Claim(ctx, req)
+	return err
+}
+
+// TestClaimOccurrenceUnknownThenTooEarly: a ClaimOccurrence whose first
+// attempt's outcome is unknown must not report a later "too early" refusal
+// as the answer: the first attempt may still be applied (here it is), and
+// the caller, told "too early", leaves a running claim nobody runs. The
+// contract: an outcome that cannot be known is ErrIndeterminate.
+func TestClaimOccurrenceUnknownThenTooEarly(t *testing.T) {
+	mem := memory.New()
+	defer mem.Close()
+	b := &unknownThenEarly{Backend: mem}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	at := time.Now().Add(-time.Second)
+	_, err := schedule.ClaimOccurrence(ctx, b, "job", at, schedule.ClaimOptions{Instance: "a", TTL: time.Second})
+	if err == nil {
+		t.Fatal("ClaimOccurrence succeeded; the wrapper refuses attempt 2")
+	}
+	if err := b.applyFirst(ctx); err != nil {
+		t.Fatalf("applying attempt 1 late: %v", err)
+	}
+	if !errors.Is(err, leasehold.ErrIndeterminate) {
+		r, _ := mem.GetRun(ctx, "job", backend.Instant(at))
+		t.Fatalf("ClaimOccurrence = %v, want ErrIndeterminate: an earlier attempt's outcome was unknown, and it was applied (run state %s, owner %s)",
+			err, r.State, r.Owner.Instance)
+	}
+}
+
+// slowUnknownFirst: attempt 1 of a Claim takes span and then fails with an
+// unknown outcome (nothing applied); later attempts go through. Heartbeat
+// honours ctx as networked ledgers do.
+type slowUnknownFirst struct {
+	backend.Backend
+	span time.Duration
+	mu   sync.Mutex
+	n    int
+}
+
+func (b *slowUnknownFirst) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	b.mu.Lock()
+	b.n++
+	n := b.n
+	b.mu.Unlock()
+	if n == 1 {
+		time.Sleep(b.span) // a request timing out
+		return backend.Grant{}, errors.New("injected: i/o timeout")
+	}
+	return b.Backend.Claim(ctx, req)
+}
+
+func (b *slowUnknownFirst) Heartbeat(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
+	}
+	return b.Backend.Heartbeat(ctx, job, at, o, token, ttl)
+}
+
+// TestClaimOccurrenceAfterSlowUnknownAttemptIsLive: when the first attempt
+// timed out after longer than the TTL and the retry won the claim, the
+// Claim's context must be live (confirmed by a heartbeat), not cancelled at
+// once because its deadline counts from the first attempt's send time.
+func TestClaimOccurrenceAfterSlowUnknownAttemptIsLive(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	mem := memory.New()
+	defer mem.Close()
+	b := &slowUnknownFirst{Backend: mem, span: 2 * ttl}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := schedule.ClaimOccurrence(ctx, b, "job", time.Now().Add(-time.Second), schedule.ClaimOptions{Instance: "a", TTL: ttl})
+	if err != nil {
+		t.Fatalf("ClaimOccurrence: %v", err)
+	}
+	defer c.Finish(context.Background(), nil)
+	select {
+	case <-c.Context().Done():
+		t.Fatalf("the won claim's context was cancelled (%v): its deadline counted from the attempt that timed out", context.Cause(c.Context()))
+	case <-time.After(3 * ttl): // heartbeats keep a live claim going
+	}
+}
