@@ -16,7 +16,10 @@ import (
 // assigned last (ODKU assigns left to right). expires_at itself is set when
 // the (already assigned) owner is the caller: the key was free, or the
 // request is a retry of the caller's applied one, which is renewed to the
-// TTL from now. A grant over an existing row returns
+// TTL from now but never shortened: NOW(6) is the statement's start, so a
+// retry that waited on the row lock must not move back the expiry a later
+// Renew set (Renew and the ledger's heartbeats use GREATEST for the same
+// reason). A grant over an existing row returns
 // its token through LAST_INSERT_ID(expr); an insert (the key's first grant,
 // token 1) and a row left unchanged both report 0 and are told apart by
 // reading the row. (LAST_INSERT_ID(1) in VALUES would not do: VALUES is
@@ -30,7 +33,8 @@ func (b *Backend) acquireSQL() string {
 			token = IF(` + free + `, LAST_INSERT_ID(token + 1), token),
 			instance = IF(` + free + `, VALUES(instance), instance),
 			nonce = IF(` + free + `, VALUES(nonce), nonce),
-			expires_at = IF(nonce = VALUES(nonce) AND instance = VALUES(instance), VALUES(expires_at), expires_at)`
+			expires_at = IF(nonce = VALUES(nonce) AND instance = VALUES(instance),
+				IF(` + free + `, VALUES(expires_at), GREATEST(expires_at, VALUES(expires_at))), expires_at)`
 }
 
 // Acquire implements backend.Leases: one statement when the key is free or
@@ -92,7 +96,7 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 	defer b.mu.RUnlock()
 	us := micros(ttl)
 	err := b.guarded(ctx, fmt.Sprintf("renew key %q", key),
-		`UPDATE `+b.tLeases+` SET expires_at = NOW(6) + INTERVAL ? MICROSECOND WHERE `+leaseGuard,
+		`UPDATE `+b.tLeases+` SET expires_at = GREATEST(expires_at, NOW(6) + INTERVAL ? MICROSECOND) WHERE `+leaseGuard,
 		us, key, owner.Instance, owner.Nonce[:], token)
 	if errors.Is(err, backend.ErrLeaseLost) {
 		return backend.Grant{}, fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)

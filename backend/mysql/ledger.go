@@ -192,7 +192,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 // Reclaim answered "yours". It returns the number of rows matched (0: the
 // occurrence changed hands or state meanwhile).
 func (b *Backend) renewRun(ctx context.Context, q execer, req backend.ClaimRequest, at time.Time, token uint64) (int64, error) {
-	res, err := q.ExecContext(ctx, `UPDATE `+b.tRuns+` SET expires_at = NOW(6) + INTERVAL ? MICROSECOND
+	res, err := q.ExecContext(ctx, `UPDATE `+b.tRuns+` SET expires_at = GREATEST(expires_at, NOW(6) + INTERVAL ? MICROSECOND)
 		WHERE job = ? AND scheduled_at = ? AND state = 'running' AND instance = ? AND nonce = ? AND token = ?`,
 		micros(req.TTL), req.Job, at, req.Owner.Instance, req.Owner.Nonce[:], token)
 	if err != nil {
@@ -220,7 +220,7 @@ func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner
 		return err
 	}
 	return b.guardedRun(ctx, "heartbeat", job, at, owner, token,
-		`UPDATE `+b.tRuns+` SET expires_at = NOW(6) + INTERVAL ? MICROSECOND WHERE `+runGuard, micros(ttl))
+		`UPDATE `+b.tRuns+` SET expires_at = GREATEST(expires_at, NOW(6) + INTERVAL ? MICROSECOND) WHERE `+runGuard, micros(ttl))
 }
 
 // Finish implements backend.Ledger.

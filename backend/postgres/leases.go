@@ -26,7 +26,9 @@ func setNonce(n *backend.Nonce, b []byte) error {
 // acquireSQL grants the lease in one statement. The upsert's WHERE lets the
 // update happen only when the key is free (expires_at NULL), expired by
 // clock_timestamp(), or held by the same owner (a retry, answered with the
-// same token and renewed to the TTL from now). When it did not happen, the second branch reports the
+// same token and renewed to the TTL from now, never shortened: VALUES is
+// evaluated before a row-lock wait, so a retry that waited must not move
+// back the expiry a later Renew set). When it did not happen, the second branch reports the
 // holder, if the statement's snapshot sees the row (a row committed after
 // the snapshot was taken is read again by a second statement).
 func (b *Backend) acquireSQL() string {
@@ -35,7 +37,7 @@ func (b *Backend) acquireSQL() string {
 		VALUES ($1, $2, $3, 1, clock_timestamp() + $4 * interval '1 microsecond')
 		ON CONFLICT (key) DO UPDATE SET
 			token = CASE WHEN l.expires_at > clock_timestamp() THEN l.token ELSE l.token + 1 END,
-			expires_at = excluded.expires_at,
+			expires_at = CASE WHEN l.expires_at > clock_timestamp() THEN GREATEST(l.expires_at, excluded.expires_at) ELSE excluded.expires_at END,
 			instance = excluded.instance, nonce = excluded.nonce
 		WHERE l.expires_at IS NULL OR l.expires_at <= clock_timestamp()
 			OR (l.nonce = excluded.nonce AND l.instance = excluded.instance)
@@ -87,6 +89,8 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		// been released since): read it again, then try again.
 		l, gerr := b.get(ctx, key)
 		switch {
+		case gerr == nil && l.Owner == owner:
+			continue // an earlier attempt of ours landed meanwhile: the retry renews it
 		case gerr == nil:
 			return backend.Grant{}, &backend.HeldError{Holder: l}
 		case !errors.Is(gerr, backend.ErrNotFound):
@@ -113,7 +117,7 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 	}
 	defer b.mu.RUnlock()
 	us := micros(ttl)
-	tag, err := b.pool.Exec(ctx, `UPDATE `+b.tLeases+` SET expires_at = clock_timestamp() + $5 * interval '1 microsecond'
+	tag, err := b.pool.Exec(ctx, `UPDATE `+b.tLeases+` SET expires_at = GREATEST(expires_at, clock_timestamp() + $5 * interval '1 microsecond')
 		WHERE `+leaseGuard, key, owner.Instance, owner.Nonce[:], int64(token), us)
 	if err != nil {
 		return backend.Grant{}, dbErr(ctx, fmt.Sprintf("renew key %q", key), err)

@@ -257,7 +257,7 @@ func (b *Backend) claimLimited(ctx context.Context, req backend.ClaimRequest, at
 // Reclaim answered "yours". It returns the number of rows updated (0: the
 // occurrence changed hands or state meanwhile).
 func (b *Backend) renewRun(ctx context.Context, q execer, req backend.ClaimRequest, at time.Time, token uint64) (int64, error) {
-	tag, err := q.Exec(ctx, `UPDATE `+b.tRuns+` SET expires_at = clock_timestamp() + $6 * interval '1 microsecond'
+	tag, err := q.Exec(ctx, `UPDATE `+b.tRuns+` SET expires_at = GREATEST(expires_at, clock_timestamp() + $6 * interval '1 microsecond')
 		WHERE job = $1 AND scheduled_at = $2 AND state = 'running' AND instance = $3 AND nonce = $4 AND token = $5`,
 		req.Job, at, req.Owner.Instance, req.Owner.Nonce[:], int64(token), micros(req.TTL))
 	if err != nil {
@@ -286,7 +286,7 @@ func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner
 		return err
 	}
 	return b.guardedRun(ctx, "heartbeat", job, at, owner, token,
-		`UPDATE `+b.tRuns+` SET expires_at = clock_timestamp() + $6 * interval '1 microsecond' WHERE `+runGuard,
+		`UPDATE `+b.tRuns+` SET expires_at = GREATEST(expires_at, clock_timestamp() + $6 * interval '1 microsecond') WHERE `+runGuard,
 		micros(ttl))
 }
 
