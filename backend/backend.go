@@ -114,8 +114,8 @@ const (
 	MaxKeyLen      = 512            // bytes, namespace included
 	MaxInstanceLen = 128            // bytes
 	MaxTTL         = 24 * time.Hour // a longer lease is a configuration mistake
-	MaxErrorLen    = 4096           // Finish error text is truncated to this
-	MaxResultLen   = 16384          // Finish result text is truncated to this
+	MaxErrorLen    = 4096           // Finish error text is cut to this (CleanText)
+	MaxResultLen   = 16384          // Finish result text is cut to this (CleanText)
 )
 
 // Grant is what Acquire, Renew and Claim return to the owner.

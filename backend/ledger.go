@@ -80,8 +80,8 @@ func (e *ClaimedError) Unwrap() error { return ErrClaimed }
 type Outcome struct {
 	State    RunState // Succeeded or Failed
 	Duration time.Duration
-	Result   string // truncated to MaxResultLen
-	Error    string // truncated to MaxErrorLen
+	Result   string // any bytes; stored as CleanText(Result, MaxResultLen)
+	Error    string // any bytes; stored as CleanText(Error, MaxErrorLen)
 }
 
 // RunFilter selects history for List. Zero fields select everything.

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -111,7 +112,8 @@ func CheckClaim(r ClaimRequest, minTTL time.Duration) error {
 	return CheckTTL(r.TTL, minTTL)
 }
 
-// CheckOutcome validates an Outcome and returns it with texts truncated.
+// CheckOutcome validates an Outcome and returns it with its texts made
+// storable by CleanText.
 func CheckOutcome(o Outcome) (Outcome, error) {
 	if o.State != Succeeded && o.State != Failed {
 		return o, fmt.Errorf("%w: outcome state %q is not %q or %q", ErrInvalid, o.State, Succeeded, Failed)
@@ -119,8 +121,8 @@ func CheckOutcome(o Outcome) (Outcome, error) {
 	if o.Duration < 0 {
 		return o, fmt.Errorf("%w: outcome duration %v is negative", ErrInvalid, o.Duration)
 	}
-	o.Result = truncate(o.Result, MaxResultLen)
-	o.Error = truncate(o.Error, MaxErrorLen)
+	o.Result = CleanText(o.Result, MaxResultLen)
+	o.Error = CleanText(o.Error, MaxErrorLen)
 	return o, nil
 }
 
@@ -135,15 +137,52 @@ func CheckPrune(olderThan time.Time, batch int) error {
 	return nil
 }
 
-func truncate(s string, n int) string {
+// ValidText returns s as valid UTF-8 without NUL bytes: each run of invalid
+// bytes and each NUL becomes U+FFFD (what strings.ToValidUTF8 does), so any
+// bytes can be stored in a text column and are replaced the same way on
+// every backend. Valid text, control characters included, is unchanged.
+func ValidText(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// CleanText returns ValidText(s) in at most n bytes. Longer text keeps its
+// head and its tail (a job's last lines usually say why it failed) around a
+// line "[… N bytes cut …]", each end cut on a rune boundary, so valid
+// UTF-8 is never split. Finish stores results and errors through it.
+func CleanText(s string, n int) string {
+	s = ValidText(s)
 	if len(s) <= n {
 		return s
 	}
-	// Cut on a rune boundary.
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
+	// The marker is at most this long: the count cut is below len(s).
+	room := n - len(cutMarker(len(s)))
+	if room <= 0 {
+		return s[:runeFloor(s, n)]
 	}
-	return s[:n]
+	head := s[:runeFloor(s, room/2)]
+	tail := s[runeCeil(s, len(s)-(room-len(head))):]
+	return head + cutMarker(len(s)-len(head)-len(tail)) + tail
+}
+
+func cutMarker(n int) string { return fmt.Sprintf("\n[… %d bytes cut …]\n", n) }
+
+// runeFloor is the largest rune boundary of valid UTF-8 s at or below i.
+func runeFloor(s string, i int) int {
+	for i > 0 && i < len(s) && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return i
+}
+
+// runeCeil is the smallest rune boundary of valid UTF-8 s at or above i.
+func runeCeil(s string, i int) int {
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return i
 }
 
 // CheckRelease validates Release's arguments.

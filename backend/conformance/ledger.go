@@ -20,6 +20,7 @@ func ledgerChecks() []check {
 		{"LedgerClaimRefusedEarlyOrOverlapping", checkClaimLimits},
 		{"LedgerHighWaterAndPrune", checkHighWaterPrune},
 		{"LedgerListFilters", checkListRuns},
+		{"LedgerStoresAnyOutcomeText", checkOutcomeText},
 	}
 }
 
