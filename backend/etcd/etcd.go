@@ -99,6 +99,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -371,16 +372,18 @@ func (b *Backend) check() error {
 	return nil
 }
 
-// wrap turns a client error into one callers can classify: ErrClosed once
-// the backend is closed (beside the error, which may tell ErrNotApplied),
-// otherwise the error (not a sentinel unless ErrNotApplied: the outcome is
-// unknown) with what was being done.
+// wrap turns a client error into one callers can classify: the error (not
+// a sentinel unless ErrNotApplied: the outcome is unknown) with what was
+// being done. A request cut off by Close was sent, so it may have been
+// applied: it is not ErrClosed (which says nothing happened) but an
+// unknown outcome, so that the Locker reports ErrIndeterminate; requests
+// made after Close get ErrClosed from check before anything is sent.
 func (b *Backend) wrap(err error, what string) error {
 	if err == nil {
 		return nil
 	}
-	if b.check() != nil {
-		return fmt.Errorf("etcd: %s: %w (%w)", what, backend.ErrClosed, err)
+	if b.check() != nil && !errors.Is(err, backend.ErrClosed) {
+		return fmt.Errorf("etcd: %s: the backend was closed with the request in flight, its outcome unknown: %w", what, err)
 	}
 	return fmt.Errorf("etcd: %s: %w", what, err)
 }
