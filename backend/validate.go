@@ -158,16 +158,17 @@ func CleanText(s string, n int) string {
 		return s
 	}
 	// The marker is at most this long: the count cut is below len(s).
-	room := n - len(cutMarker(len(s)))
+	room := n - len(CutMarker(len(s)))
 	if room <= 0 {
 		return s[:runeFloor(s, n)]
 	}
 	head := s[:runeFloor(s, room/2)]
 	tail := s[runeCeil(s, len(s)-(room-len(head))):]
-	return head + cutMarker(len(s)-len(head)-len(tail)) + tail
+	return head + CutMarker(len(s)-len(head)-len(tail)) + tail
 }
 
-func cutMarker(n int) string { return fmt.Sprintf("\n[… %d bytes cut …]\n", n) }
+// CutMarker is the line CleanText puts where it cut n bytes out.
+func CutMarker(n int) string { return fmt.Sprintf("\n[… %d bytes cut …]\n", n) }
 
 // runeFloor is the largest rune boundary of valid UTF-8 s at or below i.
 func runeFloor(s string, i int) int {

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,13 +13,18 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
+	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/schedule"
 )
 
 // InstantFormat is how scheduled instants are passed to jobs: RFC 3339 in
 // UTC with milliseconds, the precision of occurrence keys.
 const InstantFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// maxHTTPBody is how much of an HTTP job's answer is kept in history.
+const maxHTTPBody = 1024
 
 // killGrace is how long a command gets between SIGTERM and SIGKILL.
 const killGrace = 5 * time.Second
@@ -82,32 +86,64 @@ func commandFunc(j *JobConfig, instance string) schedule.Func {
 	}
 }
 
-// capped keeps the first max bytes written and counts the rest.
+// capped keeps the first and the last max/2 bytes written — a command's
+// last lines usually say why it failed — and counts what lies between.
+// Output is arbitrary bytes: String cuts on rune boundaries and makes the
+// text valid (backend.ValidText), so the history can store it.
 type capped struct {
-	mu      sync.Mutex
-	max     int
-	buf     bytes.Buffer
-	dropped int
+	mu    sync.Mutex
+	max   int
+	head  []byte
+	tail  []byte // the latest bytes after head filled; trimmed to keep() in bulk
+	total int
 }
+
+func (c *capped) keep() int { return c.max - c.max/2 }
 
 func (c *capped) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	room := c.max - c.buf.Len()
-	if room > 0 {
-		c.buf.Write(p[:min(room, len(p))])
+	n := len(p)
+	c.total += n
+	if room := c.max/2 - len(c.head); room > 0 {
+		k := min(room, len(p))
+		c.head = append(c.head, p[:k]...)
+		p = p[k:]
 	}
-	c.dropped += max(0, len(p)-max(room, 0))
-	return len(p), nil
+	c.tail = append(c.tail, p...)
+	if len(c.tail) > 2*c.keep() {
+		c.tail = c.tail[:copy(c.tail, c.tail[len(c.tail)-c.keep():])]
+	}
+	return n, nil
 }
 
 func (c *capped) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.dropped > 0 {
-		return fmt.Sprintf("%s\n[… %d more bytes truncated]", c.buf.String(), c.dropped)
+	tail := c.tail
+	if len(tail) > c.keep() {
+		tail = tail[len(tail)-c.keep():]
 	}
-	return c.buf.String()
+	cut := c.total - len(c.head) - len(tail)
+	if cut == 0 {
+		return backend.ValidText(string(c.head) + string(tail))
+	}
+	head := c.head
+	// Never split a rune at the cut: drop a partial one at the end of the
+	// head and continuation bytes at the start of the tail.
+	for k := 1; k <= utf8.UTFMax-1 && k <= len(head); k++ {
+		if utf8.RuneStart(head[len(head)-k]) {
+			if !utf8.FullRune(head[len(head)-k:]) {
+				head = head[:len(head)-k]
+			}
+			break
+		}
+	}
+	for k := 0; k < utf8.UTFMax-1 && len(tail) > 0 && !utf8.RuneStart(tail[0]); k++ {
+		tail = tail[1:]
+	}
+	cut = c.total - len(head) - len(tail)
+	return backend.ValidText(string(head)) + backend.CutMarker(cut) + backend.ValidText(string(tail))
 }
 
 // httpFunc calls an HTTP endpoint. The request carries the occurrence's
@@ -138,8 +174,10 @@ func httpFunc(j *JobConfig, client *http.Client) schedule.Func {
 			return fmt.Errorf("http job %q: %s %s: %w", j.Name, h.Method, redactURL(h.URL), err)
 		}
 		defer resp.Body.Close()
-		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		r.Report(fmt.Sprintf("%s\n%s", resp.Status, snippet))
+		// The body's head and tail (of at most its first MiB), as text.
+		snippet := &capped{max: maxHTTPBody}
+		_, _ = io.Copy(snippet, io.LimitReader(resp.Body, 1<<20))
+		r.Report(backend.ValidText(resp.Status) + "\n" + snippet.String())
 		ok := resp.StatusCode/100 == 2
 		if h.Expect != 0 {
 			ok = resp.StatusCode == h.Expect

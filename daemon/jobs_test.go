@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -48,11 +49,27 @@ func TestCommandKilledOnCancel(t *testing.T) {
 }
 
 func TestCappedOutput(t *testing.T) {
-	c := &capped{max: 5}
-	_, _ = c.Write([]byte("hello world"))
-	_, _ = c.Write([]byte("!!"))
-	if got := c.String(); got != "hello\n[… 8 more bytes truncated]" {
-		t.Fatalf("capped = %q", got)
+	for _, c := range []struct {
+		name   string
+		max    int
+		writes []string
+		want   string
+	}{
+		{"fits", 16, []string{"hello ", "world"}, "hello world"},
+		{"head and tail", 10, []string{"hello world", "!! the end"}, "hello" + backend.CutMarker(11) + "e end"},
+		// head "aaa\xc3" and tail "\xa9abc" end and start inside an é
+		{"no rune split at the cut", 8, []string{"aaaé", "xxxxxxxx", "éabc"}, "aaa" + backend.CutMarker(12) + "abc"},
+		{"invalid bytes and NUL", 64, []string{"ok\xff\x00\n"}, "ok\uFFFD\uFFFD\n"},
+		{"4095 a + é at the default cap", 4096, []string{strings.Repeat("a", 4095) + "é"},
+			strings.Repeat("a", 2048) + backend.CutMarker(1) + strings.Repeat("a", 2046) + "é"},
+	} {
+		cp := &capped{max: c.max}
+		for _, w := range c.writes {
+			_, _ = cp.Write([]byte(w))
+		}
+		if got := cp.String(); got != c.want {
+			t.Errorf("%s: capped = %q, want %q", c.name, got, c.want)
+		}
 	}
 }
 
