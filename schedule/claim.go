@@ -22,6 +22,8 @@ type Claim struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	hb     chan struct{}
+	last   time.Time // send time of the last confirmed claim or heartbeat, once hb is closed
+	ttl    time.Duration
 	start  time.Time
 	once   sync.Once
 	err    error
@@ -77,6 +79,10 @@ func ClaimOccurrence(ctx context.Context, b backend.Ledger, job string, at time.
 			break
 		}
 	}
+	late := err == nil && time.Until(sent.Add(safeSpan(g.TTL))) <= 0
+	if late && firstUnknown.IsZero() {
+		firstUnknown = sent // the reply came after the deadline its send time gives
+	}
 	switch {
 	case err == nil && !firstUnknown.IsZero():
 		// Confirm with a heartbeat, as the Scheduler does: the lease may
@@ -98,13 +104,13 @@ func ClaimOccurrence(ctx context.Context, b backend.Ledger, job string, at time.
 		return nil, err
 	}
 	c := &Claim{
-		b: b, owner: owner, token: g.Token, hb: make(chan struct{}), start: time.Now(),
+		b: b, owner: owner, token: g.Token, hb: make(chan struct{}), ttl: g.TTL, start: time.Now(),
 		run: Run{Job: job, ScheduledAt: at, Attempt: 1, Token: leasehold.Token(g.Token), Instance: o.Instance},
 	}
 	c.ctx, c.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	go func() {
 		defer close(c.hb)
-		heartbeat(c.ctx, c.cancel, b, c.run, owner, g, sent)
+		c.last = heartbeat(c.ctx, c.cancel, b, c.run, owner, g, sent)
 	}()
 	return c, nil
 }
@@ -117,7 +123,8 @@ func (c *Claim) Run() Run { return c.run }
 func (c *Claim) Context() context.Context { return c.ctx }
 
 // Finish stops the heartbeats and records the outcome: succeeded if runErr
-// is nil, failed otherwise. ErrLeaseLost if the claim was lost meanwhile.
+// is nil, failed otherwise, retrying a failure until the claim's lease
+// deadline (or ctx) ends. ErrLeaseLost if the claim was lost meanwhile.
 // Finish is idempotent.
 func (c *Claim) Finish(ctx context.Context, runErr error) error {
 	c.once.Do(func() {
@@ -127,7 +134,7 @@ func (c *Claim) Finish(ctx context.Context, runErr error) error {
 		if runErr != nil {
 			out.State, out.Error = backend.Failed, runErr.Error()
 		}
-		c.err = c.b.Finish(ctx, c.run.Job, c.run.ScheduledAt, c.owner, c.token, out)
+		c.err = finishRun(ctx, c.b, c.run.Job, c.run.ScheduledAt, c.owner, c.token, out, c.last.Add(safeSpan(c.ttl)))
 	})
 	return c.err
 }

@@ -50,9 +50,10 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	log := s.cfg.logger.With("job", r.Job, "at", r.ScheduledAt, "token", g.Token, "attempt", r.Attempt)
 	ctx, cancel := s.runContext(e)
 	hbDone := make(chan struct{})
+	var last time.Time // send time of the last confirmed claim or heartbeat
 	go func() {
 		defer close(hbDone)
-		heartbeat(ctx, cancel, s.l, r, owner, g, sent)
+		last = heartbeat(ctx, cancel, s.l, r, owner, g, sent)
 	}()
 	start := time.Now()
 	err := safeCall(ctx, e.job.Func, r)
@@ -66,23 +67,13 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 		out.State, out.Error = backend.Failed, err.Error()
 	}
 	s.emitRun(r, took, err)
-	fctx, fcancel := context.WithTimeout(context.Background(), e.job.LeaseTTL)
-	defer fcancel()
-	for attempt := 0; ; attempt++ {
-		ferr := s.l.Finish(fctx, r.Job, r.ScheduledAt, owner, g.Token, out)
-		switch {
-		case ferr == nil:
-			log.Info("run finished", "state", out.State, "took", took, "err", err)
-			return
-		case errors.Is(ferr, backend.ErrLeaseLost):
-			lost = true
-		case attempt < 5 && fctx.Err() == nil:
-			time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond) // retry backoff
-			continue
-		default:
-			log.Error("recording the outcome failed", "err", ferr)
-		}
-		break
+	switch ferr := finishRun(context.Background(), s.l, r.Job, r.ScheduledAt, owner, g.Token, out, last.Add(safeSpan(g.TTL))); {
+	case ferr == nil:
+		log.Info("run finished", "state", out.State, "took", took, "err", err)
+	case errors.Is(ferr, backend.ErrLeaseLost):
+		lost = true
+	default:
+		log.Error("recording the outcome failed until the run's lease ended; the crash policy applies to it", "err", ferr, "state", out.State)
 	}
 	if lost {
 		log.Warn("run's lease was lost; another instance may run this occurrence again (crash policy)")
@@ -95,12 +86,14 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 
 // heartbeat renews the run's lease until ctx ends, and cancels ctx with
 // ErrLeaseLost when the lease is lost or its deadline passes unconfirmed.
-func heartbeat(ctx context.Context, cancel context.CancelCauseFunc, b backend.Ledger, r Run, owner backend.Owner, g backend.Grant, sent time.Time) {
+// It returns the send time of the last confirmed claim or heartbeat.
+func heartbeat(ctx context.Context, cancel context.CancelCauseFunc, b backend.Ledger, r Run, owner backend.Owner, g backend.Grant, sent time.Time) (last time.Time) {
 	ttl := g.TTL
 	every := ttl / 3
 	lostErr := func(why string) error {
 		return fmt.Errorf("%w: job %q at %s token %d: %s", leasehold.ErrLeaseLost, r.Job, r.ScheduledAt.Format(time.RFC3339Nano), g.Token, why)
 	}
+	last = sent
 	deadline := time.NewTimer(time.Until(sent.Add(safeSpan(ttl))))
 	defer deadline.Stop()
 	next := time.NewTimer(time.Until(sent.Add(every)))
@@ -108,10 +101,10 @@ func heartbeat(ctx context.Context, cancel context.CancelCauseFunc, b backend.Le
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return last
 		case <-deadline.C:
 			cancel(lostErr("deadline passed without a confirmed heartbeat"))
-			return
+			return last
 		case <-next.C:
 		}
 		hsent := time.Now()
@@ -122,16 +115,55 @@ func heartbeat(ctx context.Context, cancel context.CancelCauseFunc, b backend.Le
 		case err == nil:
 			if !deadline.Stop() {
 				cancel(lostErr("deadline passed without a confirmed heartbeat"))
-				return
+				return last
 			}
+			last = hsent
 			deadline.Reset(time.Until(hsent.Add(safeSpan(ttl))))
 			next.Reset(time.Until(hsent.Add(every)))
 		case errors.Is(err, backend.ErrLeaseLost):
 			cancel(lostErr(err.Error()))
-			return
+			return last
 		default:
 			next.Reset(every / 4)
 		}
+	}
+}
+
+// finishRun records a run's outcome. A failure is retried, with backoff,
+// until the run's lease deadline (until): a run left "running" is taken
+// for a crash once its lease expires, and under crash policy retry a job
+// that succeeded would run again. A retry after an attempt whose outcome is
+// unknown may find the run already finished by that attempt: the ledger is
+// read to tell it from a lost lease. It returns nil once the outcome is
+// recorded, an error wrapping backend.ErrLeaseLost when the run is no
+// longer ours, or the last error when the deadline passed.
+func finishRun(ctx context.Context, l backend.Ledger, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome, until time.Time) error {
+	backoff, unknown := 10*time.Millisecond, false
+	for {
+		actx, cancel := context.WithDeadline(ctx, until)
+		err := l.Finish(actx, job, at, owner, token, out)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, backend.ErrLeaseLost) && unknown:
+			if r, gerr := l.GetRun(ctx, job, at); gerr == nil && r.Owner == owner && r.Token == token && r.State == out.State {
+				return nil // an earlier attempt was applied
+			}
+			return err
+		case errors.Is(err, backend.ErrLeaseLost), errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):
+			return err
+		}
+		unknown = unknown || !errors.Is(err, backend.ErrNotApplied)
+		wait := min(backoff, time.Until(until))
+		if wait <= 0 || ctx.Err() != nil {
+			return fmt.Errorf("finish %s@%s token %d: %w", job, at.Format(time.RFC3339Nano), token, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, 200*time.Millisecond)
 	}
 }
 
@@ -182,6 +214,9 @@ func (s *Scheduler) recoverRun(ctx context.Context, e *entry, r backend.Run) {
 	}
 	if err != nil {
 		return // someone else reclaimed it, or it finished meanwhile
+	}
+	if firstUnknown.IsZero() && time.Until(sent.Add(safeSpan(g.TTL))) <= 0 {
+		firstUnknown = sent // the reply came after the deadline its send time gives
 	}
 	if !firstUnknown.IsZero() {
 		// "yours" may answer the attempt applied first, whose lease counts
