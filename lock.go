@@ -197,14 +197,20 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 		sent := time.Now()
 		g, err := lk.b.Acquire(ctx, bkey, owner, lk.cfg.ttl)
 		if err == nil {
-			if firstUnknown.IsZero() {
+			if firstUnknown.IsZero() && time.Until(sent.Add(lk.cfg.safeSpan(g.TTL))) > 0 {
 				return lk.hold(ctx, kind, key, bkey, owner, g, sent, leave), nil
 			}
 			// An earlier attempt may have been applied — even after a
 			// later one was answered "held" — so this success may be that
 			// grant answering "yours", and the backend may count its TTL
-			// from the earlier attempt's arrival.
-			base, granted, gone := lk.confirm(ctx, bkey, owner, g, firstUnknown)
+			// from the earlier attempt's arrival. Or the reply came so
+			// late that the grant's deadline has passed: the backend may
+			// have expired it already. Either way, confirm with a renewal.
+			first := firstUnknown
+			if first.IsZero() {
+				first = sent
+			}
+			base, granted, gone := lk.confirm(ctx, bkey, owner, g, first)
 			if !gone && time.Until(base.Add(lk.cfg.safeSpan(granted))) > 0 {
 				g.TTL = granted
 				return lk.hold(ctx, kind, key, bkey, owner, g, base, leave), nil

@@ -98,9 +98,16 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		switch {
 		case err == nil:
 			base := sent
-			if !firstUnknown.IsZero() {
+			if !firstUnknown.IsZero() || time.Until(sent.Add(safeSpan(g.TTL))) <= 0 {
+				// An earlier attempt may have been applied, or this reply
+				// came after the deadline its send time gives: the backend
+				// may count the lease from earlier, or have expired it.
+				first := firstUnknown
+				if first.IsZero() {
+					first = sent
+				}
 				var lost bool
-				if base, lost = s.confirmClaim(ctx, req, g, firstUnknown); lost {
+				if base, lost = s.confirmClaim(ctx, req, g, first); lost {
 					log.Warn("claim expired before it could be confirmed; the crash policy decides on recovery")
 					return
 				}
