@@ -326,6 +326,28 @@ func (lk *Locker) confirm(ctx context.Context, bkey string, owner backend.Owner,
 // reports.
 func (lk *Locker) acquireQueued(ctx context.Context, q backend.Queue, kind, key, bkey string, owner backend.Owner, leave func()) (*Lock, error) {
 	g, sent, err := q.AcquireQueued(ctx, bkey, owner, lk.cfg.ttl)
+	for err == nil && time.Until(sent.Add(lk.cfg.safeSpan(g.TTL))) <= 0 {
+		// The grant's reply came after the deadline its send time gives:
+		// the backend may have expired it already. Confirm with a renewal,
+		// or give it back and queue again under a new nonce.
+		base, granted, gone := lk.confirm(ctx, bkey, owner, g, sent)
+		if !gone && time.Until(base.Add(lk.cfg.safeSpan(granted))) > 0 {
+			g.TTL, sent = granted, base
+			break
+		}
+		if !gone {
+			lk.cleanup(bkey, owner)
+		}
+		if ctx.Err() != nil {
+			kind := ErrNotAcquired // the backend said the grant is gone
+			if !gone {
+				kind = ErrIndeterminate // released, unless the cleanup failed
+			}
+			return nil, fmt.Errorf("%w: acquire %q: the grant could not be confirmed before its deadline", kind, key)
+		}
+		owner = backend.Owner{Instance: owner.Instance, Nonce: backend.NewNonce()}
+		g, sent, err = q.AcquireQueued(ctx, bkey, owner, lk.cfg.ttl)
+	}
 	switch {
 	case err == nil:
 		return lk.hold(ctx, kind, key, bkey, owner, g, sent, leave), nil
