@@ -124,8 +124,9 @@ func (c *Claim) Context() context.Context { return c.ctx }
 
 // Finish stops the heartbeats and records the outcome: succeeded if runErr
 // is nil, failed otherwise, retrying a failure until the claim's lease
-// deadline (or ctx) ends. ErrLeaseLost if the claim was lost meanwhile.
-// Finish is idempotent.
+// deadline (or ctx) ends. ErrLeaseLost if the claim was lost meanwhile;
+// leasehold.ErrIndeterminate if an attempt may have recorded the outcome
+// but no answer settled it. Finish is idempotent.
 func (c *Claim) Finish(ctx context.Context, runErr error) error {
 	c.once.Do(func() {
 		c.cancel(errors.New("finished"))
@@ -134,7 +135,7 @@ func (c *Claim) Finish(ctx context.Context, runErr error) error {
 		if runErr != nil {
 			out.State, out.Error = backend.Failed, runErr.Error()
 		}
-		c.err = finishRun(ctx, c.b, c.run.Job, c.run.ScheduledAt, c.owner, c.token, out, c.last.Add(safeSpan(c.ttl)))
+		c.err = finishRun(ctx, c.b, c.run.Job, c.run.ScheduledAt, c.owner, c.token, out, c.last.Add(safeSpan(c.ttl)), c.ttl)
 	})
 	return c.err
 }

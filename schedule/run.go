@@ -67,13 +67,13 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 		out.State, out.Error = backend.Failed, err.Error()
 	}
 	s.emitRun(r, took, err)
-	switch ferr := finishRun(context.Background(), s.l, r.Job, r.ScheduledAt, owner, g.Token, out, last.Add(safeSpan(g.TTL))); {
+	switch ferr := finishRun(context.Background(), s.l, r.Job, r.ScheduledAt, owner, g.Token, out, last.Add(safeSpan(g.TTL)), g.TTL); {
 	case ferr == nil:
 		log.Info("run finished", "state", out.State, "took", took, "err", err)
 	case errors.Is(ferr, backend.ErrLeaseLost):
 		lost = true
 	default:
-		log.Error("recording the outcome failed until the run's lease ended; the crash policy applies to it", "err", ferr, "state", out.State)
+		log.Error("recording the outcome failed until the run's lease ended; if it was not recorded, the crash policy applies to it", "err", ferr, "state", out.State)
 	}
 	if lost {
 		log.Warn("run's lease was lost; another instance may run this occurrence again (crash policy)")
@@ -130,40 +130,82 @@ func heartbeat(ctx context.Context, cancel context.CancelCauseFunc, b backend.Le
 }
 
 // finishRun records a run's outcome. A failure is retried, with backoff,
-// until the run's lease deadline (until): a run left "running" is taken
-// for a crash once its lease expires, and under crash policy retry a job
-// that succeeded would run again. A retry after an attempt whose outcome is
-// unknown may find the run already finished by that attempt: the ledger is
-// read to tell it from a lost lease. It returns nil once the outcome is
-// recorded, an error wrapping backend.ErrLeaseLost when the run is no
-// longer ours, or the last error when the deadline passed.
-func finishRun(ctx context.Context, l backend.Ledger, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome, until time.Time) error {
+// until the run's lease deadline (until) — and for at least a heartbeat
+// interval (ttl/3) even when that deadline has passed, since a lost
+// heartbeat reply is no lost lease and Finish is guarded by owner and token
+// on the backend. A run left "running" is taken for a crash once its lease
+// expires, and under crash policy retry a job that succeeded would run
+// again. A retry after an attempt whose outcome is unknown may find the run
+// already finished by that attempt: the ledger is read to tell it from a
+// lost lease. It returns nil once the outcome is recorded, an error
+// wrapping backend.ErrLeaseLost when the run is no longer ours,
+// leasehold.ErrIndeterminate when an attempt may have recorded it but no
+// answer settled it in time, or the last error.
+func finishRun(ctx context.Context, l backend.Ledger, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome, until time.Time, ttl time.Duration) error {
+	end := until
+	if least := time.Now().Add(ttl / 3); end.Before(least) {
+		end = least
+	}
+	ctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	what := fmt.Sprintf("finish %s@%s token %d", job, at.Format(time.RFC3339Nano), token)
 	backoff, unknown := 10*time.Millisecond, false
 	for {
-		actx, cancel := context.WithDeadline(ctx, until)
-		err := l.Finish(actx, job, at, owner, token, out)
-		cancel()
+		err := l.Finish(ctx, job, at, owner, token, out)
 		switch {
 		case err == nil:
 			return nil
 		case errors.Is(err, backend.ErrLeaseLost) && unknown:
-			if r, gerr := l.GetRun(ctx, job, at); gerr == nil && r.Owner == owner && r.Token == token && r.State == out.State {
-				return nil // an earlier attempt was applied
-			}
+			return finishedByUs(ctx, l, job, at, owner, token, out, what, err)
+		case errors.Is(err, backend.ErrLeaseLost), errors.Is(err, backend.ErrInvalid):
 			return err
-		case errors.Is(err, backend.ErrLeaseLost), errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):
+		case errors.Is(err, backend.ErrClosed) && unknown:
+			return fmt.Errorf("%w: %s: an earlier attempt may have recorded it: %w", leasehold.ErrIndeterminate, what, err)
+		case errors.Is(err, backend.ErrClosed):
 			return err
 		}
 		unknown = unknown || !errors.Is(err, backend.ErrNotApplied)
-		wait := min(backoff, time.Until(until))
-		if wait <= 0 || ctx.Err() != nil {
-			return fmt.Errorf("finish %s@%s token %d: %w", job, at.Format(time.RFC3339Nano), token, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
+		if sleep(ctx, backoff) != nil {
+			if unknown {
+				return fmt.Errorf("%w: %s: %w", leasehold.ErrIndeterminate, what, err)
+			}
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		backoff = min(backoff*2, 200*time.Millisecond)
+	}
+}
+
+// finishedByUs reads the ledger after a Finish was refused as lost
+// following an attempt whose outcome is unknown: the run finished by that
+// attempt (our owner, token and state) is recorded, anything else is lost.
+// Reads are retried until ctx ends; then the outcome is indeterminate.
+func finishedByUs(ctx context.Context, l backend.Ledger, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome, what string, lost error) error {
+	backoff := 10 * time.Millisecond
+	for {
+		r, err := l.GetRun(ctx, job, at)
+		if err == nil {
+			if r.Owner == owner && r.Token == token && r.State == out.State {
+				return nil // the earlier attempt was applied
+			}
+			return lost
+		}
+		if errors.Is(err, backend.ErrClosed) || sleep(ctx, backoff) != nil {
+			return fmt.Errorf("%w: %s: refused as lost after an attempt whose outcome is unknown, and the ledger could not be read: %w",
+				leasehold.ErrIndeterminate, what, err)
+		}
+		backoff = min(backoff*2, 200*time.Millisecond)
+	}
+}
+
+// sleep waits d or until ctx ends (its error).
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
