@@ -60,10 +60,13 @@ type JobConfig struct {
 
 // CommandJob runs a program directly (argv, no shell).
 type CommandJob struct {
-	Argv      []string          `yaml:"argv"`
-	Env       map[string]string `yaml:"env"`
-	Dir       string            `yaml:"dir"`
-	MaxOutput int               `yaml:"max_output"` // bytes of output kept in history (default 4096)
+	Argv []string          `yaml:"argv"`
+	Env  map[string]string `yaml:"env"`
+	// EnvPassthrough names variables of the daemon's environment the job
+	// also gets; the daemon's tokens and backend URL cannot be named.
+	EnvPassthrough []string `yaml:"env_passthrough"`
+	Dir            string   `yaml:"dir"`
+	MaxOutput      int      `yaml:"max_output"` // bytes of output kept in history (default 4096)
 }
 
 // HTTPJob calls an HTTP endpoint.
@@ -223,8 +226,16 @@ func (c *Config) validate() error {
 				return c.errf(f("command.max_output"), "%d is not in 0..1048576", j.Command.MaxOutput)
 			}
 			for k := range j.Command.Env {
-				if k == "" || strings.ContainsAny(k, "=\x00") {
+				if !validEnvName(k) {
 					return c.errf(f("command.env"), "variable name %q is not valid", k)
+				}
+			}
+			for _, k := range j.Command.EnvPassthrough {
+				switch {
+				case !validEnvName(k):
+					return c.errf(f("command.env_passthrough"), "variable name %q is not valid", k)
+				case c.secretEnv(k):
+					return c.errf(f("command.env_passthrough"), "%q holds a secret of the daemon (a token or the backend URL); jobs never get it", k)
 				}
 			}
 		}

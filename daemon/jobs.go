@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -37,16 +36,7 @@ func commandFunc(j *JobConfig, instance string) schedule.Func {
 	return func(ctx context.Context, r schedule.Run) error {
 		cmd := exec.Command(c.Argv[0], c.Argv[1:]...)
 		cmd.Dir = c.Dir
-		cmd.Env = append(os.Environ(),
-			"LEASEHOLD_JOB="+r.Job,
-			"LEASEHOLD_SCHEDULED_AT="+r.ScheduledAt.UTC().Format(InstantFormat),
-			"LEASEHOLD_TOKEN="+r.Token.String(),
-			"LEASEHOLD_ATTEMPT="+strconv.Itoa(r.Attempt),
-			"LEASEHOLD_INSTANCE="+instance,
-		)
-		for k, v := range c.Env {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
+		cmd.Env = jobEnv(c, r, instance) // a clean environment: never the daemon's tokens
 		out := &capped{max: max}
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
