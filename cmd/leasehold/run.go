@@ -155,7 +155,7 @@ func newJobsCmd(a *app) *cobra.Command {
 				if zone == "" {
 					zone = "UTC"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Name, j.Schedule, zone, last, joinComma(next))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(j.Name), cell(j.Schedule), cell(zone), last, joinComma(next))
 			}
 			return tw.Flush()
 		},
@@ -236,7 +236,7 @@ func newRunsCmd(a *app) *cobra.Command {
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SCHEDULED (UTC)\tJOB\tSTATE\tINSTANCE\tTOKEN\tATTEMPT\tTOOK\tERROR")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", r.ScheduledAt, r.Job, r.State, r.Instance, r.Token, r.Attempt,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", r.ScheduledAt, cell(r.Job), cell(r.State), cell(r.Instance), r.Token, r.Attempt,
 					time.Duration(r.DurationMS)*time.Millisecond, oneLine(r.Error, 60))
 			}
 			return tw.Flush()
@@ -249,11 +249,15 @@ func newRunsCmd(a *app) *cobra.Command {
 	return cmd
 }
 
+// oneLine returns the first line of s, at most n runes of it, escaped
+// for a terminal (see cell).
 func oneLine(s string, n int) string {
+	runes := 0
 	for i, r := range s {
-		if r == '\n' || i >= n {
-			return s[:i] + "…"
+		if r == '\n' || runes >= n {
+			return cell(s[:i]) + "…"
 		}
+		runes++
 	}
-	return s
+	return cell(s)
 }

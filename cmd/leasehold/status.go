@@ -112,7 +112,7 @@ func fetchStatus(ctx context.Context, client *http.Client, base, token string, r
 
 func printStatus(w io.Writer, st *admin.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "namespace %s, served by %s at %s\n", st.Namespace, st.Instance, st.Now)
+	fmt.Fprintf(tw, "namespace %s, served by %s at %s\n", cell(st.Namespace), cell(st.Instance), cell(st.Now))
 	fmt.Fprintln(tw, "\nINSTANCE\tSTATE\tLEASE LEFT\tLAST SEEN")
 	for _, i := range st.Instances {
 		state, left := "alive", (time.Duration(i.LeaseRemainingMS) * time.Millisecond).String()
@@ -123,7 +123,7 @@ func printStatus(w io.Writer, st *admin.Status) error {
 		if i.Self {
 			name += " (this)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, state, left, i.LastSeen)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(name), state, left, cell(i.LastSeen))
 	}
 	fmt.Fprintln(tw, "\nROLE\tLEADER\tTOKEN\tSINCE")
 	for _, l := range st.Leaders {
@@ -131,11 +131,11 @@ func printStatus(w io.Writer, st *admin.Status) error {
 		if l.SinceObserved {
 			since = "seen " + since
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Role, l.Instance, l.Token, since)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(l.Role), cell(l.Instance), l.Token, cell(since))
 	}
 	fmt.Fprintln(tw, "\nLOCK\tHOLDER\tTOKEN\tLEFT")
 	for _, k := range st.Locks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.Key, k.Instance, k.Token, roundRemaining(time.Duration(k.RemainingMS)*time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(k.Key), cell(k.Instance), k.Token, roundRemaining(time.Duration(k.RemainingMS)*time.Millisecond))
 	}
 	fmt.Fprintln(tw, "\nJOB\tSCHEDULE\tMODE\tSTATE\tNEXT (UTC)\tLAST CLAIMED")
 	for _, j := range st.Jobs {
@@ -149,7 +149,7 @@ func printStatus(w io.Writer, st *admin.Status) error {
 		if last == "" {
 			last = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Schedule, j.Mode, state, next, last)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(j.Name), cell(j.Schedule), cell(j.Mode), state, cell(next), cell(last))
 	}
 	fmt.Fprintln(tw, "\nSCHEDULED (UTC)\tJOB\tSTATE\tINSTANCE\tTOKEN\tATTEMPT\tTOOK\tERROR")
 	for _, r := range st.Runs {
@@ -157,7 +157,7 @@ func printStatus(w io.Writer, st *admin.Status) error {
 		if r.Expired {
 			state += " (runner's lease expired)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", r.ScheduledAt, r.Job, state, r.Instance, r.Token, r.Attempt,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", cell(r.ScheduledAt), cell(r.Job), cell(state), cell(r.Instance), r.Token, r.Attempt,
 			time.Duration(r.DurationMS)*time.Millisecond, oneLine(r.Error, 60))
 	}
 	return tw.Flush()
