@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -294,10 +295,30 @@ func absPath(p string) string {
 	return p
 }
 
-// redactURL hides a password in a URL for messages.
-func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
+// redactURL hides a URL's password and credential-like query parameters
+// for messages, logs and history.
+func redactURL(s string) string { return redact.URL(s) }
+
+// scrubber masks the config's secrets wherever they could be repeated:
+// the backend URL's password and credential-like parameters, the same in
+// HTTP jobs' URLs, HTTP jobs' credential-like header values, and the admin
+// API's tokens (from the config and the environment).
+func (c *Config) scrubber() *redact.Scrubber {
+	secrets := redact.Secrets(c.Backend)
+	for _, j := range c.Jobs {
+		if h := j.HTTP; h != nil {
+			secrets = append(secrets, redact.Secrets(h.URL)...)
+			for k, v := range h.Headers {
+				if redact.SensitiveName(k) {
+					secrets = append(secrets, v, strings.TrimSpace(strings.TrimPrefix(v, "Bearer ")))
+				}
+			}
+		}
 	}
-	return s
+	if ts, err := c.adminTokens(); err == nil {
+		for _, t := range ts {
+			secrets = append(secrets, t.Secret)
+		}
+	}
+	return redact.NewScrubber(secrets...)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -51,6 +52,10 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 	if log == nil {
 		log = slog.Default()
 	}
+	scrub := cfg.scrubber()
+	// Secrets never in the log: the backend URL's password, job URLs'
+	// credentials and the API tokens are masked in every line.
+	log = slog.New(redact.Handler(log.Handler(), scrub))
 	log = log.With("instance", cfg.Instance) // on every line of the daemon, its scheduler and its API
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
@@ -65,10 +70,11 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 	client := &http.Client{}
 	for i := range cfg.Jobs {
 		j := &cfg.Jobs[i]
-		fn := httpFunc(j, client)
+		fn := httpFunc(j, client, scrub)
 		if j.Command != nil {
 			fn = commandFunc(j, cfg.Instance)
 		}
+		fn = scrubErrors(fn, scrub) // run errors are stored, logged and served
 		sj, err := j.job(fn, time.Duration(cfg.Retention))
 		if err != nil {
 			return nil, cfg.errf(fmt.Sprintf("jobs[%d]", i), "%v", err)
@@ -98,6 +104,7 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 			}
 			adminOpts = append(adminOpts, admin.WithHandler(pattern, h))
 		}
+		adminOpts = append(adminOpts, admin.WithRedaction(scrub.Text))
 		if d.admin, err = newAdmin(cfg, b, sched, log, adminOpts); err != nil {
 			return nil, err
 		}

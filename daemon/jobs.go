@@ -3,9 +3,11 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -14,8 +16,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/schedule"
 )
+
+// scrubErrors masks secrets in fn's errors, which the scheduler records in
+// the run history, logs and the API serves.
+func scrubErrors(fn schedule.Func, scrub *redact.Scrubber) schedule.Func {
+	return func(ctx context.Context, r schedule.Run) error { return redact.Error(fn(ctx, r), scrub) }
+}
 
 // InstantFormat is how scheduled instants are passed to jobs: RFC 3339 in
 // UTC with milliseconds, the precision of occurrence keys.
@@ -104,7 +113,7 @@ func (c *capped) String() string {
 // identity so the endpoint can fence or de-duplicate its effects:
 // Idempotency-Key (job@instant), Leasehold-Token, Leasehold-Scheduled-At,
 // Leasehold-Attempt.
-func httpFunc(j *JobConfig, client *http.Client) schedule.Func {
+func httpFunc(j *JobConfig, client *http.Client, scrub *redact.Scrubber) schedule.Func {
 	h := j.HTTP
 	return func(ctx context.Context, r schedule.Run) error {
 		var body io.Reader
@@ -124,12 +133,16 @@ func httpFunc(j *JobConfig, client *http.Client) schedule.Func {
 		req.Header.Set("Leasehold-Scheduled-At", at)
 		req.Header.Set("Leasehold-Attempt", strconv.Itoa(r.Attempt))
 		resp, err := client.Do(req)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = redactURL(ue.URL) // it repeats the URL, query included
+		}
 		if err != nil {
 			return fmt.Errorf("http job %q: %s %s: %w", j.Name, h.Method, redactURL(h.URL), err)
 		}
 		defer resp.Body.Close()
 		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		r.Report(fmt.Sprintf("%s\n%s", resp.Status, snippet))
+		r.Report(scrub.Text(fmt.Sprintf("%s\n%s", resp.Status, snippet))) // an endpoint may echo its URL
 		ok := resp.StatusCode/100 == 2
 		if h.Expect != 0 {
 			ok = resp.StatusCode == h.Expect

@@ -45,6 +45,7 @@ func (a *app) loadConfig(cmd *cobra.Command, path string) (*daemon.Config, error
 }
 
 func (a *app) openURL(ctx context.Context, raw string) (backend.Backend, error) {
+	a.noteSecrets(raw)
 	b, err := open.Open(ctx, raw)
 	switch {
 	case errors.Is(err, backend.ErrInvalid):
@@ -225,7 +226,7 @@ func newRunsCmd(a *app) *cobra.Command {
 				}
 				rows = append(rows, runInfo{Job: r.Job, ScheduledAt: r.ScheduledAt.Format(daemon.InstantFormat), State: st,
 					Instance: r.Owner.Instance, Token: leasehold.Token(r.Token), Attempt: r.Attempt,
-					DurationMS: r.Duration.Milliseconds(), Error: r.Error, Result: r.Result})
+					DurationMS: r.Duration.Milliseconds(), Error: a.scrub.Text(r.Error), Result: a.scrub.Text(r.Result)})
 			}
 			sort.SliceStable(rows, func(i, j int) bool { return rows[i].ScheduledAt > rows[j].ScheduledAt })
 			if asJSON {

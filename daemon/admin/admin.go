@@ -75,6 +75,15 @@ type config struct {
 	keyFile  string
 	logger   *slog.Logger
 	mounts   []mount
+	redactFn func(string) string
+}
+
+// redact applies the WithRedaction function, if any.
+func (c *config) redact(s string) string {
+	if c.redactFn == nil {
+		return s
+	}
+	return c.redactFn(s)
 }
 
 type mount struct {
@@ -94,6 +103,10 @@ func WithTokens(ts ...Token) Option { return func(c *config) { c.tokens = append
 func WithTLS(certFile, keyFile string) Option {
 	return func(c *config) { c.certFile, c.keyFile = certFile, keyFile }
 }
+
+// WithRedaction has f mask secrets in the run results and errors the API
+// returns (history recorded before a secret was known to be one included).
+func WithRedaction(f func(string) string) Option { return func(c *config) { c.redactFn = f } }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
