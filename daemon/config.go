@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -190,6 +191,13 @@ func (c *Config) validate() error {
 	if err := leasehold.ValidatePath("instance", c.Instance); err != nil {
 		return c.errf("instance", "%q: %v", c.Instance, err)
 	}
+	// The daemon holds the lock "instances/<instance>" of its namespace.
+	if err := leasehold.ValidatePath("instance lock key", instanceKey(c.Instance)); err != nil {
+		return c.errf("instance", "%.40q… (%d bytes): %v", c.Instance, len(c.Instance), err)
+	}
+	if k := leasehold.LockKey(c.Namespace, instanceKey(c.Instance)); len(k) > backend.MaxKeyLen {
+		return c.errf("instance", "%.40q… in namespace %.40q… makes the instance lock key %d bytes, more than the limit of %d", c.Instance, c.Namespace, len(k), backend.MaxKeyLen)
+	}
 	if c.Grace < 0 {
 		return c.errf("grace", "%v is negative", time.Duration(c.Grace))
 	}
@@ -215,6 +223,9 @@ func (c *Config) validate() error {
 		seen[j.Name] = i
 		if _, err := j.job(nil, time.Duration(c.Retention)); err != nil {
 			return c.errf(f(fieldOf(err)), "%v", err)
+		}
+		if err := schedule.CheckKeyLengths(c.Namespace, j.Name); err != nil {
+			return c.errf(f("name"), "%v", err)
 		}
 		if (j.Command == nil) == (j.HTTP == nil) {
 			return c.errf(fmt.Sprintf("jobs[%d]", i), "job %q needs exactly one of command or http", j.Name)

@@ -112,6 +112,10 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 	return d, nil
 }
 
+// instanceKey is the lock a daemon holds while it runs, so that a second
+// daemon with the same instance id refuses to start.
+func instanceKey(instance string) string { return "instances/" + instance }
+
 // Scheduler returns the daemon's scheduler (for triggers and status).
 func (d *Daemon) Scheduler() *schedule.Scheduler { return d.sched }
 
@@ -120,7 +124,7 @@ func (d *Daemon) Scheduler() *schedule.Scheduler { return d.sched }
 // period, release leases. A second daemon with the same instance id on the
 // same backend gets ErrDuplicateInstance and starts nothing.
 func (d *Daemon) Run(ctx context.Context) error {
-	id, err := d.lk.TryAcquire(ctx, "instances/"+d.cfg.Instance)
+	id, err := d.lk.TryAcquire(ctx, instanceKey(d.cfg.Instance))
 	if errors.Is(err, leasehold.ErrNotAcquired) {
 		return fmt.Errorf("%w: %q on %s: %v", ErrDuplicateInstance, d.cfg.Instance, redactURL(d.cfg.Backend), err)
 	}
