@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/leasehold/leasehold/daemon/admin"
@@ -74,6 +75,13 @@ func (c *Config) validateHTTP() error {
 	}
 	if (h.TLSCert == "") != (h.TLSKey == "") {
 		return c.errf("http", "tls_cert %q and tls_key %q: give both or neither", h.TLSCert, h.TLSKey)
+	}
+	// Relative files are next to the config file, whatever the daemon's
+	// working directory.
+	for _, p := range []*string{&h.TLSCert, &h.TLSKey} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(filepath.Dir(absPath(c.path)), *p)
+		}
 	}
 	switch strings.ToLower(c.Log.Format) {
 	case "", "text", "json":

@@ -21,6 +21,10 @@ import (
 // If it runs out, the lease expires on its own within its TTL.
 const releaseTimeout = 10 * time.Second
 
+// minLockTTL is the shortest --ttl: a shorter lease may expire before the
+// grant's reply arrives and the command starts.
+const minLockTTL = 100 * time.Millisecond
+
 // lockOptions are the flags of "leasehold lock".
 type lockOptions struct {
 	ttl       time.Duration
@@ -98,6 +102,8 @@ func (o *lockOptions) validate(waitSet bool) error {
 	switch {
 	case o.ttl <= 0:
 		return usageErrorf("--ttl %q: must be positive", o.ttl)
+	case o.ttl < minLockTTL:
+		return usageErrorf("--ttl %q: must be at least %v (a shorter lease can expire before the command starts)", o.ttl, minLockTTL)
 	case o.ttl > backend.MaxTTL:
 		return usageErrorf("--ttl %q: must be at most %v", o.ttl, backend.MaxTTL)
 	case o.wait < 0:

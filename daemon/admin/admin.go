@@ -277,7 +277,14 @@ func (s *Server) register(mux *http.ServeMux) (err error) {
 	// Known paths with another method: a JSON 405; unknown API paths: a
 	// JSON 404.
 	for _, p := range paths {
-		allow := strings.Join(append(methods[p], "HEAD"), ", ")
+		ms := methods[p]
+		for _, m := range ms {
+			if m == "GET" { // a GET pattern serves HEAD too; nothing else does
+				ms = append(ms, "HEAD")
+				break
+			}
+		}
+		allow := strings.Join(ms, ", ")
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
 			writeError(w, http.StatusMethodNotAllowed, "method", fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow))
