@@ -117,16 +117,22 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, need Scope) b
 
 // checkOrigin guards against requests a web page on another site makes
 // through the user's browser: an action (POST) whose Origin is not this
-// server is refused (cross-site request forgery), and so is, when no token
+// server, scheme and host:port, is refused (cross-site request forgery; the
+// scheme is the listener's own, so behind a proxy that terminates TLS a
+// browser's https Origin is refused), and so is, when no token
 // is configured, any request whose Host is not a loopback name (DNS
 // rebinding: a hostile name resolving to 127.0.0.1).
 func (s *Server) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method == http.MethodPost {
 		if o := r.Header.Get("Origin"); o != "" {
+			scheme := "http"
+			if r.TLS != nil {
+				scheme = "https"
+			}
 			u, err := url.Parse(o)
-			if err != nil || u.Host != r.Host {
+			if err != nil || u.Host != r.Host || u.Scheme != scheme {
 				s.cfg.logger.Warn("admin API: request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "reason", "cross-origin action", "origin", o)
-				writeError(w, http.StatusForbidden, "Origin", fmt.Sprintf("origin %q is not this server (%q): cross-site actions are refused", o, r.Host))
+				writeError(w, http.StatusForbidden, "Origin", fmt.Sprintf("origin %q is not this server (%s://%s): cross-site actions are refused", o, scheme, r.Host))
 				return false
 			}
 		}
