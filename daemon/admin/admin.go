@@ -76,6 +76,7 @@ type config struct {
 	logger   *slog.Logger
 	mounts   []mount
 	redactFn func(string) string
+	maxConns int // 0: defaultMaxConns()
 }
 
 // redact applies the WithRedaction function, if any.
@@ -216,9 +217,17 @@ func (s *Server) Listen() (net.Listener, error) {
 // TLS reports whether the server serves HTTPS.
 func (s *Server) TLS() bool { return s.tlsCert != nil }
 
-// Serve serves on ln until ctx ends, then shuts down within 5 s.
+// Serve serves on ln until ctx ends, then shuts down within 5 s. It holds
+// at most the WithMaxConnections cap of connections open and cuts off slow
+// and idle clients (read 30 s, write 30 s, idle 30 s).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.cfg.logger.Handler(), slog.LevelWarn)}
+	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout, WriteTimeout: writeTimeout,
+		IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: slog.NewLogLogger(s.cfg.logger.Handler(), slog.LevelWarn)}
+	n := s.cfg.maxConns
+	if n <= 0 {
+		n = defaultMaxConns()
+	}
+	ln = newLimitListener(ln, n)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -228,7 +237,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = hs.Shutdown(sctx)
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close() // connections still active after 5 s are cut
+	}
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
