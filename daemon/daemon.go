@@ -40,6 +40,9 @@ type Daemon struct {
 	lk    *leasehold.Locker
 	admin *admin.Server // nil when http.listen is off
 
+	tokenFile, tokenSecret string // the generated admin token, if used
+	tokenCreated           bool
+
 	adminMu   sync.Mutex
 	adminAddr net.Addr
 	ready     chan struct{} // closed once Run holds the instance id and the API listens
@@ -105,7 +108,7 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 			adminOpts = append(adminOpts, admin.WithHandler(pattern, h))
 		}
 		adminOpts = append(adminOpts, admin.WithRedaction(scrub.Text))
-		if d.admin, err = newAdmin(cfg, b, sched, log, adminOpts); err != nil {
+		if d.admin, err = d.newAdmin(cfg, b, sched, log, adminOpts); err != nil {
 			return nil, err
 		}
 	}

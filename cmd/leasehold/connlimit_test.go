@@ -125,4 +125,3 @@ func tail(s string, n int) string {
 	}
 	return s
 }
-

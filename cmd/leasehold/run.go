@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/signal"
 	"sort"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold"
@@ -101,6 +103,7 @@ same backend refuses to start.`,
 			if err != nil {
 				return &exitError{code: ExitUsage, err: err}
 			}
+			announceToken(a, d)
 			return d.Run(ctx)
 		},
 	}
@@ -109,6 +112,19 @@ same backend refuses to start.`,
 	cmd.Flags().StringVar(&logFormat, "log-format", "text", "log `format`: text or json; overrides log.format")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn or error; overrides log.level")
 	return cmd
+}
+
+// announceToken prints an admin token the daemon has just generated, once,
+// and only to a terminal: the log (stderr) never holds it, nor does
+// standard output captured by a service manager. The file keeps it.
+func announceToken(a *app, d *daemon.Daemon) {
+	path, secret, created := d.AdminToken()
+	f, ok := a.stdout.(*os.File)
+	if !created || !ok || !isatty.IsTerminal(f.Fd()) {
+		return
+	}
+	fmt.Fprintf(a.stdout, "leasehold: generated the admin API token (shown this once; kept in %s, mode 0600):\n\n    %s\n\n"+
+		"leasehold: \"leasehold status\" reads it from there; the dashboard asks for it.\n", path, secret)
 }
 
 func newJobsCmd(a *app) *cobra.Command {

@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,7 +18,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold/daemon"
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/open"
 )
 
 // EnvAPIToken holds the bearer token "leasehold status" sends when --token
@@ -24,7 +28,7 @@ import (
 const EnvAPIToken = "LEASEHOLD_API_TOKEN"
 
 func newStatusCmd(a *app) *cobra.Command {
-	var apiURL, token, caFile string
+	var apiURL, token, caFile, config string
 	var runs int
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -34,7 +38,10 @@ func newStatusCmd(a *app) *cobra.Command {
 namespace's instances, election leaders, held locks, jobs and last runs.
 
 The token (--token, default $` + EnvAPIToken + `) is sent as a bearer token; it
-needs the read scope. Fencing tokens are printed in decimal; with --json the
+needs the read scope. Without either, the admin token a daemon generated is
+read from its file: next to the SQLite database of --config's backend (or of
+--backend, $LEASEHOLD_BACKEND or the default), as <database>.admin-token, or
+leasehold.admin-token next to --config for other backends. Fencing tokens are printed in decimal; with --json the
 API's status document is printed as is (tokens as JSON strings).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -47,6 +54,12 @@ API's status document is printed as is (tokens as JSON strings).`,
 			}
 			if token == "" {
 				token = os.Getenv(EnvAPIToken)
+			}
+			tokenFile := ""
+			if token == "" {
+				if token, tokenFile, err = a.generatedToken(cmd, config); err != nil {
+					return err
+				}
 			}
 			client := &http.Client{Timeout: 30 * time.Second}
 			if caFile != "" {
@@ -61,6 +74,9 @@ API's status document is printed as is (tokens as JSON strings).`,
 				client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
 			}
 			body, err := fetchStatus(cmd.Context(), client, strings.TrimSuffix(apiURL, "/"), token, runs)
+			if err != nil && token == "" {
+				err = fmt.Errorf("%w (no token: give --token or $%s, or --config of the daemon; no token file at %q)", err, EnvAPIToken, tokenFile)
+			}
 			if err != nil {
 				return &exitError{code: ExitInternal, err: err}
 			}
@@ -77,10 +93,46 @@ API's status document is printed as is (tokens as JSON strings).`,
 	}
 	cmd.Flags().StringVar(&apiURL, "api", "http://"+admin.DefaultAddress, "admin API `URL` of a running daemon")
 	cmd.Flags().StringVar(&token, "token", "", "bearer `token` (default $"+EnvAPIToken+")")
+	cmd.Flags().StringVar(&config, "config", "", "the daemon's config `file`: read the admin token it generated next to its database")
 	cmd.Flags().StringVar(&caFile, "cacert", "", "PEM `file` of the CA (or self-signed certificate) to trust for https")
 	cmd.Flags().IntVar(&runs, "runs", 10, "how many last runs to show")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON")
 	return cmd
+}
+
+// generatedToken reads the admin token a daemon generated, from the file
+// next to the database of --config's backend or of the CLI's backend. A
+// missing file is no token; a file others may read is an error.
+func (a *app) generatedToken(cmd *cobra.Command, config string) (token, path string, err error) {
+	if config != "" {
+		cfg, err := a.loadConfig(cmd, config)
+		if err != nil {
+			return "", "", err
+		}
+		path = cfg.AdminTokenFile()
+	} else {
+		raw := a.backendURL
+		if raw == "" {
+			raw = os.Getenv(open.EnvBackend)
+		}
+		if raw == "" {
+			if raw, err = open.DefaultURL(); err != nil {
+				return "", "", nil // no default backend: no token file either
+			}
+		}
+		path = daemon.AdminTokenFile(raw, "")
+	}
+	if path == "" {
+		return "", "", nil
+	}
+	token, err = daemon.ReadAdminToken(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", path, nil
+	}
+	if err != nil {
+		return "", path, &exitError{code: ExitInternal, err: err}
+	}
+	return token, path, nil
 }
 
 func fetchStatus(ctx context.Context, client *http.Client, base, token string, runs int) ([]byte, error) {

@@ -9,7 +9,10 @@
 //
 // Access: the listener binds 127.0.0.1:7070 by default. Bearer tokens with a
 // read or an admin scope are checked in constant time whenever any are
-// configured, and New refuses a listener that is not loopback without one.
+// configured (the daemon always configures one: it generates an admin token
+// when none is given), and New refuses a listener that is not loopback
+// without one. WithOpenReads lets the read routes answer without a token on
+// loopback.
 // TLS is served when a certificate and key are given. Failed attempts are
 // logged without the token.
 //
@@ -77,6 +80,7 @@ type config struct {
 	mounts   []mount
 	redactFn func(string) string
 	maxConns int // 0: defaultMaxConns()
+	openRead bool
 }
 
 // redact applies the WithRedaction function, if any.
@@ -95,6 +99,11 @@ type mount struct {
 
 // WithAddress sets the listen address host:port (default DefaultAddress).
 func WithAddress(addr string) Option { return func(c *config) { c.addr = addr } }
+
+// WithOpenReads lets the read-scope routes answer without a token (a token
+// given is still checked for the actions). New refuses it on a listener that
+// is not loopback.
+func WithOpenReads() Option { return func(c *config) { c.openRead = true } }
 
 // WithTokens adds bearer tokens. Once any is configured, every API request
 // needs one.
@@ -156,6 +165,9 @@ func New(b backend.Backend, sched Scheduler, opts ...Option) (*Server, error) {
 		if err := t.validate(i); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
+	}
+	if !IsLoopback(c.addr) && c.openRead {
+		return nil, fmt.Errorf("%w: open reads on address %q, which binds more than loopback", ErrInsecure, c.addr)
 	}
 	if !IsLoopback(c.addr) && len(c.tokens) == 0 {
 		return nil, fmt.Errorf("%w: address %q binds more than loopback; configure a token (http.tokens in the config, or $LEASEHOLD_ADMIN_TOKEN / $LEASEHOLD_READ_TOKEN), or listen on 127.0.0.1", ErrInsecure, c.addr)

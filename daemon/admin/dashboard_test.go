@@ -157,6 +157,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Navigate(n.url+"/")); err != nil {
 		t.Fatalf("navigate: %v", err)
 	}
+	// The API needs the admin token the daemon generated (no token is
+	// configured): paste it into the login form, as a user does from the
+	// token file.
+	waitFor(t, 30*time.Second, "the login form", func() bool {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!document.getElementById("login").hidden`))
+		return err == nil && v
+	})
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#token"), n.token), chromedp.Click(chromedp.CSS("#login-form button"))); err != nil {
+		t.Fatalf("login: %v", err)
+	}
 	var loaded bool
 	waitFor(t, 30*time.Second, "the page loaded its data", func() bool {
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.body.dataset.loaded === "true" && document.querySelectorAll("#runs tbody tr[data-job]").length > 0`))
