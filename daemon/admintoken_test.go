@@ -186,3 +186,44 @@ func TestOpenReadsAndTokenFileChecks(t *testing.T) {
 		t.Errorf("New with a 0644 token file = %v, want an error naming the file and its mode", err)
 	}
 }
+
+// TestConcurrentTokenCreation: daemons starting at once on one database
+// end with one token, created by exactly one of them.
+func TestConcurrentTokenCreation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.db"+AdminTokenSuffix)
+	const n = 16
+	var wg sync.WaitGroup
+	secrets := make([]string, n)
+	created := make([]bool, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			secrets[i], created[i], errs[i] = loadOrCreateToken(path)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	creators := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("loadOrCreateToken: %v", errs[i])
+		}
+		if secrets[i] != secrets[0] {
+			t.Fatalf("two tokens: %d bytes and %d bytes", len(secrets[i]), len(secrets[0]))
+		}
+		if created[i] {
+			creators++
+		}
+	}
+	if creators != 1 {
+		t.Fatalf("%d callers created the file, want 1", creators)
+	}
+	left, _ := filepath.Glob(path + ".tmp-*")
+	if len(left) > 0 {
+		t.Fatalf("temporary files left: %v", left)
+	}
+}
