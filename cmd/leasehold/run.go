@@ -72,7 +72,13 @@ or de-duplicates them by LEASEHOLD_JOB + LEASEHOLD_SCHEDULED_AT.
 
 SIGTERM or SIGINT stops claiming, lets running jobs finish within the grace
 period, then stops them. A second daemon with the same instance id on the
-same backend refuses to start.`,
+same backend refuses to start.
+
+The admin API (--http) needs a bearer token. With no admin token configured,
+the first daemon generates one into a file of mode 0600 next to the SQLite
+database (<database>.admin-token; else leasehold.admin-token next to the
+config), prints it once if standard output is a terminal, and reads it from
+there later; "leasehold status" finds it from --config or the backend.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := a.loadConfig(cmd, config)
