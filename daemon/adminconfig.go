@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/leasehold/leasehold/daemon/admin"
@@ -27,6 +28,9 @@ type HTTPConfig struct {
 	TLSCert string        `yaml:"tls_cert"` // PEM file; with tls_key, serve HTTPS
 	TLSKey  string        `yaml:"tls_key"`
 	Tokens  []TokenConfig `yaml:"tokens"`
+	// OpenReads lets the GET endpoints answer without a token on a
+	// loopback listener; actions still need an admin token.
+	OpenReads bool `yaml:"open_reads"`
 
 	explicit bool // Listen came from the config or the command line
 }
@@ -72,8 +76,18 @@ func (c *Config) validateHTTP() error {
 			return c.errf(f("token"), "is %d bytes; at least %d are required", len(t.Token), admin.MinTokenLen)
 		}
 	}
+	if h.OpenReads && h.Listen != HTTPOff && !admin.IsLoopback(h.Listen) {
+		return c.errf("http.open_reads", "true with listen %q: reads may be open on a loopback listener only", h.Listen)
+	}
 	if (h.TLSCert == "") != (h.TLSKey == "") {
 		return c.errf("http", "tls_cert %q and tls_key %q: give both or neither", h.TLSCert, h.TLSKey)
+	}
+	// Relative files are next to the config file, whatever the daemon's
+	// working directory.
+	for _, p := range []*string{&h.TLSCert, &h.TLSKey} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(filepath.Dir(absPath(c.path)), *p)
+		}
 	}
 	switch strings.ToLower(c.Log.Format) {
 	case "", "text", "json":

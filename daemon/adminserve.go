@@ -13,12 +13,40 @@ import (
 	"github.com/leasehold/leasehold/schedule"
 )
 
-func newAdmin(cfg *Config, b backend.Backend, sched *schedule.Scheduler, log *slog.Logger, extra []admin.Option) (*admin.Server, error) {
+func (d *Daemon) newAdmin(cfg *Config, b backend.Backend, sched *schedule.Scheduler, log *slog.Logger, extra []admin.Option) (*admin.Server, error) {
 	tokens, err := cfg.adminTokens()
 	if err != nil {
 		return nil, err
 	}
+	// Actions need a token by default: with no admin token configured, the
+	// daemon uses one it generated into a 0600 file (next to the database
+	// for SQLite, else next to the config), which "leasehold status" reads.
+	hasAdmin := false
+	for _, t := range tokens {
+		hasAdmin = hasAdmin || t.Scope == admin.ScopeAdmin
+	}
+	// Only on a loopback listener: one that is not needs configured tokens.
+	if !hasAdmin && admin.IsLoopback(cfg.HTTP.Listen) {
+		path := cfg.AdminTokenFile()
+		if path == "" {
+			return nil, fmt.Errorf("%w: http: no admin token configured and no place for a generated one (no config file, backend not SQLite): set http.tokens or $%s", ErrConfig, EnvAdminToken)
+		}
+		secret, created, err := loadOrCreateToken(path)
+		if err != nil {
+			return nil, err
+		}
+		d.tokenFile, d.tokenSecret, d.tokenCreated = path, secret, created
+		tokens = append(tokens, admin.Token{Secret: secret, Scope: admin.ScopeAdmin})
+		if created {
+			log.Info("generated the admin API token (it is not logged)", "file", path)
+		} else {
+			log.Info("admin API token read", "file", path)
+		}
+	}
 	opts := []admin.Option{admin.WithAddress(cfg.HTTP.Listen), admin.WithTokens(tokens...), admin.WithLogger(log)}
+	if cfg.HTTP.OpenReads {
+		opts = append(opts, admin.WithOpenReads())
+	}
 	if cfg.HTTP.TLSCert != "" {
 		opts = append(opts, admin.WithTLS(cfg.HTTP.TLSCert, cfg.HTTP.TLSKey))
 	}
@@ -50,7 +78,7 @@ func (d *Daemon) serveAdmin() (stop func(), err error) {
 	if d.admin.TLS() {
 		scheme = "https"
 	}
-	d.log.Info("admin API and dashboard listening", "url", scheme+"://"+ln.Addr().String()+"/", "auth", len(d.cfg.HTTP.Tokens) > 0 || d.adminTokensFromEnv())
+	d.log.Info("admin API and dashboard listening", "url", scheme+"://"+ln.Addr().String()+"/", "open_reads", d.cfg.HTTP.OpenReads)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -62,9 +90,11 @@ func (d *Daemon) serveAdmin() (stop func(), err error) {
 	return func() { cancel(); <-done }, nil
 }
 
-func (d *Daemon) adminTokensFromEnv() bool {
-	ts, err := d.cfg.adminTokens()
-	return err == nil && len(ts) > 0
+// AdminToken returns the admin token the daemon generated or read from its
+// token file (see AdminTokenFile), and whether this daemon created the file;
+// all "" and false when an admin token is configured or the API is off.
+func (d *Daemon) AdminToken() (path, secret string, created bool) {
+	return d.tokenFile, d.tokenSecret, d.tokenCreated
 }
 
 // Ready is closed once Run holds the instance id, has started the scheduler

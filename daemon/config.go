@@ -17,6 +17,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -60,10 +62,13 @@ type JobConfig struct {
 
 // CommandJob runs a program directly (argv, no shell).
 type CommandJob struct {
-	Argv      []string          `yaml:"argv"`
-	Env       map[string]string `yaml:"env"`
-	Dir       string            `yaml:"dir"`
-	MaxOutput int               `yaml:"max_output"` // bytes of output kept in history (default 4096)
+	Argv []string          `yaml:"argv"`
+	Env  map[string]string `yaml:"env"`
+	// EnvPassthrough names variables of the daemon's environment the job
+	// also gets; the daemon's tokens and backend URL cannot be named.
+	EnvPassthrough []string `yaml:"env_passthrough"`
+	Dir            string   `yaml:"dir"`
+	MaxOutput      int      `yaml:"max_output"` // bytes of output kept in history (default 4096)
 }
 
 // HTTPJob calls an HTTP endpoint.
@@ -186,6 +191,13 @@ func (c *Config) validate() error {
 	if err := leasehold.ValidatePath("instance", c.Instance); err != nil {
 		return c.errf("instance", "%q: %v", c.Instance, err)
 	}
+	// The daemon holds the lock "instances/<instance>" of its namespace.
+	if err := leasehold.ValidatePath("instance lock key", instanceKey(c.Instance)); err != nil {
+		return c.errf("instance", "%.40q… (%d bytes): %v", c.Instance, len(c.Instance), err)
+	}
+	if k := leasehold.LockKey(c.Namespace, instanceKey(c.Instance)); len(k) > backend.MaxKeyLen {
+		return c.errf("instance", "%.40q… in namespace %.40q… makes the instance lock key %d bytes, more than the limit of %d", c.Instance, c.Namespace, len(k), backend.MaxKeyLen)
+	}
 	if c.Grace < 0 {
 		return c.errf("grace", "%v is negative", time.Duration(c.Grace))
 	}
@@ -212,6 +224,9 @@ func (c *Config) validate() error {
 		if _, err := j.job(nil, time.Duration(c.Retention)); err != nil {
 			return c.errf(f(fieldOf(err)), "%v", err)
 		}
+		if err := schedule.CheckKeyLengths(c.Namespace, j.Name); err != nil {
+			return c.errf(f("name"), "%v", err)
+		}
 		if (j.Command == nil) == (j.HTTP == nil) {
 			return c.errf(fmt.Sprintf("jobs[%d]", i), "job %q needs exactly one of command or http", j.Name)
 		}
@@ -223,8 +238,16 @@ func (c *Config) validate() error {
 				return c.errf(f("command.max_output"), "%d is not in 0..1048576", j.Command.MaxOutput)
 			}
 			for k := range j.Command.Env {
-				if k == "" || strings.ContainsAny(k, "=\x00") {
+				if !validEnvName(k) {
 					return c.errf(f("command.env"), "variable name %q is not valid", k)
+				}
+			}
+			for _, k := range j.Command.EnvPassthrough {
+				switch {
+				case !validEnvName(k):
+					return c.errf(f("command.env_passthrough"), "variable name %q is not valid", k)
+				case c.secretEnv(k):
+					return c.errf(f("command.env_passthrough"), "%q holds a secret of the daemon (a token or the backend URL); jobs never get it", k)
 				}
 			}
 		}
@@ -283,10 +306,30 @@ func absPath(p string) string {
 	return p
 }
 
-// redactURL hides a password in a URL for messages.
-func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
+// redactURL hides a URL's password and credential-like query parameters
+// for messages, logs and history.
+func redactURL(s string) string { return redact.URL(s) }
+
+// scrubber masks the config's secrets wherever they could be repeated:
+// the backend URL's password and credential-like parameters, the same in
+// HTTP jobs' URLs, HTTP jobs' credential-like header values, and the admin
+// API's tokens (from the config and the environment).
+func (c *Config) scrubber() *redact.Scrubber {
+	secrets := redact.Secrets(c.Backend)
+	for _, j := range c.Jobs {
+		if h := j.HTTP; h != nil {
+			secrets = append(secrets, redact.Secrets(h.URL)...)
+			for k, v := range h.Headers {
+				if redact.SensitiveName(k) {
+					secrets = append(secrets, v, strings.TrimSpace(strings.TrimPrefix(v, "Bearer ")))
+				}
+			}
+		}
 	}
-	return s
+	if ts, err := c.adminTokens(); err == nil {
+		for _, t := range ts {
+			secrets = append(secrets, t.Secret)
+		}
+	}
+	return redact.NewScrubber(secrets...)
 }

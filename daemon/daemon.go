@@ -22,6 +22,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -39,6 +40,9 @@ type Daemon struct {
 	lk    *leasehold.Locker
 	admin *admin.Server // nil when http.listen is off
 
+	tokenFile, tokenSecret string // the generated admin token, if used
+	tokenCreated           bool
+
 	adminMu   sync.Mutex
 	adminAddr net.Addr
 	ready     chan struct{} // closed once Run holds the instance id and the API listens
@@ -51,6 +55,10 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 	if log == nil {
 		log = slog.Default()
 	}
+	scrub := cfg.scrubber()
+	// Secrets never in the log: the backend URL's password, job URLs'
+	// credentials and the API tokens are masked in every line.
+	log = slog.New(redact.Handler(log.Handler(), scrub))
 	log = log.With("instance", cfg.Instance) // on every line of the daemon, its scheduler and its API
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
@@ -65,10 +73,11 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 	client := &http.Client{}
 	for i := range cfg.Jobs {
 		j := &cfg.Jobs[i]
-		fn := httpFunc(j, client)
+		fn := httpFunc(j, client, scrub)
 		if j.Command != nil {
 			fn = commandFunc(j, cfg.Instance)
 		}
+		fn = scrubErrors(fn, scrub) // run errors are stored, logged and served
 		sj, err := j.job(fn, time.Duration(cfg.Retention))
 		if err != nil {
 			return nil, cfg.errf(fmt.Sprintf("jobs[%d]", i), "%v", err)
@@ -98,12 +107,17 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 			}
 			adminOpts = append(adminOpts, admin.WithHandler(pattern, h))
 		}
-		if d.admin, err = newAdmin(cfg, b, sched, log, adminOpts); err != nil {
+		adminOpts = append(adminOpts, admin.WithRedaction(scrub.Text))
+		if d.admin, err = d.newAdmin(cfg, b, sched, log, adminOpts); err != nil {
 			return nil, err
 		}
 	}
 	return d, nil
 }
+
+// instanceKey is the lock a daemon holds while it runs, so that a second
+// daemon with the same instance id refuses to start.
+func instanceKey(instance string) string { return "instances/" + instance }
 
 // Scheduler returns the daemon's scheduler (for triggers and status).
 func (d *Daemon) Scheduler() *schedule.Scheduler { return d.sched }
@@ -113,7 +127,7 @@ func (d *Daemon) Scheduler() *schedule.Scheduler { return d.sched }
 // period, release leases. A second daemon with the same instance id on the
 // same backend gets ErrDuplicateInstance and starts nothing.
 func (d *Daemon) Run(ctx context.Context) error {
-	id, err := d.lk.TryAcquire(ctx, "instances/"+d.cfg.Instance)
+	id, err := d.lk.TryAcquire(ctx, instanceKey(d.cfg.Instance))
 	if errors.Is(err, leasehold.ErrNotAcquired) {
 		return fmt.Errorf("%w: %q on %s: %v", ErrDuplicateInstance, d.cfg.Instance, redactURL(d.cfg.Backend), err)
 	}

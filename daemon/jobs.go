@@ -2,10 +2,11 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
+	"net/url"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -16,8 +17,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/schedule"
 )
+
+// scrubErrors masks secrets in fn's errors, which the scheduler records in
+// the run history, logs and the API serves.
+func scrubErrors(fn schedule.Func, scrub *redact.Scrubber) schedule.Func {
+	return func(ctx context.Context, r schedule.Run) error { return redact.Error(fn(ctx, r), scrub) }
+}
 
 // InstantFormat is how scheduled instants are passed to jobs: RFC 3339 in
 // UTC with milliseconds, the precision of occurrence keys.
@@ -41,16 +49,7 @@ func commandFunc(j *JobConfig, instance string) schedule.Func {
 	return func(ctx context.Context, r schedule.Run) error {
 		cmd := exec.Command(c.Argv[0], c.Argv[1:]...)
 		cmd.Dir = c.Dir
-		cmd.Env = append(os.Environ(),
-			"LEASEHOLD_JOB="+r.Job,
-			"LEASEHOLD_SCHEDULED_AT="+r.ScheduledAt.UTC().Format(InstantFormat),
-			"LEASEHOLD_TOKEN="+r.Token.String(),
-			"LEASEHOLD_ATTEMPT="+strconv.Itoa(r.Attempt),
-			"LEASEHOLD_INSTANCE="+instance,
-		)
-		for k, v := range c.Env {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
+		cmd.Env = jobEnv(c, r, instance) // a clean environment: never the daemon's tokens
 		out := &capped{max: max}
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -150,7 +149,7 @@ func (c *capped) String() string {
 // identity so the endpoint can fence or de-duplicate its effects:
 // Idempotency-Key (job@instant), Leasehold-Token, Leasehold-Scheduled-At,
 // Leasehold-Attempt.
-func httpFunc(j *JobConfig, client *http.Client) schedule.Func {
+func httpFunc(j *JobConfig, client *http.Client, scrub *redact.Scrubber) schedule.Func {
 	h := j.HTTP
 	return func(ctx context.Context, r schedule.Run) error {
 		var body io.Reader
@@ -170,14 +169,19 @@ func httpFunc(j *JobConfig, client *http.Client) schedule.Func {
 		req.Header.Set("Leasehold-Scheduled-At", at)
 		req.Header.Set("Leasehold-Attempt", strconv.Itoa(r.Attempt))
 		resp, err := client.Do(req)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = redactURL(ue.URL) // it repeats the URL, query included
+		}
 		if err != nil {
 			return fmt.Errorf("http job %q: %s %s: %w", j.Name, h.Method, redactURL(h.URL), err)
 		}
 		defer resp.Body.Close()
-		// The body's head and tail (of at most its first MiB), as text.
+		// The body's head and tail (of at most its first MiB), as text;
+		// an endpoint may echo its URL, so secrets are scrubbed.
 		snippet := &capped{max: maxHTTPBody}
 		_, _ = io.Copy(snippet, io.LimitReader(resp.Body, 1<<20))
-		r.Report(backend.ValidText(resp.Status) + "\n" + snippet.String())
+		r.Report(scrub.Text(backend.ValidText(resp.Status) + "\n" + snippet.String()))
 		ok := resp.StatusCode/100 == 2
 		if h.Expect != 0 {
 			ok = resp.StatusCode == h.Expect

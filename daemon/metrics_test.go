@@ -28,8 +28,11 @@ jobs:
 `
 	d := runDaemon(t, yml)
 	base := "http://" + d.AdminAddr().String()
+	_, token, _ := d.AdminToken() // generated: none is configured
 	get := func(path string) (int, string) {
-		resp, err := http.Get(base + path)
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -183,6 +183,9 @@ func (s *Scheduler) put(j Job, replace bool) error {
 	if err != nil {
 		return err
 	}
+	if err := CheckKeyLengths(s.cfg.namespace, j.Name); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.jobs[j.Name]

@@ -21,6 +21,10 @@ import (
 // If it runs out, the lease expires on its own within its TTL.
 const releaseTimeout = 10 * time.Second
 
+// minLockTTL is the shortest --ttl: a shorter lease may expire before the
+// grant's reply arrives and the command starts.
+const minLockTTL = 100 * time.Millisecond
+
 // lockOptions are the flags of "leasehold lock".
 type lockOptions struct {
 	ttl       time.Duration
@@ -55,9 +59,14 @@ the lease (its local deadline is less than --kill-grace away, which happens
 only when renewals fail), it sends SIGTERM to that group; when the deadline
 passes or the lease is found lost, it sends SIGKILL at once, before the
 backend lets anyone else take the key, and exits 76. SIGINT, SIGTERM and
-SIGHUP received by leasehold are forwarded to the group. If leasehold itself
-is killed, the kernel kills CMD (Linux; CMD's own children are not reached).
-Processes CMD leaves running in the background are not waited for. Because
+SIGHUP received by leasehold are forwarded to the group. When CMD exits, what
+it left running (in its group, or reparented to leasehold, which is their
+subreaper on Linux) is killed before the lock is released. If leasehold itself
+is killed, even with SIGKILL, the kernel kills CMD (Linux Pdeathsig) and a
+watchdog process kills CMD's process group at once. Not reached then: a
+descendant that left the group (setsid) and whose parent died, or everything
+if the watchdog is killed too; run leasehold in its own cgroup (systemd-run
+--scope) for full containment. Because
 CMD is not in the terminal's foreground process group, an interactive CMD
 that reads from the terminal is stopped (SIGTTIN).
 
@@ -98,6 +107,8 @@ func (o *lockOptions) validate(waitSet bool) error {
 	switch {
 	case o.ttl <= 0:
 		return usageErrorf("--ttl %q: must be positive", o.ttl)
+	case o.ttl < minLockTTL:
+		return usageErrorf("--ttl %q: must be at least %v (a shorter lease can expire before the command starts)", o.ttl, minLockTTL)
 	case o.ttl > backend.MaxTTL:
 		return usageErrorf("--ttl %q: must be at most %v", o.ttl, backend.MaxTTL)
 	case o.wait < 0:
@@ -211,6 +222,15 @@ func (a *app) runHolding(l *leasehold.Lock, o lockOptions, argv []string, sigCh 
 	)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdin, a.stdout, a.stderr
 	cmd.SysProcAttr = childSysProcAttr()
+	if err := becomeSubreaper(); err != nil {
+		fmt.Fprintf(a.stderr, "leasehold: cannot become the subreaper of the command's processes: %v\n", err)
+	}
+	wd, err := startWatchdog()
+	if err != nil {
+		releaseLock(a, l)
+		return &exitError{code: ExitInternal, err: err}
+	}
+	defer wd.stop()
 
 	started := make(chan error, 1)
 	exited := make(chan error, 1)
@@ -244,6 +264,9 @@ func (a *app) runHolding(l *leasehold.Lock, o lockOptions, argv []string, sigCh 
 		}
 	}
 	pgid := cmd.Process.Pid // Setpgid with Pgid 0: the group is the child's pid
+	if err := wd.watch(pgid); err != nil {
+		fmt.Fprintf(a.stderr, "leasehold: watchdog: %v (if leasehold is killed, the command's children may survive)\n", err)
+	}
 
 	// graceTimer fires when the deadline is --kill-grace away, as last
 	// known; renewals move the deadline, so it is checked again then.
@@ -298,6 +321,14 @@ loop:
 	cause := context.Cause(l.Context())
 	if !lost && cause != nil {
 		lost = true
+	}
+	// Nothing of the command may outlive the lock: kill what it left
+	// running, in its group or reparented to leasehold, before the release.
+	killGroup(syscall.SIGKILL)
+	for _, pid := range children() {
+		if pid != wd.pid() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 	releaseLock(a, l)
 	if lost {

@@ -66,7 +66,7 @@ token (a decimal string: JSON numbers cannot hold every uint64), remaining
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "KEY\tINSTANCE\tTOKEN\tREMAINING")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Key, r.Instance, r.Token, r.Remaining)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(r.Key), cell(r.Instance), r.Token, r.Remaining)
 			}
 			return tw.Flush()
 		},

@@ -20,5 +20,8 @@ package main
 import "os"
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == watchdogArg {
+		os.Exit(watchdogMain())
+	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

@@ -12,7 +12,12 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/open"
+	"github.com/leasehold/leasehold/internal/redact"
 )
+
+// redactText masks URL passwords and credential-like name=value pairs left
+// in a message (a URL some library repeated in another form).
+func redactText(s string) string { return redact.Text(s) }
 
 // Exit codes of leasehold, from sysexits.h where one fits. A command run by
 // "leasehold lock" passes its own exit code through instead (128+N if it was
@@ -57,7 +62,14 @@ type app struct {
 	instance   string
 
 	started bool // a command's Run began: later errors are not usage errors
+
+	// scrub masks the secrets of the backend URLs and config in use in
+	// everything leasehold prints (backend errors may repeat a URL).
+	scrub *redact.Scrubber
 }
+
+// noteSecrets adds the secrets of a backend URL to what a.scrub masks.
+func (a *app) noteSecrets(rawURL string) { a.scrub = a.scrub.Add(redact.Secrets(rawURL)...) }
 
 // exitError ends leasehold with code, printing err if it is not nil.
 type exitError struct {
@@ -100,7 +112,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		code = ExitUsage // cobra: unknown command or flag, bad arguments
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "leasehold: %v\n", err)
+		a.noteSecrets(os.Getenv(open.EnvBackend))
+		a.noteSecrets(a.backendURL)
+		fmt.Fprintf(stderr, "leasehold: %s\n", message(redactText(a.scrub.Text(err.Error()))))
 		if code == ExitUsage {
 			fmt.Fprintln(stderr, `leasehold: run "leasehold help" for usage`)
 		}
@@ -164,6 +178,7 @@ $XDG_STATE_HOME/leasehold/leasehold.db, or ~/.local/state/leasehold/leasehold.db
 // openBackend opens the backend named by --backend (or the default).
 func (a *app) openBackend(ctx context.Context) (backend.Backend, error) {
 	raw := a.backendURL
+	a.noteSecrets(raw)
 	if raw == "" {
 		var err error
 		if raw, err = open.DefaultURL(); err != nil {

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/signal"
 	"sort"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold"
@@ -45,6 +47,7 @@ func (a *app) loadConfig(cmd *cobra.Command, path string) (*daemon.Config, error
 }
 
 func (a *app) openURL(ctx context.Context, raw string) (backend.Backend, error) {
+	a.noteSecrets(raw)
 	b, err := open.Open(ctx, raw)
 	switch {
 	case errors.Is(err, backend.ErrInvalid):
@@ -69,7 +72,13 @@ or de-duplicates them by LEASEHOLD_JOB + LEASEHOLD_SCHEDULED_AT.
 
 SIGTERM or SIGINT stops claiming, lets running jobs finish within the grace
 period, then stops them. A second daemon with the same instance id on the
-same backend refuses to start.`,
+same backend refuses to start.
+
+The admin API (--http) needs a bearer token. With no admin token configured,
+the first daemon generates one into a file of mode 0600 next to the SQLite
+database (<database>.admin-token; else leasehold.admin-token next to the
+config), prints it once if standard output is a terminal, and reads it from
+there later; "leasehold status" finds it from --config or the backend.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := a.loadConfig(cmd, config)
@@ -100,6 +109,7 @@ same backend refuses to start.`,
 			if err != nil {
 				return &exitError{code: ExitUsage, err: err}
 			}
+			announceToken(a, d)
 			return d.Run(ctx)
 		},
 	}
@@ -108,6 +118,19 @@ same backend refuses to start.`,
 	cmd.Flags().StringVar(&logFormat, "log-format", "text", "log `format`: text or json; overrides log.format")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn or error; overrides log.level")
 	return cmd
+}
+
+// announceToken prints an admin token the daemon has just generated, once,
+// and only to a terminal: the log (stderr) never holds it, nor does
+// standard output captured by a service manager. The file keeps it.
+func announceToken(a *app, d *daemon.Daemon) {
+	path, secret, created := d.AdminToken()
+	f, ok := a.stdout.(*os.File)
+	if !created || !ok || !isatty.IsTerminal(f.Fd()) {
+		return
+	}
+	fmt.Fprintf(a.stdout, "leasehold: generated the admin API token (shown this once; kept in %s, mode 0600):\n\n    %s\n\n"+
+		"leasehold: \"leasehold status\" reads it from there; the dashboard asks for it.\n", path, secret)
 }
 
 func newJobsCmd(a *app) *cobra.Command {
@@ -155,7 +178,7 @@ func newJobsCmd(a *app) *cobra.Command {
 				if zone == "" {
 					zone = "UTC"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Name, j.Schedule, zone, last, joinComma(next))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(j.Name), cell(j.Schedule), cell(zone), last, joinComma(next))
 			}
 			return tw.Flush()
 		},
@@ -225,7 +248,7 @@ func newRunsCmd(a *app) *cobra.Command {
 				}
 				rows = append(rows, runInfo{Job: r.Job, ScheduledAt: r.ScheduledAt.Format(daemon.InstantFormat), State: st,
 					Instance: r.Owner.Instance, Token: leasehold.Token(r.Token), Attempt: r.Attempt,
-					DurationMS: r.Duration.Milliseconds(), Error: r.Error, Result: r.Result})
+					DurationMS: r.Duration.Milliseconds(), Error: a.scrub.Text(r.Error), Result: a.scrub.Text(r.Result)})
 			}
 			sort.SliceStable(rows, func(i, j int) bool { return rows[i].ScheduledAt > rows[j].ScheduledAt })
 			if asJSON {
@@ -236,7 +259,7 @@ func newRunsCmd(a *app) *cobra.Command {
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SCHEDULED (UTC)\tJOB\tSTATE\tINSTANCE\tTOKEN\tATTEMPT\tTOOK\tERROR")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", r.ScheduledAt, r.Job, r.State, r.Instance, r.Token, r.Attempt,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", r.ScheduledAt, cell(r.Job), cell(r.State), cell(r.Instance), r.Token, r.Attempt,
 					time.Duration(r.DurationMS)*time.Millisecond, oneLine(r.Error, 60))
 			}
 			return tw.Flush()
@@ -249,11 +272,15 @@ func newRunsCmd(a *app) *cobra.Command {
 	return cmd
 }
 
+// oneLine returns the first line of s, at most n runes of it, escaped
+// for a terminal (see cell).
 func oneLine(s string, n int) string {
+	runes := 0
 	for i, r := range s {
-		if r == '\n' || i >= n {
-			return s[:i] + "…"
+		if r == '\n' || runes >= n {
+			return cell(s[:i]) + "…"
 		}
+		runes++
 	}
-	return s
+	return cell(s)
 }

@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,7 +18,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold/daemon"
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/open"
 )
 
 // EnvAPIToken holds the bearer token "leasehold status" sends when --token
@@ -24,7 +28,7 @@ import (
 const EnvAPIToken = "LEASEHOLD_API_TOKEN"
 
 func newStatusCmd(a *app) *cobra.Command {
-	var apiURL, token, caFile string
+	var apiURL, token, caFile, config string
 	var runs int
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -34,7 +38,10 @@ func newStatusCmd(a *app) *cobra.Command {
 namespace's instances, election leaders, held locks, jobs and last runs.
 
 The token (--token, default $` + EnvAPIToken + `) is sent as a bearer token; it
-needs the read scope. Fencing tokens are printed in decimal; with --json the
+needs the read scope. Without either, the admin token a daemon generated is
+read from its file: next to the SQLite database of --config's backend (or of
+--backend, $LEASEHOLD_BACKEND or the default), as <database>.admin-token, or
+leasehold.admin-token next to --config for other backends. Fencing tokens are printed in decimal; with --json the
 API's status document is printed as is (tokens as JSON strings).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -47,6 +54,12 @@ API's status document is printed as is (tokens as JSON strings).`,
 			}
 			if token == "" {
 				token = os.Getenv(EnvAPIToken)
+			}
+			tokenFile := ""
+			if token == "" {
+				if token, tokenFile, err = a.generatedToken(cmd, config); err != nil {
+					return err
+				}
 			}
 			client := &http.Client{Timeout: 30 * time.Second}
 			if caFile != "" {
@@ -61,6 +74,9 @@ API's status document is printed as is (tokens as JSON strings).`,
 				client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
 			}
 			body, err := fetchStatus(cmd.Context(), client, strings.TrimSuffix(apiURL, "/"), token, runs)
+			if err != nil && token == "" {
+				err = fmt.Errorf("%w (no token: give --token or $%s, or --config of the daemon; no token file at %q)", err, EnvAPIToken, tokenFile)
+			}
 			if err != nil {
 				return &exitError{code: ExitInternal, err: err}
 			}
@@ -77,10 +93,46 @@ API's status document is printed as is (tokens as JSON strings).`,
 	}
 	cmd.Flags().StringVar(&apiURL, "api", "http://"+admin.DefaultAddress, "admin API `URL` of a running daemon")
 	cmd.Flags().StringVar(&token, "token", "", "bearer `token` (default $"+EnvAPIToken+")")
+	cmd.Flags().StringVar(&config, "config", "", "the daemon's config `file`: read the admin token it generated next to its database")
 	cmd.Flags().StringVar(&caFile, "cacert", "", "PEM `file` of the CA (or self-signed certificate) to trust for https")
 	cmd.Flags().IntVar(&runs, "runs", 10, "how many last runs to show")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON")
 	return cmd
+}
+
+// generatedToken reads the admin token a daemon generated, from the file
+// next to the database of --config's backend or of the CLI's backend. A
+// missing file is no token; a file others may read is an error.
+func (a *app) generatedToken(cmd *cobra.Command, config string) (token, path string, err error) {
+	if config != "" {
+		cfg, err := a.loadConfig(cmd, config)
+		if err != nil {
+			return "", "", err
+		}
+		path = cfg.AdminTokenFile()
+	} else {
+		raw := a.backendURL
+		if raw == "" {
+			raw = os.Getenv(open.EnvBackend)
+		}
+		if raw == "" {
+			if raw, err = open.DefaultURL(); err != nil {
+				return "", "", nil // no default backend: no token file either
+			}
+		}
+		path = daemon.AdminTokenFile(raw, "")
+	}
+	if path == "" {
+		return "", "", nil
+	}
+	token, err = daemon.ReadAdminToken(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", path, nil
+	}
+	if err != nil {
+		return "", path, &exitError{code: ExitInternal, err: err}
+	}
+	return token, path, nil
 }
 
 func fetchStatus(ctx context.Context, client *http.Client, base, token string, runs int) ([]byte, error) {
@@ -112,7 +164,7 @@ func fetchStatus(ctx context.Context, client *http.Client, base, token string, r
 
 func printStatus(w io.Writer, st *admin.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "namespace %s, served by %s at %s\n", st.Namespace, st.Instance, st.Now)
+	fmt.Fprintf(tw, "namespace %s, served by %s at %s\n", cell(st.Namespace), cell(st.Instance), cell(st.Now))
 	fmt.Fprintln(tw, "\nINSTANCE\tSTATE\tLEASE LEFT\tLAST SEEN")
 	for _, i := range st.Instances {
 		state, left := "alive", (time.Duration(i.LeaseRemainingMS) * time.Millisecond).String()
@@ -123,7 +175,7 @@ func printStatus(w io.Writer, st *admin.Status) error {
 		if i.Self {
 			name += " (this)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, state, left, i.LastSeen)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(name), state, left, cell(i.LastSeen))
 	}
 	fmt.Fprintln(tw, "\nROLE\tLEADER\tTOKEN\tSINCE")
 	for _, l := range st.Leaders {
@@ -131,11 +183,11 @@ func printStatus(w io.Writer, st *admin.Status) error {
 		if l.SinceObserved {
 			since = "seen " + since
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Role, l.Instance, l.Token, since)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(l.Role), cell(l.Instance), l.Token, cell(since))
 	}
 	fmt.Fprintln(tw, "\nLOCK\tHOLDER\tTOKEN\tLEFT")
 	for _, k := range st.Locks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.Key, k.Instance, k.Token, roundRemaining(time.Duration(k.RemainingMS)*time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(k.Key), cell(k.Instance), k.Token, roundRemaining(time.Duration(k.RemainingMS)*time.Millisecond))
 	}
 	fmt.Fprintln(tw, "\nJOB\tSCHEDULE\tMODE\tSTATE\tNEXT (UTC)\tLAST CLAIMED")
 	for _, j := range st.Jobs {
@@ -149,7 +201,7 @@ func printStatus(w io.Writer, st *admin.Status) error {
 		if last == "" {
 			last = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Schedule, j.Mode, state, next, last)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(j.Name), cell(j.Schedule), cell(j.Mode), state, cell(next), cell(last))
 	}
 	fmt.Fprintln(tw, "\nSCHEDULED (UTC)\tJOB\tSTATE\tINSTANCE\tTOKEN\tATTEMPT\tTOOK\tERROR")
 	for _, r := range st.Runs {
@@ -157,7 +209,7 @@ func printStatus(w io.Writer, st *admin.Status) error {
 		if r.Expired {
 			state += " (runner's lease expired)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", r.ScheduledAt, r.Job, state, r.Instance, r.Token, r.Attempt,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", cell(r.ScheduledAt), cell(r.Job), cell(state), cell(r.Instance), r.Token, r.Attempt,
 			time.Duration(r.DurationMS)*time.Millisecond, oneLine(r.Error, 60))
 	}
 	return tw.Flush()

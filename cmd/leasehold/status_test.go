@@ -63,9 +63,10 @@ jobs:
 	t.Setenv(EnvAPIToken, secret)
 	e.expect(0, "status", "--api", api)
 	t.Setenv(EnvAPIToken, "")
-	// Without a token, or with a wrong one: the API's error, exit 70.
-	r = e.expect(ExitInternal, "status", "--api", api)
-	if !strings.Contains(r.stderr, "401") || !strings.Contains(r.stderr, "bearer token is required") {
+	// Without a token (and no token file next to the backend given), or
+	// with a wrong one: the API's error, exit 70.
+	r = e.expect(ExitInternal, "--backend", "sqlite://"+e.path("other.db"), "status", "--api", api)
+	if !strings.Contains(r.stderr, "401") || !strings.Contains(r.stderr, "bearer token is required") || !strings.Contains(r.stderr, "other.db.admin-token") {
 		t.Errorf("status without a token: %s", r.stderr)
 	}
 	r = e.expect(ExitInternal, "status", "--api", api, "--token", "wrong-token-0123456789")

@@ -9,7 +9,10 @@
 //
 // Access: the listener binds 127.0.0.1:7070 by default. Bearer tokens with a
 // read or an admin scope are checked in constant time whenever any are
-// configured, and New refuses a listener that is not loopback without one.
+// configured (the daemon always configures one: it generates an admin token
+// when none is given), and New refuses a listener that is not loopback
+// without one. WithOpenReads lets the read routes answer without a token on
+// loopback.
 // TLS is served when a certificate and key are given. Failed attempts are
 // logged without the token.
 //
@@ -75,6 +78,17 @@ type config struct {
 	keyFile  string
 	logger   *slog.Logger
 	mounts   []mount
+	redactFn func(string) string
+	maxConns int // 0: defaultMaxConns()
+	openRead bool
+}
+
+// redact applies the WithRedaction function, if any.
+func (c *config) redact(s string) string {
+	if c.redactFn == nil {
+		return s
+	}
+	return c.redactFn(s)
 }
 
 type mount struct {
@@ -86,6 +100,11 @@ type mount struct {
 // WithAddress sets the listen address host:port (default DefaultAddress).
 func WithAddress(addr string) Option { return func(c *config) { c.addr = addr } }
 
+// WithOpenReads lets the read-scope routes answer without a token (a token
+// given is still checked for the actions). New refuses it on a listener that
+// is not loopback.
+func WithOpenReads() Option { return func(c *config) { c.openRead = true } }
+
 // WithTokens adds bearer tokens. Once any is configured, every API request
 // needs one.
 func WithTokens(ts ...Token) Option { return func(c *config) { c.tokens = append(c.tokens, ts...) } }
@@ -94,6 +113,10 @@ func WithTokens(ts ...Token) Option { return func(c *config) { c.tokens = append
 func WithTLS(certFile, keyFile string) Option {
 	return func(c *config) { c.certFile, c.keyFile = certFile, keyFile }
 }
+
+// WithRedaction has f mask secrets in the run results and errors the API
+// returns (history recorded before a secret was known to be one included).
+func WithRedaction(f func(string) string) Option { return func(c *config) { c.redactFn = f } }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
@@ -143,6 +166,9 @@ func New(b backend.Backend, sched Scheduler, opts ...Option) (*Server, error) {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
+	if !IsLoopback(c.addr) && c.openRead {
+		return nil, fmt.Errorf("%w: open reads on address %q, which binds more than loopback", ErrInsecure, c.addr)
+	}
 	if !IsLoopback(c.addr) && len(c.tokens) == 0 {
 		return nil, fmt.Errorf("%w: address %q binds more than loopback; configure a token (http.tokens in the config, or $LEASEHOLD_ADMIN_TOKEN / $LEASEHOLD_READ_TOKEN), or listen on 127.0.0.1", ErrInsecure, c.addr)
 	}
@@ -161,8 +187,27 @@ func New(b backend.Backend, sched Scheduler, opts ...Option) (*Server, error) {
 	if err := s.register(mux); err != nil {
 		return nil, err
 	}
-	s.handler = mux
+	s.handler = securityHeaders(mux)
 	return s, nil
+}
+
+// contentSecurityPolicy: the dashboard loads its own script and style
+// only, and no page may frame anything this server answers (clickjacking:
+// a decoy page on another site framing the dashboard under a button).
+const contentSecurityPolicy = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
+// securityHeaders sets, on every answer: a CSP with frame-ancestors 'none'
+// and X-Frame-Options: DENY (for browsers without CSP level 2), nosniff
+// (a JSON error is never run as a script) and no Referer to other sites.
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", contentSecurityPolicy)
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "no-referrer")
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Handler returns the server's HTTP handler (API, dashboard, OpenAPI
@@ -184,9 +229,17 @@ func (s *Server) Listen() (net.Listener, error) {
 // TLS reports whether the server serves HTTPS.
 func (s *Server) TLS() bool { return s.tlsCert != nil }
 
-// Serve serves on ln until ctx ends, then shuts down within 5 s.
+// Serve serves on ln until ctx ends, then shuts down within 5 s. It holds
+// at most the WithMaxConnections cap of connections open and cuts off slow
+// and idle clients (read 30 s, write 30 s, idle 30 s).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.cfg.logger.Handler(), slog.LevelWarn)}
+	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout, WriteTimeout: writeTimeout,
+		IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: slog.NewLogLogger(s.cfg.logger.Handler(), slog.LevelWarn)}
+	n := s.cfg.maxConns
+	if n <= 0 {
+		n = defaultMaxConns()
+	}
+	ln = newLimitListener(ln, n)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -196,7 +249,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = hs.Shutdown(sctx)
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close() // connections still active after 5 s are cut
+	}
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -264,7 +319,14 @@ func (s *Server) register(mux *http.ServeMux) (err error) {
 	// Known paths with another method: a JSON 405; unknown API paths: a
 	// JSON 404.
 	for _, p := range paths {
-		allow := strings.Join(append(methods[p], "HEAD"), ", ")
+		ms := methods[p]
+		for _, m := range ms {
+			if m == "GET" { // a GET pattern serves HEAD too; nothing else does
+				ms = append(ms, "HEAD")
+				break
+			}
+		}
+		allow := strings.Join(ms, ", ")
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
 			writeError(w, http.StatusMethodNotAllowed, "method", fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow))
@@ -303,7 +365,6 @@ func (s *Server) getDashboardFile(name string) http.HandlerFunc {
 			return
 		}
 		w.Header().Set("Content-Type", types[name[strings.LastIndex(name, "."):]])
-		w.Header().Set("Content-Security-Policy", "default-src 'self'")
 		_, _ = w.Write(data)
 	}
 }

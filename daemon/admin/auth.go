@@ -84,7 +84,7 @@ func (s tokenSet) lookup(secret string) Scope {
 // authorize checks the request's bearer token against need. With no tokens
 // configured (allowed on a loopback listener only) every request passes.
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request, need Scope) bool {
-	if s.tokens.empty() {
+	if s.tokens.empty() || (need == ScopeRead && s.cfg.openRead) {
 		return true
 	}
 	h := r.Header.Get("Authorization")
@@ -117,21 +117,27 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, need Scope) b
 
 // checkOrigin guards against requests a web page on another site makes
 // through the user's browser: an action (POST) whose Origin is not this
-// server is refused (cross-site request forgery), and so is, when no token
+// server, scheme and host:port, is refused (cross-site request forgery; the
+// scheme is the listener's own, so behind a proxy that terminates TLS a
+// browser's https Origin is refused), and so is, when no token
 // is configured, any request whose Host is not a loopback name (DNS
 // rebinding: a hostile name resolving to 127.0.0.1).
 func (s *Server) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method == http.MethodPost {
 		if o := r.Header.Get("Origin"); o != "" {
+			scheme := "http"
+			if r.TLS != nil {
+				scheme = "https"
+			}
 			u, err := url.Parse(o)
-			if err != nil || u.Host != r.Host {
+			if err != nil || u.Host != r.Host || u.Scheme != scheme {
 				s.cfg.logger.Warn("admin API: request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "reason", "cross-origin action", "origin", o)
-				writeError(w, http.StatusForbidden, "Origin", fmt.Sprintf("origin %q is not this server (%q): cross-site actions are refused", o, r.Host))
+				writeError(w, http.StatusForbidden, "Origin", fmt.Sprintf("origin %q is not this server (%s://%s): cross-site actions are refused", o, scheme, r.Host))
 				return false
 			}
 		}
 	}
-	if s.tokens.empty() && !IsLoopback(hostWithPort(r.Host)) {
+	if (s.tokens.empty() || s.cfg.openRead) && !IsLoopback(hostWithPort(r.Host)) {
 		s.cfg.logger.Warn("admin API: request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "reason", "non-loopback Host without tokens", "host", r.Host)
 		writeError(w, http.StatusForbidden, "Host", fmt.Sprintf("host %q is not a loopback name; without tokens only localhost and loopback addresses are served", r.Host))
 		return false

@@ -3,12 +3,16 @@ package admin_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/leasehold/leasehold/backend/memory"
@@ -157,6 +161,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Navigate(n.url+"/")); err != nil {
 		t.Fatalf("navigate: %v", err)
 	}
+	// The API needs the admin token the daemon generated (no token is
+	// configured): paste it into the login form, as a user does from the
+	// token file.
+	waitFor(t, 30*time.Second, "the login form", func() bool {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!document.getElementById("login").hidden`))
+		return err == nil && v
+	})
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#token"), n.token), chromedp.Click(chromedp.CSS("#login-form button"))); err != nil {
+		t.Fatalf("login: %v", err)
+	}
 	var loaded bool
 	waitFor(t, 30*time.Second, "the page loaded its data", func() bool {
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.body.dataset.loaded === "true" && document.querySelectorAll("#runs tbody tr[data-job]").length > 0`))
@@ -215,4 +229,48 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		t.Logf("screenshot also written to %s", p)
 	}
+}
+
+// TestDashboardCannotBeFramed (issue 18 item 3): a decoy page on another
+// origin that frames the dashboard (to make a visitor click "run now"
+// through it) gets a frame the browser refused to render.
+func TestDashboardCannotBeFramed(t *testing.T) {
+	ctx := newBrowser(t, t.TempDir())
+	n := startNode(t, memory.New(), "d1", "default", fmt.Sprintf(jobsYAML, "a"))
+	decoy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><title>win a prize</title><button style="position:absolute;top:300px;left:600px;z-index:0">claim</button>
+<iframe id="victim" src="%s/" style="opacity:0.01;position:absolute;top:0;left:0;width:1200px;height:900px;z-index:1" onload="window.framed=true"></iframe>`, n.url)
+	}))
+	defer decoy.Close()
+	if err := chromedp.Do(ctx, chromedp.Navigate(decoy.URL)); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	// The frame's document: the dashboard if the browser rendered it, an
+	// error page (chrome-error://…, or the dashboard URL as unreachable)
+	// if it refused to.
+	frameURL := func() (string, string) {
+		tree, err := chromedp.Run(ctx, chromedp.Action[*page.GetFrameTreeResult](func(c context.Context, tg *chromedp.Target) (*page.GetFrameTreeResult, error) {
+			r, err := cdp.Call(c, tg, page.GetFrameTree, cdp.Empty{})
+			return &r, err
+		}))
+		if err != nil || tree.FrameTree == nil || len(tree.FrameTree.ChildFrames) == 0 {
+			return "", ""
+		}
+		f := tree.FrameTree.ChildFrames[0].Frame
+		return f.URL, f.UnreachableURL
+	}
+	var url, unreachable string
+	waitFor(t, 30*time.Second, "the decoy's frame to load", func() bool {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.framed === true`))
+		if err != nil || !v {
+			return false
+		}
+		url, unreachable = frameURL()
+		return url != ""
+	})
+	if url == n.url+"/" && unreachable == "" {
+		t.Fatalf("the dashboard rendered inside a frame of another origin (%s): clickjacking is possible", decoy.URL)
+	}
+	t.Logf("framed dashboard refused: frame URL %q, unreachable %q", url, unreachable)
 }

@@ -98,6 +98,9 @@ func startNode(t *testing.T, b backend.Backend, instance, namespace, conf string
 		t.Fatalf("daemon %s not ready within 20 s", instance)
 	}
 	n.url = "http://" + d.AdminAddr().String()
+	// With no admin token configured the daemon generated one: the test's
+	// requests send it, as "leasehold status" does.
+	_, n.token, _ = d.AdminToken()
 	t.Cleanup(n.stop)
 	return n
 }

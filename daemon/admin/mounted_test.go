@@ -33,6 +33,7 @@ func TestMountedOperationsServed(t *testing.T) {
 			}
 			mounted++
 			req, _ := http.NewRequest(strings.ToUpper(method), n.url+path, nil)
+			req.Header.Set("Authorization", "Bearer "+n.token) // /metrics needs the read scope
 			resp, err := n.client.Do(req)
 			if err != nil {
 				t.Fatal(err)

@@ -130,7 +130,7 @@ func (s *Server) runs(ctx context.Context, q runQuery) (RunPage, error) {
 			Job: r.Job, ScheduledAt: ts(r.ScheduledAt), State: string(r.State), Expired: r.State == backend.Running && r.Expired,
 			Instance: r.Owner.Instance, Token: leasehold.Token(r.Token), Attempt: r.Attempt,
 			ClaimedAt: ts(r.ClaimedAt), FinishedAt: ts(r.FinishedAt), DurationMS: r.Duration.Milliseconds(),
-			Result: r.Result, Error: r.Error,
+			Result: s.cfg.redact(r.Result), Error: s.cfg.redact(r.Error),
 		})
 	}
 	return page, nil
