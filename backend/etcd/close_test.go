@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/etcd"
 	"github.com/leasehold/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/schedule"
 )
 
 // TestCloseDuringAcquireIsIndeterminate (issue 14 item 6): the backend is
@@ -16,14 +19,7 @@ import (
 // The outcome cannot be known — the key is granted — so the Locker must
 // report ErrIndeterminate, not an ErrClosed that says nothing happened.
 func TestCloseDuringAcquireIsIndeterminate(t *testing.T) {
-	srv := testserver.Etcd(t)
-	p, err := chaos.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	direct := open(t, []string{srv.Addr()})
-	closing := open(t, []string{p.Addr()}, direct.Prefix())
+	p, direct, closing := closingPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const key = "svc/closing"
@@ -78,5 +74,64 @@ func TestCloseDuringAcquireIsIndeterminate(t *testing.T) {
 	}
 	if !errors.Is(err, leasehold.ErrIndeterminate) {
 		t.Fatalf("TryAcquire closed in flight: %v, want ErrIndeterminate", err)
+	}
+}
+
+// closingPair is an etcd server, a backend on it directly, and one on the
+// same prefix through a chaos proxy (to hold replies back, then Close).
+func closingPair(t *testing.T) (p *chaos.Proxy, direct, closing *etcd.Backend) {
+	srv := testserver.Etcd(t)
+	p, err := chaos.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	direct = open(t, []string{srv.Addr()})
+	return p, direct, open(t, []string{p.Addr()}, direct.Prefix())
+}
+
+// TestCloseDuringFinish: the same for Claim.Finish. etcd applies the
+// Finish Txn, the proxy holds its reply back, the backend is closed: the
+// retry gets ErrClosed, and Finish must not report that plain ErrClosed —
+// "nothing happened" — for an outcome that was recorded; it is
+// ErrIndeterminate (found by review).
+func TestCloseDuringFinish(t *testing.T) {
+	p, direct, closing := closingPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	at := backend.Instant(time.Now().Add(-time.Second))
+	c, err := schedule.ClaimOccurrence(ctx, closing, "job", at, schedule.ClaimOptions{Instance: "closing", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetDelay(2 * time.Second)
+	got := make(chan error, 1)
+	go func() { got <- c.Finish(ctx, nil) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := direct.GetRun(ctx, "job", at)
+		if err == nil && r.State == backend.Succeeded {
+			break
+		}
+		select {
+		case err := <-got:
+			t.Fatalf("Finish returned before its Txn reached etcd: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Finish did not reach etcd within 10s: %+v, %v", r, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := closing.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err = <-got:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Finish did not return after the backend was closed")
+	}
+	if err != nil && !errors.Is(err, leasehold.ErrIndeterminate) {
+		t.Fatalf("Finish closed in flight, its outcome recorded by etcd: %v, want nil or ErrIndeterminate", err)
 	}
 }
