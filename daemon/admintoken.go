@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -42,7 +43,7 @@ func (c *Config) AdminTokenFile() string { return AdminTokenFile(c.Backend, c.pa
 // race reads the winner's. A file that others may read or write, or that
 // holds no valid token, is refused.
 func loadOrCreateToken(path string) (secret string, created bool, err error) {
-	secret, err = readToken(path)
+	secret, err = readToken(path, true)
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return secret, false, err
 	}
@@ -72,7 +73,7 @@ func loadOrCreateToken(path string) (secret string, created bool, err error) {
 		return "", false, fmt.Errorf("admin token file %s: %w", path, err)
 	}
 	if err := os.Link(tmp.Name(), path); errors.Is(err, fs.ErrExist) {
-		secret, err = readToken(path) // another daemon was first
+		secret, err = readToken(path, true) // another daemon was first
 		return secret, false, err
 	} else if err != nil {
 		return "", false, fmt.Errorf("admin token file %s: %w", path, err)
@@ -83,19 +84,40 @@ func loadOrCreateToken(path string) (secret string, created bool, err error) {
 // ReadAdminToken reads a token file written by a daemon (see
 // AdminTokenFile). A file group or others may access is refused (ErrConfig);
 // a missing one is an error wrapping fs.ErrNotExist.
-func ReadAdminToken(path string) (string, error) { return readToken(path) }
+//
+// Unlike the daemon, it accepts a file another user owns (root running
+// `leasehold status` for a daemon that runs as its own user): a planted
+// file could only make it send a token the daemon refuses.
+func ReadAdminToken(path string) (string, error) { return readToken(path, false) }
 
 // readToken reads a token file, refusing one that group or others may
-// access.
-func readToken(path string) (string, error) {
-	fi, err := os.Stat(path)
+// access, a symlink and, when ownOnly, one owned by another user: in a directory others
+// can write to, a planted file or link would hand its planter the admin
+// token. The checks are made on the opened file (no symlink followed), so
+// the file cannot be swapped between the check and the read.
+func readToken(path string, ownOnly bool) (string, error) {
+	f, err := openNoFollow(path)
+	if errors.Is(err, errSymlink) {
+		return "", fmt.Errorf("%w: admin token file %s is a symbolic link: refused (delete it to have a new token generated)", ErrConfig, path)
+	}
 	if err != nil {
 		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("admin token file %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%w: admin token file %s is not a regular file", ErrConfig, path)
 	}
 	if m := fi.Mode().Perm(); m&0o077 != 0 {
 		return "", fmt.Errorf("%w: admin token file %s has mode %04o: group and others must have no access (chmod 600 it, or delete it to have a new token generated)", ErrConfig, path, m)
 	}
-	data, err := os.ReadFile(path)
+	if uid, ok := fileOwner(fi); ok && ownOnly && uid != os.Geteuid() {
+		return "", fmt.Errorf("%w: admin token file %s is owned by uid %d, not by this user (uid %d): refused (delete it to have a new token generated)", ErrConfig, path, uid, os.Geteuid())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, 4096))
 	if err != nil {
 		return "", fmt.Errorf("admin token file %s: %w", path, err)
 	}

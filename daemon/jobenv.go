@@ -18,16 +18,28 @@ const defaultPath = "/usr/local/bin:/usr/bin:/bin"
 
 // secretEnv reports whether name is a variable of the daemon's environment
 // that holds one of its secrets, which env_passthrough may not name:
-// the token variables, the backend URL and the config's token_env names.
+// the token variables, the backend URL, the variables a backend client
+// reads a password from, and the config's token_env names.
 func (c *Config) secretEnv(name string) bool {
-	switch name {
-	case EnvAdminToken, EnvReadToken, "LEASEHOLD_API_TOKEN", "LEASEHOLD_BACKEND":
+	if fixedSecretEnv(name) {
 		return true
 	}
 	for _, t := range c.HTTP.Tokens {
 		if t.TokenEnv == name {
 			return true
 		}
+	}
+	return false
+}
+
+// fixedSecretEnv reports the variables that hold a secret whatever the
+// config: the token variables, the backend URL, and where the backends'
+// clients read a password from (pgx: PGPASSWORD, PGPASSFILE; the MySQL
+// backend: MYSQL_PWD).
+func fixedSecretEnv(name string) bool {
+	switch name {
+	case EnvAdminToken, EnvReadToken, "LEASEHOLD_API_TOKEN", "LEASEHOLD_BACKEND", "PGPASSWORD", "PGPASSFILE", "MYSQL_PWD":
+		return true
 	}
 	return false
 }
@@ -42,6 +54,9 @@ func validEnvName(k string) bool { return k != "" && !strings.ContainsAny(k, "=\
 func jobEnv(c *CommandJob, r schedule.Run, instance string) []string {
 	var env []string
 	for _, k := range append(append([]string(nil), baseEnv...), c.EnvPassthrough...) {
+		if fixedSecretEnv(k) {
+			continue // refused at config load; never passed, however the job was built
+		}
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		} else if k == "PATH" {
