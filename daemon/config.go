@@ -254,7 +254,11 @@ func (c *Config) validate() error {
 		if h := j.HTTP; h != nil {
 			u, err := url.Parse(h.URL)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return c.errf(f("http.url"), "%q is not an http(s) URL", redactURL(h.URL))
+				shown := redactURL(h.URL)
+				if err != nil { // unparsed: mask as free text (a password may hold a '/')
+					shown = redact.Text(h.URL)
+				}
+				return c.errf(f("http.url"), "%q is not an http(s) URL", shown)
 			}
 			if h.Method == "" {
 				h.Method = "GET"

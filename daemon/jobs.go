@@ -31,8 +31,13 @@ func scrubErrors(fn schedule.Func, scrub *redact.Scrubber) schedule.Func {
 // UTC with milliseconds, the precision of occurrence keys.
 const InstantFormat = "2006-01-02T15:04:05.000Z07:00"
 
-// maxHTTPBody is how much of an HTTP job's answer is kept in history.
-const maxHTTPBody = 1024
+// How much of an HTTP job's answer is read, and kept in history; a secret
+// the answer echoes is assumed shorter than maxHTTPSecret.
+const (
+	maxHTTPBody   = 1024
+	maxHTTPRead   = 1 << 20
+	maxHTTPSecret = 4096
+)
 
 // killGrace is how long a command gets between SIGTERM and SIGKILL.
 const killGrace = 5 * time.Second
@@ -177,11 +182,15 @@ func httpFunc(j *JobConfig, client *http.Client, scrub *redact.Scrubber) schedul
 			return fmt.Errorf("http job %q: %s %s: %w", j.Name, h.Method, redactURL(h.URL), err)
 		}
 		defer resp.Body.Close()
-		// The body's head and tail (of at most its first MiB), as text;
-		// an endpoint may echo its URL, so secrets are scrubbed.
-		snippet := &capped{max: maxHTTPBody}
-		_, _ = io.Copy(snippet, io.LimitReader(resp.Body, 1<<20))
-		r.Report(scrub.Text(backend.ValidText(resp.Status) + "\n" + snippet.String()))
+		// The body's head and tail (of at most its first MiB), as text. An
+		// endpoint may echo its URL: secrets are scrubbed before the cut,
+		// which could otherwise leave a secret's first bytes in the head.
+		answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxHTTPRead))
+		if len(answer) == maxHTTPRead {
+			answer = answer[:maxHTTPRead-maxHTTPSecret] // a secret may straddle the read limit
+		}
+		text := scrub.Text(backend.ValidText(resp.Status + "\n" + string(answer)))
+		r.Report(backend.CleanText(text, maxHTTPBody))
 		ok := resp.StatusCode/100 == 2
 		if h.Expect != 0 {
 			ok = resp.StatusCode == h.Expect

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/redact"
 )
 
 // Prober is the backend call readiness makes: one Get of a key that
@@ -56,7 +57,8 @@ func Readyz(p Prober, namespace string, timeout time.Duration) (http.Handler, er
 		defer cancel()
 		_, err := p.Get(ctx, key)
 		if err != nil && !errors.Is(err, backend.ErrNotFound) {
-			writeStatus(w, http.StatusServiceUnavailable, "unready", "backend unreachable: "+err.Error())
+			// The probe needs no token: mask URL secrets a client error may repeat.
+			writeStatus(w, http.StatusServiceUnavailable, "unready", "backend unreachable: "+redact.Text(err.Error()))
 			return
 		}
 		writeStatus(w, http.StatusOK, "ready", "")
