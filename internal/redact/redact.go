@@ -1,7 +1,9 @@
 // Package redact hides secrets in URLs and in text that may repeat them,
-// wherever leasehold prints, stores or returns a URL: the userinfo password
-// and the values of credential-like query parameters (password, api_key,
-// token, secret, sig, …) become "xxxxx".
+// wherever leasehold prints, stores or returns a URL: the userinfo password,
+// the user name of an http(s)/ws(s) URL that has no password (a token given
+// as the user name), and the values of credential-like query and fragment
+// parameters (password, api_key, token, secret, sig, code, …) become
+// "xxxxx".
 package redact
 
 import (
@@ -17,16 +19,31 @@ import (
 // Mask replaces every redacted value.
 const Mask = "xxxxx"
 
+// credentialWords are the parts of a parameter's or header's name that make
+// it credential-like, anywhere in the name and in any case.
+var credentialWords = []string{"pass", "pwd", "secret", "token", "key", "auth", "sig", "credential", "session", "cookie"}
+
+// credentialNames are names that are credential-like only as a whole (in
+// any case): "code" is the key of an Azure Functions HTTP trigger and an
+// OAuth authorization code, but "postcode" or "status_code" are not secrets.
+var credentialNames = []string{"code"}
+
 // SensitiveName reports whether the name of a query parameter or header
-// looks like it holds a credential (Authorization, api_key, X-Token, …).
+// looks like it holds a credential (Authorization, api_key, X-Token, code,
+// …).
 func SensitiveName(name string) bool { return sensitive(name) }
 
 // sensitive reports whether a query parameter's name looks like it holds a
 // credential.
 func sensitive(name string) bool {
 	n := strings.ToLower(name)
-	for _, w := range []string{"pass", "pwd", "secret", "token", "key", "auth", "sig", "credential", "session", "cookie"} {
+	for _, w := range credentialWords {
 		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	for _, w := range credentialNames {
+		if n == w {
 			return true
 		}
 	}
@@ -34,53 +51,115 @@ func sensitive(name string) bool {
 }
 
 // bareParam finds name=value pairs with credential-like names in text that
-// is not a parsable URL.
-var bareParam = regexp.MustCompile(`(?i)([A-Za-z0-9_.-]*(?:pass|pwd|secret|token|key|auth|sig|credential|session|cookie)[A-Za-z0-9_.-]*=)([^&\s"'` + "`" + `]+)`)
+// is not a parsable URL. Group 1 is everything up to the '=' (for "code", the
+// character before the name as well), group 2 the value.
+var bareParam = regexp.MustCompile(`(?i)((?:^|[^A-Za-z0-9_.-])(?:` + strings.Join(credentialNames, "|") + `)=|[A-Za-z0-9_.-]*(?:` + strings.Join(credentialWords, "|") + `)[A-Za-z0-9_.-]*=)([^&\s"'` + "`" + `]+)`)
 
-// userinfo finds the password of a URL's userinfo in text.
-var userinfo = regexp.MustCompile(`(://[^/\s:@"']*:)([^@\s/"']+)(@)`)
+// hostPart is what follows the '@' that ends a URL's userinfo in text: a
+// host (name, IPv4, [IPv6]) and port, then the end of the authority.
+const hostPart = `(@[A-Za-z0-9._~%\[\]:-]*(?:[/?#\s"'<>]|$))`
+
+// userinfo finds the password of a URL's userinfo in text: everything from
+// "scheme://user:" to the last '@' (before any '?' or '#') that is followed
+// by a host part, so that a password holding '/' or '@' (which makes the URL
+// unparsable) is masked whole.
+var userinfo = regexp.MustCompile(`(://[^/\s:@"'<>]*:)([^\s"'<>?#]*)` + hostPart)
+
+// portThenPath matches what userinfo takes for a password when it is a port
+// and a path that holds an '@' (http://host:8080/users/@me).
+var portThenPath = regexp.MustCompile(`^[0-9]{1,5}/`)
+
+// webUser finds the user name of an http(s) or ws(s) URL's userinfo that
+// has no password, in text: such URLs take a token as the user name
+// (https://TOKEN@api.github.com).
+var webUser = regexp.MustCompile(`(?i)(\b(?:https?|wss?)://)([^/\s:@"'<>?#]+)` + hostPart)
+
+// webScheme reports whether a URL of this scheme that has a user name but
+// no password holds a credential in the user name: for http(s) and ws(s)
+// it is a token (GitHub, GitLab, npm, Bitbucket take one so); for other
+// schemes (postgres://leasehold@host/db) it is a user name and is kept.
+func webScheme(scheme string) bool {
+	switch strings.ToLower(scheme) {
+	case "http", "https", "ws", "wss":
+		return true
+	}
+	return false
+}
 
 // Text masks, in free text such as an error message, URL passwords
-// (scheme://user:PASSWORD@) and credential-like name=value pairs.
+// (scheme://user:PASSWORD@, a password with '/' or '@' included), the user
+// name of an http(s) URL without a password (https://TOKEN@host) and
+// credential-like name=value pairs.
 func Text(s string) string {
-	s = userinfo.ReplaceAllString(s, "${1}"+Mask+"${3}")
+	s = userinfo.ReplaceAllStringFunc(s, func(m string) string {
+		g := userinfo.FindStringSubmatch(m)
+		if portThenPath.MatchString(g[2]) {
+			return m // scheme://host:8080/path/@name: a port, not a password
+		}
+		return g[1] + Mask + g[3]
+	})
+	s = webUser.ReplaceAllString(s, "${1}"+Mask+"${3}")
 	return bareParam.ReplaceAllString(s, "${1}"+Mask)
 }
 
-// URL returns s with the userinfo password and the values of
-// credential-like query parameters replaced by Mask. Something that does
-// not parse as a URL has its credential-like name=value pairs masked.
+// maskParams masks the values of the credential-like name=value pairs of a
+// raw query or fragment.
+func maskParams(raw string) string {
+	parts := strings.Split(raw, "&")
+	for i, p := range parts {
+		name, _, ok := strings.Cut(p, "=")
+		if dn, err := url.QueryUnescape(name); err == nil {
+			name = dn
+		}
+		if ok && sensitive(name) {
+			parts[i] = p[:strings.IndexByte(p, '=')+1] + Mask
+		}
+	}
+	return strings.Join(parts, "&")
+}
+
+// URL returns s with the userinfo password, the user name of an http(s)
+// URL without a password, and the values of credential-like query and
+// fragment parameters replaced by Mask. Something that does not parse as
+// a URL is masked as Text.
 func URL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || u.Scheme == "" {
-		return bareParam.ReplaceAllString(s, "${1}"+Mask)
+		return Text(s)
 	}
 	if _, has := u.User.Password(); has {
 		u.User = url.UserPassword(u.User.Username(), Mask)
+	} else if u.User != nil && u.User.Username() != "" && webScheme(u.Scheme) {
+		u.User = url.User(Mask)
 	}
 	if u.RawQuery != "" {
-		parts := strings.Split(u.RawQuery, "&")
-		for i, p := range parts {
-			name, _, ok := strings.Cut(p, "=")
-			if dn, err := url.QueryUnescape(name); err == nil {
-				name = dn
-			}
-			if ok && sensitive(name) {
-				parts[i] = p[:strings.IndexByte(p, '=')+1] + Mask
-			}
-		}
-		u.RawQuery = strings.Join(parts, "&")
+		u.RawQuery = maskParams(u.RawQuery)
 	}
-	return u.String()
+	frag := ""
+	if u.Fragment != "" || u.RawFragment != "" {
+		// A fragment is not sent, but OAuth's implicit flow and
+		// single-page apps carry tokens there (#access_token=…, or
+		// #/cb?access_token=…): mask its credential-like pairs as text.
+		frag = "#" + bareParam.ReplaceAllString(u.EscapedFragment(), "${1}"+Mask)
+		u.Fragment, u.RawFragment = "", ""
+	}
+	return u.String() + frag
 }
 
-// Secrets returns the secret values in the URL s (its password and the
-// values of its credential-like parameters, raw and unescaped), for a
+// Secrets returns the secret values in the URL s (its password, the user
+// name of an http(s) URL without a password, and the values of its
+// credential-like query and fragment parameters, raw and unescaped), for a
 // Replacer that scrubs text which may repeat them in another form.
 func Secrets(s string) []string {
 	u, err := url.Parse(s)
 	if err != nil || u.Scheme == "" {
 		var out []string
+		for _, m := range userinfo.FindAllStringSubmatch(s, -1) {
+			out = append(out, m[2])
+		}
+		for _, m := range webUser.FindAllStringSubmatch(s, -1) {
+			out = append(out, m[2])
+		}
 		for _, m := range bareParam.FindAllStringSubmatch(s, -1) {
 			out = append(out, m[2])
 		}
@@ -89,19 +168,31 @@ func Secrets(s string) []string {
 	var out []string
 	if pw, ok := u.User.Password(); ok {
 		out = append(out, pw, url.UserPassword("", pw).String()[1:]) // unescaped and as written
+	} else if u.User != nil && u.User.Username() != "" && webScheme(u.Scheme) {
+		out = append(out, u.User.Username(), u.User.String()) // unescaped and as written
 	}
-	for _, p := range strings.Split(u.RawQuery, "&") {
-		name, val, ok := strings.Cut(p, "=")
-		if dn, err := url.QueryUnescape(name); err == nil {
-			name = dn
+	params := func(raw string, unescape func(string) (string, error)) {
+		for _, p := range strings.Split(raw, "&") {
+			name, val, ok := strings.Cut(p, "=")
+			if dn, err := unescape(name); err == nil {
+				name = dn
+			}
+			if i := strings.LastIndexAny(name, "/?"); i >= 0 { // #/cb?access_token=…
+				name = name[i+1:]
+			}
+			if !ok || !sensitive(name) || val == "" {
+				continue
+			}
+			out = append(out, val)
+			if dv, err := unescape(val); err == nil {
+				out = append(out, dv)
+			}
 		}
-		if !ok || !sensitive(name) || val == "" {
-			continue
-		}
-		out = append(out, val)
-		if dv, err := url.QueryUnescape(val); err == nil {
-			out = append(out, dv)
-		}
+	}
+	params(u.RawQuery, url.QueryUnescape)
+	if u.Fragment != "" {
+		params(u.EscapedFragment(), url.PathUnescape)
+		params(u.Fragment, func(s string) (string, error) { return s, nil })
 	}
 	return out
 }
