@@ -129,7 +129,9 @@ func TestHTTPResultSecretNotSplitAtCut(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		var page struct{ Runs []struct{ State, Result, Error string } }
+		var page struct {
+			Runs []struct{ State, Result, Error string }
+		}
 		_ = json.Unmarshal(b, &page)
 		last = string(b)
 		if len(page.Runs) > 0 && page.Runs[0].State != "running" {
