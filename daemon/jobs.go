@@ -42,6 +42,11 @@ const (
 // killGrace is how long a command gets between SIGTERM and SIGKILL.
 const killGrace = 5 * time.Second
 
+// outputWait is how long a command's output is still read after it
+// exited: a process it left running in a session of its own (out of reach
+// of the group kill) may hold the pipe open for as long as it lives.
+const outputWait = 2 * time.Second
+
 // commandFunc runs a command job: argv without a shell, in its own process
 // group, killed (SIGTERM, then SIGKILL) when the run's context ends, and
 // killed by the kernel if the daemon dies (Pdeathsig).
@@ -58,6 +63,7 @@ func commandFunc(j *JobConfig, instance string) schedule.Func {
 		out := &capped{max: max}
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.WaitDelay = outputWait
 
 		// Pdeathsig fires when the thread that forked exits: keep this
 		// goroutine on its thread until the child is gone.
@@ -81,6 +87,12 @@ func commandFunc(j *JobConfig, instance string) schedule.Func {
 				err = <-waited
 			}
 			err = fmt.Errorf("command %q stopped: %w (%v)", c.Argv[0], context.Cause(ctx), err)
+		}
+		if errors.Is(err, exec.ErrWaitDelay) {
+			// The command exited well; something it started still held its
+			// output open, and was not waited for.
+			err = nil
+			_, _ = out.Write([]byte("\n[leasehold: output closed " + outputWait.String() + " after the command exited: a process it left running held it open]"))
 		}
 		r.Report(out.String())
 		if err != nil {
