@@ -49,18 +49,27 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	r.result = &result
 	log := s.cfg.logger.With("job", r.Job, "at", r.ScheduledAt, "token", g.Token, "attempt", r.Attempt)
 	ctx, cancel := s.runContext(e)
+	// Heartbeats go on until the job's function has returned — not until
+	// its context ends (timeout, shutdown): a job that is slow to stop is
+	// still running, and a lapsed lease would let another instance run the
+	// occurrence beside it. Losing the lease cancels the job's context.
+	hbCtx, hbStop := context.WithCancel(context.WithoutCancel(ctx))
 	hbDone := make(chan struct{})
-	var last time.Time // send time of the last confirmed claim or heartbeat
+	var (
+		last   time.Time // send time of the last confirmed claim or heartbeat
+		hbLost bool      // the heartbeats found the lease lost (read after hbDone)
+	)
 	go func() {
 		defer close(hbDone)
-		last = heartbeat(ctx, cancel, s.l, r, owner, g, sent)
+		last = heartbeat(hbCtx, func(cause error) { hbLost = true; cancel(cause) }, s.l, r, owner, g, sent)
 	}()
 	start := time.Now()
 	err := safeCall(ctx, e.job.Func, r)
 	took := time.Since(start)
-	lost := errors.Is(context.Cause(ctx), leasehold.ErrLeaseLost)
-	cancel(nil)
+	hbStop()
 	<-hbDone
+	lost := hbLost || errors.Is(context.Cause(ctx), leasehold.ErrLeaseLost)
+	cancel(nil)
 
 	out := backend.Outcome{State: backend.Succeeded, Duration: took, Result: result}
 	if err != nil {
