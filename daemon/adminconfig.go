@@ -52,6 +52,10 @@ type LogConfig struct {
 // HTTPOff disables the admin API when given as http.listen or --http.
 const HTTPOff = "off"
 
+// ListenNamed reports whether the admin API's address was named — by
+// http.listen in the config or by SetListen — rather than defaulted.
+func (c *Config) ListenNamed() bool { return c.HTTP.explicit }
+
 // SetListen sets the admin API's address from the command line.
 func (c *Config) SetListen(addr string) {
 	c.HTTP.Listen, c.HTTP.explicit = addr, true

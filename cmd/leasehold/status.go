@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/leasehold/leasehold/daemon"
 	"github.com/leasehold/leasehold/daemon/admin"
@@ -90,7 +89,7 @@ is printed as is (tokens as JSON strings).`,
 				}
 				// The generated token goes to the config's listener only:
 				// whoever else listens on --api must not receive it.
-				if token != "" && cfg != nil && !sameListener(u, listener) && listenInConfig(config) {
+				if token != "" && cfg != nil && !sameListener(u, listener) && cfg.ListenNamed() {
 					where := "its http.listen is unknown"
 					if listener != nil {
 						where = "it listens on " + listener.String()
@@ -213,25 +212,6 @@ func configListener(cfg *daemon.Config) (*url.URL, error) {
 		scheme = "https"
 	}
 	return &url.URL{Scheme: scheme, Host: net.JoinHostPort(host, port)}, nil
-}
-
-// listenInConfig reports whether the config file names http.listen. When
-// it does not, the daemon listens on the default address or on its --http,
-// which only the user who gives --api knows.
-func listenInConfig(path string) bool {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return true // as strict as can be
-	}
-	var c struct {
-		HTTP struct {
-			Listen string `yaml:"listen"`
-		} `yaml:"http"`
-	}
-	if yaml.Unmarshal(data, &c) != nil {
-		return true
-	}
-	return c.HTTP.Listen != ""
 }
 
 // sameListener reports whether the API URL u reaches the listener l: the
