@@ -79,8 +79,7 @@ func ClaimOccurrence(ctx context.Context, b backend.Ledger, job string, at time.
 			break
 		}
 	}
-	late := err == nil && time.Until(sent.Add(safeSpan(g.TTL))) <= 0
-	if late && firstUnknown.IsZero() {
+	if err == nil && firstUnknown.IsZero() && time.Until(sent.Add(safeSpan(g.TTL))) <= 0 {
 		firstUnknown = sent // the reply came after the deadline its send time gives
 	}
 	switch {
