@@ -44,24 +44,13 @@ func (b *failingFinish) Finish(ctx context.Context, job string, at time.Time, o 
 func TestFinishRetriedUntilLeaseEnds(t *testing.T) {
 	const ttl = 3 * time.Second
 	mem := memory.New()
-	defer mem.Close()
+	t.Cleanup(func() { mem.Close() }) // after the schedulers stop
 	fb := &failingFinish{Backend: mem, n: 10}
-	s, err := New(fb, WithInstance("a"), WithSweepEvery(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ran := make(chan Run, 100)
-	err = s.Register(Job{Name: "once", Schedule: "@every 2s", LeaseTTL: ttl, Crash: CrashRetry, MaxAttempts: 3,
+	startJob(t, fb, "a", Job{Name: "once", Schedule: "@every 2s", LeaseTTL: ttl, Crash: CrashRetry, MaxAttempts: 3,
 		Func: func(ctx context.Context, r Run) error { ran <- r; return nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Shutdown(ctx)
 	var first Run
 	select {
 	case first = <-ran:

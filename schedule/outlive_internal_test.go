@@ -18,7 +18,7 @@ import (
 func TestTimedOutJobNeverRunsBesideItself(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	mem := memory.New()
-	defer mem.Close()
+	t.Cleanup(func() { mem.Close() }) // after the schedulers stop
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var (
@@ -47,19 +47,8 @@ func TestTimedOutJobNeverRunsBesideItself(t *testing.T) {
 	}
 	var scheds []*Scheduler
 	for _, name := range []string{"a", "b"} {
-		s, err := New(mem, WithInstance(name), WithSweepEvery(20*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Register(Job{Name: "slow", Schedule: "0 0 1 1 *", LeaseTTL: ttl, Timeout: 100 * time.Millisecond,
-			Crash: CrashRetry, MaxAttempts: 3, Func: job}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		defer s.Shutdown(ctx)
-		scheds = append(scheds, s)
+		scheds = append(scheds, startJob(t, mem, name, Job{Name: "slow", Schedule: "0 0 1 1 *", LeaseTTL: ttl,
+			Timeout: 100 * time.Millisecond, Crash: CrashRetry, MaxAttempts: 3, Func: job}))
 	}
 	at := backend.Instant(time.Now())
 	go scheds[0].occur(scheds[0].loopCtx, scheds[0].jobs["slow"], at)

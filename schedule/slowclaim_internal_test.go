@@ -51,23 +51,13 @@ func liveAtStart(mem *memory.Backend, ch chan<- error) Func {
 func TestSlowClaimReplyNeverRunsExpired(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	mem := memory.New()
-	defer mem.Close()
+	t.Cleanup(func() { mem.Close() }) // after the schedulers stop
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	started := make(chan error, 10)
 
 	t.Run("Scheduler", func(t *testing.T) {
-		s, err := New(&slowClaimReply{Backend: mem, delay: 2 * ttl}, WithInstance("a"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Register(Job{Name: "slow", Schedule: "@every 1s", LeaseTTL: ttl, Func: liveAtStart(mem, started)}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		defer s.Shutdown(ctx)
+		startJob(t, &slowClaimReply{Backend: mem, delay: 2 * ttl}, "a", Job{Name: "slow", Schedule: "@every 1s", LeaseTTL: ttl, Func: liveAtStart(mem, started)})
 		select {
 		case err := <-started:
 			if err != nil {
