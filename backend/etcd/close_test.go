@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -40,33 +41,13 @@ func TestCloseDuringAcquireIsIndeterminate(t *testing.T) {
 	p.SetDelay(2 * time.Second)
 	got := make(chan error, 1)
 	go func() {
-		t0 := time.Now()
 		l, err := lk.TryAcquire(ctx, key)
-		t.Logf("TryAcquire took %v: %v", time.Since(t0), err)
 		if l != nil {
 			_ = l.Release(ctx)
 		}
 		got <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		l, err := direct.Get(ctx, bkey)
-		if err == nil {
-			break
-		}
-		select {
-		case err := <-got:
-			t.Fatalf("TryAcquire returned before its grant reached etcd: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the acquire did not reach etcd within 10s: %+v, %v", l, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if err := closing.Close(); err != nil {
-		t.Fatal(err)
-	}
+	closeOnceApplied(t, closing, got, "the acquire", func() error { _, err := direct.Get(ctx, bkey); return err })
 	select {
 	case err = <-got:
 	case <-time.After(10 * time.Second):
@@ -107,25 +88,13 @@ func TestCloseDuringFinish(t *testing.T) {
 	p.SetDelay(2 * time.Second)
 	got := make(chan error, 1)
 	go func() { got <- c.Finish(ctx, nil) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	closeOnceApplied(t, closing, got, "the Finish", func() error {
 		r, err := direct.GetRun(ctx, "job", at)
-		if err == nil && r.State == backend.Succeeded {
-			break
+		if err == nil && r.State != backend.Succeeded {
+			err = fmt.Errorf("state %s", r.State)
 		}
-		select {
-		case err := <-got:
-			t.Fatalf("Finish returned before its Txn reached etcd: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the Finish did not reach etcd within 10s: %+v, %v", r, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if err := closing.Close(); err != nil {
-		t.Fatal(err)
-	}
+		return err
+	})
 	select {
 	case err = <-got:
 	case <-time.After(15 * time.Second):
@@ -133,5 +102,32 @@ func TestCloseDuringFinish(t *testing.T) {
 	}
 	if err != nil && !errors.Is(err, leasehold.ErrIndeterminate) {
 		t.Fatalf("Finish closed in flight, its outcome recorded by etcd: %v, want nil or ErrIndeterminate", err)
+	}
+}
+
+// closeOnceApplied waits until applied reports the request the proxy holds
+// the reply of was applied by etcd (nil), failing if the call returned
+// first (its answer on got), then closes the backend with the reply still
+// in flight.
+func closeOnceApplied(t *testing.T, closing *etcd.Backend, got <-chan error, what string, applied func() error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := applied()
+		if err == nil {
+			break
+		}
+		select {
+		case err := <-got:
+			t.Fatalf("%s returned before etcd applied it: %v", what, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not reach etcd within 10s: %v", what, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := closing.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
