@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/daemon"
+	"github.com/leasehold/leasehold/internal/testserver"
 )
 
 // rawHTTPServer answers every request on a loopback port with the raw
@@ -109,19 +110,12 @@ func TestCellEscapes(t *testing.T) {
 	}
 }
 
-// postgresURL is the PostgreSQL server these machines run (trust
-// authentication, database "test"), with a table prefix of this test's own.
+// postgresURL is the shared test PostgreSQL server (testserver.PostgresURL:
+// skipped without it, failed in CI), with a table prefix of this test's own
+// and the extra query params.
 func postgresURL(t *testing.T, params string) string {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", "127.0.0.1:5432", 2*time.Second)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL is required in CI: %v", err)
-		}
-		t.Skipf("no PostgreSQL at 127.0.0.1:5432: %v", err)
-	}
-	c.Close()
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:5432/test?table_prefix=lh18s%d_&%s", time.Now().UnixNano()%1e9, params)
+	return fmt.Sprintf("%s&table_prefix=lh18s%d_&%s", testserver.PostgresURL(t), time.Now().UnixNano()%1e9, params)
 }
 
 // TestSecretsRedactedEverywhere (issue 18 item 2): secrets planted in the
