@@ -37,6 +37,7 @@ type Metrics struct {
 	runsLost  *prometheus.CounterVec   // namespace, job
 	recovered *prometheus.CounterVec   // namespace, job, action
 	caughtUp  *prometheus.CounterVec   // namespace, job
+	misfired  *prometheus.CounterVec   // namespace, job, policy
 	pruned    *prometheus.CounterVec   // namespace
 	prunes    *prometheus.CounterVec   // namespace, result
 }
@@ -95,6 +96,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		caughtUp: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: prefix + "misfires_caught_up_total", Help: "Missed occurrences claimed by this instance under the job's misfire policy.",
 		}, []string{"namespace", "job"}),
+		misfired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: prefix + "misfires_total", Help: "Occurrences that came due, or had their claim won, on this instance later than the job's misfire grace (paused, starved or clock stepped), by the policy applied.",
+		}, []string{"namespace", "job", "policy"}),
 		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: prefix + "ledger_pruned_runs_total", Help: "Run history records deleted by retention.",
 		}, []string{"namespace"}),
@@ -116,7 +120,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.acquire, m.renewals, m.renewFailures, m.lost, m.releases, m.leadership, m.leading,
-		m.claims, m.runs, m.runTime, m.runsLost, m.recovered, m.caughtUp, m.pruned, m.prunes}
+		m.claims, m.runs, m.runTime, m.runsLost, m.recovered, m.caughtUp, m.misfired, m.pruned, m.prunes}
 }
 
 // ObserveLock counts a lock or election event. It implements
@@ -166,6 +170,8 @@ func (m *Metrics) ObserveSchedule(ev schedule.Event) {
 		m.recovered.WithLabelValues(ev.Namespace, ev.Job, "reclaimed").Inc()
 	case schedule.EventAbandon:
 		m.recovered.WithLabelValues(ev.Namespace, ev.Job, "abandoned").Inc()
+	case schedule.EventMisfire:
+		m.misfired.WithLabelValues(ev.Namespace, ev.Job, ev.Result).Add(float64(ev.Count))
 	case schedule.EventPrune:
 		m.pruned.WithLabelValues(ev.Namespace).Add(float64(ev.Count))
 		res := "ok"

@@ -26,14 +26,16 @@ const (
 	EveryInstance Mode = "every-instance"
 )
 
-// Misfire says what to do with occurrences that passed while no instance
-// was alive to claim them.
+// Misfire says what to do with occurrences that were not claimed on time:
+// they passed while no instance was alive, or this instance's timer fired
+// more than Job.MisfireGrace late (the process was paused, its wall clock
+// stepped forward, it was starved of CPU), or its claim was won that late.
 type Misfire string
 
 const (
 	MisfireSkip    Misfire = "skip"     // forget them (the default)
-	MisfireRunOnce Misfire = "run-once" // run the latest one
-	MisfireRunAll  Misfire = "run-all"  // run each, bounded by MaxCatchUp
+	MisfireRunOnce Misfire = "run-once" // run the latest one, late
+	MisfireRunAll  Misfire = "run-all"  // run each, late, one after another, at most MaxCatchUp
 )
 
 // Crash says what happens to an occurrence whose runner died (its lease
@@ -98,7 +100,14 @@ type Job struct {
 	// pile up goroutines.
 	MaxConcurrent int
 
-	Misfire       Misfire
+	Misfire Misfire
+	// MisfireGrace is how late an occurrence may start and still count as
+	// on time (default 5 s, or MisfireWindow if shorter): one whose timer fired, or whose claim was won,
+	// later than that after its instant is a misfire, handled by Misfire
+	// like an occurrence that passed while no instance ran. Of several
+	// instants that came due at once (after a pause, a forward clock step),
+	// only the latest can be on time. Jitter is not counted as lateness.
+	MisfireGrace  time.Duration
 	MisfireWindow time.Duration // how far back catch-up looks (default 1 h)
 	MaxCatchUp    int           // run-all: at most this many (default 10)
 
@@ -155,6 +164,7 @@ func (j Job) withDefaults(retention time.Duration) (Job, *Spec, error) {
 		j.Crash = CrashRetry
 	}
 	def(&j.MisfireWindow, time.Hour)
+	def(&j.MisfireGrace, min(5*time.Second, j.MisfireWindow))
 	def(&j.LeaseTTL, 30*time.Second)
 	if j.MaxCatchUp == 0 {
 		j.MaxCatchUp = 10
@@ -180,6 +190,10 @@ func (j Job) withDefaults(retention time.Duration) (Job, *Spec, error) {
 		return j, nil, bad("max concurrent", j.MaxConcurrent, "is negative")
 	case j.MisfireWindow < 0:
 		return j, nil, bad("misfire window", j.MisfireWindow, "is negative")
+	case j.MisfireGrace < 0:
+		return j, nil, bad("misfire grace", j.MisfireGrace, "is negative")
+	case j.MisfireGrace > j.MisfireWindow:
+		return j, nil, bad("misfire grace", j.MisfireGrace, fmt.Sprintf("is longer than the misfire window %v", j.MisfireWindow))
 	case retention > 0 && j.MisfireWindow >= retention:
 		return j, nil, bad("misfire window", j.MisfireWindow, fmt.Sprintf("must be shorter than the history retention %v", retention))
 	case j.MaxCatchUp < 0 || j.MaxCatchUp > 10000:

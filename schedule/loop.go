@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -13,6 +14,10 @@ import (
 // errClaimUnconfirmed: a claim answered after an attempt with an unknown
 // outcome could not be confirmed while its lease could still be trusted.
 var errClaimUnconfirmed = errors.New("claim could not be confirmed before its deadline")
+
+// maxEarlyWait bounds how long a claim is retried while the backend
+// answers ErrTooEarly (this host's clock runs that far ahead of it).
+const maxEarlyWait = 10 * time.Second
 
 // maxInflight bounds the occurrences of one job whose claim (or run) is in
 // progress on this instance.
@@ -38,37 +43,130 @@ func (s *Scheduler) loop(ctx context.Context, e *entry) {
 		if !s.sleepUntil(ctx, at) {
 			return
 		}
-		cursor = at
-		switch {
-		case e.job.Mode == EveryInstance:
-			s.local(e, at)
-		case e.job.Mode == Leader && !s.leading.is():
-			// only the leader claims
-		case e.inflight.Load() >= maxInflight:
-			// Claims are falling behind (backend too slow for the schedule):
-			// skip rather than pile up goroutines; catch-up policies apply.
-			log.Warn("claims are falling behind the schedule; occurrence skipped", "at", at, "in flight", e.inflight.Load())
-		default:
-			s.runs.Add(1)
-			e.inflight.Add(1)
-			go func() {
-				defer s.runs.Done()
-				defer e.inflight.Add(-1)
-				s.occur(ctx, e, at)
-			}()
+		now := s.cfg.clock.Now()
+		due := s.dueSince(e, at, now)
+		cursor = due[len(due)-1]
+		onTime, late := s.misfired(e, due, now)
+		if len(late) > 0 && e.job.Mode != EveryInstance && !(e.job.Mode == Leader && !s.leading.is()) &&
+			s.misfire(ctx, e, late, now, onTime) {
+			continue // run after the late ones
+		}
+		for _, at := range onTime {
+			s.due(ctx, e, at)
 		}
 	}
+}
+
+// due starts the claim (or the local run) of an on-time instant.
+func (s *Scheduler) due(ctx context.Context, e *entry, at time.Time) {
+	switch {
+	case e.job.Mode == EveryInstance:
+		s.local(e, at)
+	case e.job.Mode == Leader && !s.leading.is():
+		// only the leader claims
+	case e.inflight.Load() >= maxInflight:
+		// Claims are falling behind (backend too slow for the schedule):
+		// skip rather than pile up goroutines; catch-up policies apply.
+		s.cfg.logger.Warn("claims are falling behind the schedule; occurrence skipped", "job", e.job.Name, "at", at, "in flight", e.inflight.Load())
+	default:
+		s.runs.Add(1)
+		e.inflight.Add(1)
+		go func() {
+			defer s.runs.Done()
+			defer e.inflight.Add(-1)
+			s.occur(ctx, e, at)
+		}()
+	}
+}
+
+// dueSince returns the instants from at (due) up to now, oldest first:
+// more than one when this process did not look for a while (it was paused,
+// starved, or its clock stepped forward). Instants older than the misfire
+// window are left out, as catch-up leaves them, so a clock step of a year
+// does not enumerate a year of instants.
+func (s *Scheduler) dueSince(e *entry, at, now time.Time) []time.Time {
+	due := []time.Time{at}
+	if w := now.Add(-e.job.MisfireWindow); at.Before(w) {
+		due = due[:0]
+		if n := e.spec.Next(w.Add(-time.Millisecond)); !n.IsZero() && !n.After(now) {
+			due = append(due, n)
+		}
+		if len(due) == 0 {
+			return []time.Time{at} // nothing in the window: at is the only (late) one
+		}
+	}
+	for n := e.spec.Next(due[len(due)-1]); !n.IsZero() && !n.After(now); n = e.spec.Next(n) {
+		due = append(due, n)
+	}
+	return due
+}
+
+// misfired splits instants that came due (oldest first) into those still
+// within the misfire grace and the misfired rest (late by more).
+func (s *Scheduler) misfired(e *entry, due []time.Time, now time.Time) (onTime, late []time.Time) {
+	i := 0
+	for i < len(due) && now.Sub(due[i]) > e.job.MisfireGrace {
+		i++
+	}
+	return due[i:], due[:i]
+}
+
+// misfire applies the job's misfire policy to instants that came due late
+// (oldest first): skip forgets them, run-once claims the latest of them
+// unless an on-time instant runs anyway, run-all claims each of the latest
+// MaxCatchUp one after another — followed by the on-time ones, so that
+// runs keep their order. It reports whether it took the on-time instants
+// over.
+func (s *Scheduler) misfire(ctx context.Context, e *entry, late []time.Time, now time.Time, onTime []time.Time) (took bool) {
+	s.cfg.logger.Warn("occurrences came due later than the misfire grace (this process was paused, starved or its clock stepped forward)",
+		"job", e.job.Name, "count", len(late), "first", late[0], "last", late[len(late)-1], "now", now,
+		"grace", e.job.MisfireGrace, "policy", e.job.Misfire)
+	s.emit(Event{Kind: EventMisfire, Job: e.job.Name, ScheduledAt: late[len(late)-1], Count: len(late), Result: string(e.job.Misfire)})
+	switch e.job.Misfire {
+	case MisfireRunOnce:
+		if len(onTime) == 0 {
+			s.catchUpRun(ctx, e, late[len(late)-1:], nil)
+		}
+	case MisfireRunAll:
+		if len(late) > e.job.MaxCatchUp {
+			late = late[len(late)-e.job.MaxCatchUp:]
+		}
+		s.catchUpRun(ctx, e, late, onTime)
+		return true
+	}
+	return false
 }
 
 // occur claims the occurrence at and runs it if the claim is won.
 func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 	log := s.cfg.logger.With("job", e.job.Name, "at", at)
+	var delay time.Duration
 	if e.job.Jitter > 0 { // delays the run, never the key
+		delay = rand.N(e.job.Jitter)
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.cfg.clock.After(rand.N(e.job.Jitter)):
+		case <-s.cfg.clock.After(delay):
 		}
+	}
+	// lateBy reports how late the occurrence is beyond its grace, if it is
+	// on-time work under policy skip: a run that would start that late is a
+	// misfire (the claim was slow, or the process stalled on the way). It
+	// is measured on the scheduler's clock when the claim starts, then in
+	// real time — less the waits after ErrTooEarly, which say the
+	// occurrence was early by the backend's clock, not late.
+	lateAtStart, t0 := s.cfg.clock.Now().Sub(at)-delay, time.Now()
+	var earlyWait time.Duration
+	lateBy := func() time.Duration {
+		if isCatchUp(ctx) || e.job.Misfire != MisfireSkip {
+			return 0
+		}
+		return max(0, lateAtStart+time.Since(t0)-earlyWait-e.job.MisfireGrace)
+	}
+	if d := lateBy(); d > 0 {
+		log.Warn("occurrence misfired: it came due later than the misfire grace; skipped", "late by", d, "grace", e.job.MisfireGrace)
+		s.emit(Event{Kind: EventMisfire, Job: e.job.Name, ScheduledAt: at, Count: 1, Result: string(e.job.Misfire)})
+		return
 	}
 	if s.claimsPaused(ctx, e.job.Name) {
 		log.Debug("occurrence not claimed: the job is paused")
@@ -121,6 +219,10 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 			}
 			s.emit(Event{Kind: EventClaim, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Token: leasehold.Token(g.Token),
 				Attempt: 1, Result: ClaimWon, CatchUp: isCatchUp(ctx)})
+			if d := lateBy(); d > 0 {
+				s.skipMisfired(e, req, g, base, d)
+				return
+			}
 			s.execute(e, Run{Job: e.job.Name, ScheduledAt: backend.Instant(at), Attempt: 1, Instance: s.cfg.instance}, owner, g, base)
 			return
 		case errors.As(err, &claimed):
@@ -149,17 +251,43 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		if ctx.Err() != nil {
 			return // stopping: unclaimed occurrences are left to the misfire policy
 		}
+		wait, early := backoff, errors.Is(err, backend.ErrTooEarly)
+		if early && earlyWait < maxEarlyWait {
+			// Not an attempt spent: the instant is not due yet by the
+			// backend's clock (this host's clock is ahead, or stepped
+			// forward). Poll finely enough to start within the grace.
+			attempt--
+			wait = min(backoff, max(10*time.Millisecond, e.job.MisfireGrace/4))
+		}
 		if attempt >= 10 {
 			log.Error("claim failed; misfire policy decides on recovery", "err", err)
 			s.emit(Event{Kind: EventClaim, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Result: ClaimError, CatchUp: isCatchUp(ctx), Err: err})
 			return
 		}
+		waited := time.Now()
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.cfg.clock.After(backoff):
+		case <-s.cfg.clock.After(wait):
+		}
+		if early {
+			earlyWait += time.Since(waited)
 		}
 		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// skipMisfired records a claim won later than the misfire grace, under
+// policy skip, as failed without running it: the occurrence is claimed
+// (nobody else runs it) and the record says why it did not run.
+func (s *Scheduler) skipMisfired(e *entry, req backend.ClaimRequest, g backend.Grant, sent time.Time, late time.Duration) {
+	msg := fmt.Sprintf("misfire: the claim was won %v later than the misfire grace %v; not run (misfire policy skip)", late.Round(time.Millisecond), e.job.MisfireGrace)
+	s.cfg.logger.Warn("occurrence misfired: its claim was won later than the misfire grace; recorded as failed, not run",
+		"job", e.job.Name, "at", req.ScheduledAt, "late by", late, "grace", e.job.MisfireGrace)
+	s.emit(Event{Kind: EventMisfire, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Token: leasehold.Token(g.Token), Count: 1, Result: string(e.job.Misfire)})
+	out := backend.Outcome{State: backend.Failed, Error: msg}
+	if err := finishRun(context.Background(), s.l, req.Job, req.ScheduledAt, req.Owner, g.Token, out, sent.Add(safeSpan(g.TTL)), g.TTL); err != nil {
+		s.cfg.logger.Warn("recording a misfired occurrence failed; the crash policy applies to it", "job", e.job.Name, "at", req.ScheduledAt, "err", err)
 	}
 }
 
@@ -223,15 +351,27 @@ func (s *Scheduler) catchUp(ctx context.Context, e *entry, now time.Time) {
 	if e.job.Misfire == MisfireRunOnce {
 		missed = missed[len(missed)-1:]
 	}
+	s.catchUpRun(ctx, e, missed, nil)
+}
+
+// catchUpRun claims and runs the misfired instants ats, then the on-time
+// instants then, one after another: the rate bound of catch-up.
+func (s *Scheduler) catchUpRun(ctx context.Context, e *entry, ats, then []time.Time) {
 	s.runs.Add(1)
 	go func() {
 		defer s.runs.Done()
-		for _, at := range missed { // one after another: the rate bound
+		for _, at := range ats {
 			if ctx.Err() != nil {
 				return
 			}
 			s.cfg.logger.Info("catching up a missed occurrence", "job", e.job.Name, "at", at)
 			s.occur(context.WithValue(ctx, catchUpKey{}, true), e, at)
+		}
+		for _, at := range then {
+			if ctx.Err() != nil {
+				return
+			}
+			s.occur(ctx, e, at)
 		}
 	}()
 }

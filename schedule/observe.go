@@ -33,9 +33,15 @@ const (
 	EventAbandon
 	// EventPrune: one retention pass ended; Count runs were deleted.
 	EventPrune
+	// EventMisfire: Count occurrences, the latest at ScheduledAt, came due
+	// (or had their claim won) later than the job's MisfireGrace — this
+	// process was paused, starved, or its clock stepped forward — and the
+	// misfire policy (Result) was applied: skip did not run them, run-once
+	// and run-all claim them as catch-up.
+	EventMisfire
 )
 
-var kindNames = [...]string{"", "claim", "run", "run-lost", "reclaim", "abandon", "prune"}
+var kindNames = [...]string{"", "claim", "run", "run-lost", "reclaim", "abandon", "prune", "misfire"}
 
 // String returns the kind's name ("claim", "run", ...).
 func (k EventKind) String() string {
@@ -64,7 +70,7 @@ type Event struct {
 	Result      string
 	CatchUp     bool // EventClaim: a misfired occurrence claimed by the misfire policy
 	Duration    time.Duration
-	Count       int   // EventPrune: runs deleted
+	Count       int   // EventPrune: runs deleted; EventMisfire: occurrences late
 	Err         error // the failure, if any
 }
 

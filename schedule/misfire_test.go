@@ -1,0 +1,227 @@
+package schedule_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// stallClock is real time that can be stalled, as a SIGSTOP stalls a
+// process: while stalled no timer it handed out fires; on Resume the
+// overdue ones fire at once, as after SIGCONT. Step moves Now, as a wall
+// clock step does (timers keep their real durations, as Go's do).
+type stallClock struct {
+	mu     sync.Mutex
+	gate   chan struct{} // closed while running
+	offset time.Duration
+}
+
+func newStallClock() *stallClock {
+	g := make(chan struct{})
+	close(g)
+	return &stallClock{gate: g}
+}
+
+func (c *stallClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *stallClock) After(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	go func() {
+		<-time.After(d)
+		for {
+			c.mu.Lock()
+			g := c.gate
+			c.mu.Unlock()
+			<-g
+			c.mu.Lock()
+			open := g == c.gate
+			c.mu.Unlock()
+			if open {
+				ch <- c.Now()
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+func (c *stallClock) Stall() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gate = make(chan struct{})
+}
+
+func (c *stallClock) Resume() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	close(c.gate)
+}
+
+func (c *stallClock) Step(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
+}
+
+// started is one run's instant and how late it started, on the job's clock.
+type started struct {
+	at       time.Time
+	late     time.Duration
+	from, to time.Time // real time the function ran
+}
+
+type startLog struct {
+	mu   sync.Mutex
+	runs []started
+}
+
+func (l *startLog) add(s started) { l.mu.Lock(); l.runs = append(l.runs, s); l.mu.Unlock() }
+func (l *startLog) all() []started {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]started(nil), l.runs...)
+}
+
+// untilPhase sleeps until real time is phase past a multiple of period.
+func untilPhase(period, phase time.Duration) {
+	now := time.Now()
+	next := now.Truncate(period).Add(phase)
+	if !next.After(now) {
+		next = next.Add(period)
+	}
+	time.Sleep(time.Until(next))
+}
+
+// TestPauseAppliesMisfirePolicy stalls a scheduler past several instants
+// of a 1 s job and resumes it 600 ms after an instant (late beyond the
+// 200 ms grace): the missed instants are misfires. Before, all of them
+// started at once on resume, whatever the policy.
+func TestPauseAppliesMisfirePolicy(t *testing.T) {
+	const period, grace = time.Second, 200 * time.Millisecond
+	for _, tc := range []struct {
+		policy schedule.Misfire
+		late   int // runs expected among the missed instants
+	}{
+		{schedule.MisfireSkip, 0},
+		{schedule.MisfireRunOnce, 1},
+		{schedule.MisfireRunAll, 2}, // MaxCatchUp
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			t.Parallel()
+			clock := newStallClock()
+			s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
+			var log startLog
+			err := s.Register(schedule.Job{Name: "tick", Schedule: "@every 1s", Misfire: tc.policy, MisfireGrace: grace, MaxCatchUp: 2,
+				Func: func(ctx context.Context, r schedule.Run) error {
+					from := time.Now()
+					late := clock.Now().Sub(r.ScheduledAt)
+					time.Sleep(50 * time.Millisecond)
+					log.add(started{at: r.ScheduledAt, late: late, from: from, to: time.Now()})
+					return nil
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start(t, s)
+			untilPhase(period, 300*time.Millisecond)
+			stalledAt := time.Now()
+			clock.Stall()
+			time.Sleep(3 * period)
+			untilPhase(period, 600*time.Millisecond)
+			resumed := time.Now()
+			clock.Resume()
+			// Two more instants on time after the resume.
+			waitFor(t, 5*time.Second, "two on-time runs after the resume", func() bool {
+				n := 0
+				for _, r := range log.all() {
+					if r.at.After(resumed) {
+						n++
+					}
+				}
+				return n >= 2
+			})
+			var late []started
+			for _, r := range log.all() {
+				if r.at.After(stalledAt) && r.at.Before(resumed) {
+					late = append(late, r)
+				} else if r.late > grace {
+					t.Errorf("on-time instant %v started %v late (grace %v)", r.at, r.late, grace)
+				}
+			}
+			if len(late) != tc.late {
+				t.Fatalf("policy %s: %d of the missed instants ran, want %d: %+v", tc.policy, len(late), tc.late, late)
+			}
+			for i := 1; i < len(late); i++ { // run-all: in order, one after another
+				if !late[i].at.After(late[i-1].at) || late[i].from.Before(late[i-1].to) {
+					t.Errorf("catch-up runs out of order or overlapping: %+v", late)
+				}
+			}
+			if tc.late > 0 && !late[len(late)-1].at.After(resumed.Add(-period)) {
+				t.Errorf("the latest missed instant was not among those run: %+v (resumed %v)", late, resumed)
+			}
+		})
+	}
+}
+
+// TestClockStepForwardSkipsMisfires steps the scheduler's wall clock 3 s
+// forward: the instants it jumped over are misfires, not run under policy
+// skip, and the instants after them run when the backend's clock says they
+// are due, one at a time (claims ahead of it are refused as too early).
+// Before, each jumped-over instant was claimed at once and then run.
+func TestClockStepForwardSkipsMisfires(t *testing.T) {
+	const grace, step = 200 * time.Millisecond, 3 * time.Second
+	clock := newStallClock()
+	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
+	var log startLog
+	err := s.Register(schedule.Job{Name: "tick", Schedule: "@every 100ms", MisfireGrace: grace,
+		Func: func(ctx context.Context, r schedule.Run) error {
+			log.add(started{at: r.ScheduledAt, late: time.Since(r.ScheduledAt), from: time.Now()})
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	waitFor(t, 5*time.Second, "runs before the step", func() bool { return len(log.all()) >= 3 })
+	before := time.Now()
+	clock.Step(step)
+	waitFor(t, 10*time.Second, "runs after the step", func() bool {
+		n := 0
+		for _, r := range log.all() {
+			if r.at.After(before.Add(step)) {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	for _, r := range log.all() {
+		if r.at.After(before.Add(grace)) && r.at.Before(before.Add(step-grace)) {
+			t.Errorf("jumped-over instant %v ran (step at %v)", r.at, before)
+		}
+		if r.late > grace {
+			t.Errorf("instant %v started %v late in real time (grace %v)", r.at, r.late, grace)
+		}
+	}
+}
+
+func TestMisfireGraceValidated(t *testing.T) {
+	for _, j := range []schedule.Job{
+		{Name: "j", Schedule: "@every 1s", MisfireGrace: -time.Second},
+		{Name: "j", Schedule: "@every 1s", MisfireGrace: 2 * time.Minute, MisfireWindow: time.Minute},
+	} {
+		j.Func = func(context.Context, schedule.Run) error { return nil }
+		err := schedule.Validate(j, 0)
+		if err == nil || !strings.Contains(err.Error(), "misfire grace") {
+			t.Errorf("Validate(%+v) = %v, want an error naming misfire grace", j, err)
+		}
+	}
+}
