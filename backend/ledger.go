@@ -42,11 +42,12 @@ type ClaimRequest struct {
 	// earlier than the backend's clock minus MaxLate (an occurrence that
 	// late is a misfire, handled by the job's misfire policy, never claimed
 	// by a process that woke late). Zero: no bound. It is judged by the
-	// same clock as MaxEarly, and after the occurrence's record: a retry by
-	// the same owner nonce of an applied claim still answers "yours", and a
-	// claim of an occurrence claimed before still fails with a
-	// *ClaimedError. Reclaim ignores MaxLate: a reclaimed occurrence was
-	// claimed in time.
+	// same clock as MaxEarly, in the order: the occurrence's record,
+	// MaxEarly, MaxLate, MaxRunning. So a retry by the same owner nonce of
+	// an applied claim still answers "yours", a claim of an occurrence
+	// claimed before still fails with a *ClaimedError, and a late claim is
+	// ErrTooLate even while the job is at MaxRunning. Reclaim ignores
+	// MaxLate: a reclaimed occurrence was claimed in time.
 	MaxLate time.Duration
 	// MaxRunning > 0 refuses the claim with ErrOverlap while that many
 	// occurrences of the job are running under unexpired leases

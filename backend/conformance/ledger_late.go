@@ -52,6 +52,16 @@ func checkClaimTooLate(t T, e *env) {
 	if !hw.Equal(base) {
 		t.Errorf("HighWater after a refused late claim = %v, want it unchanged at %v", hw, base)
 	}
+	// Through the MaxRunning path too, and before MaxRunning: with the
+	// job at its limit of 1 (base runs), the late claim is still a misfire.
+	late.MaxRunning = 5
+	_, err = b.Claim(ctx, late)
+	mustIs(t, err, backend.ErrTooLate, "Claim 10 s late with MaxLate 2s, MaxRunning 5")
+	late.MaxRunning = 1
+	_, err = b.Claim(ctx, late)
+	mustIs(t, err, backend.ErrTooLate, "Claim 10 s late with MaxLate 2s while the job is at MaxRunning 1")
+	_, err = b.GetRun(ctx, "job", late.ScheduledAt)
+	mustIs(t, err, backend.ErrNotFound, "GetRun of an occurrence refused as too late with MaxRunning")
 	runs, err := b.ListRuns(ctx, backend.RunFilter{})
 	mustNil(t, err, "ListRuns")
 	if len(runs) != 1 {
