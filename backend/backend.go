@@ -53,6 +53,10 @@ var (
 	// ErrTooEarly: a claim was made while the backend's clock says the
 	// occurrence is still in the future beyond the allowed tolerance.
 	ErrTooEarly = errors.New("leasehold/backend: occurrence is in the future")
+	// ErrTooLate: a claim was made while the backend's clock says the
+	// occurrence is older than the claim's MaxLate: it is a misfire, for the
+	// job's misfire policy, not a claim by a process that woke late.
+	ErrTooLate = errors.New("leasehold/backend: occurrence is too late to claim (a misfire)")
 	// ErrOverlap: a claim would exceed the job's cluster-wide limit of
 	// concurrently running occurrences.
 	ErrOverlap = errors.New("leasehold/backend: too many running occurrences")

@@ -38,6 +38,17 @@ type ClaimRequest struct {
 	// MaxEarly: the claim is refused with ErrTooEarly when ScheduledAt is
 	// later than the backend's clock plus MaxEarly. Zero allows no earliness.
 	MaxEarly time.Duration
+	// MaxLate > 0: the claim is refused with ErrTooLate when ScheduledAt is
+	// earlier than the backend's clock minus MaxLate (an occurrence that
+	// late is a misfire, handled by the job's misfire policy, never claimed
+	// by a process that woke late). Zero: no bound. It is judged by the
+	// same clock as MaxEarly, in the order: the occurrence's record,
+	// MaxEarly, MaxLate, MaxRunning. So a retry by the same owner nonce of
+	// an applied claim still answers "yours", a claim of an occurrence
+	// claimed before still fails with a *ClaimedError, and a late claim is
+	// ErrTooLate even while the job is at MaxRunning. Reclaim ignores
+	// MaxLate: a reclaimed occurrence was claimed in time.
+	MaxLate time.Duration
 	// MaxRunning > 0 refuses the claim with ErrOverlap while that many
 	// occurrences of the job are running under unexpired leases
 	// (cluster-wide no-overlap is MaxRunning = 1).

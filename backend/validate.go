@@ -106,6 +106,9 @@ func CheckClaim(r ClaimRequest, minTTL time.Duration) error {
 	if r.MaxEarly < 0 {
 		return fmt.Errorf("%w: max early %v is negative", ErrInvalid, r.MaxEarly)
 	}
+	if r.MaxLate < 0 {
+		return fmt.Errorf("%w: max late %v is negative", ErrInvalid, r.MaxLate)
+	}
 	if r.MaxRunning < 0 {
 		return fmt.Errorf("%w: max running %d is negative", ErrInvalid, r.MaxRunning)
 	}

@@ -96,6 +96,7 @@ func checks() []check {
 	cs = append(cs, leaseChecks()...)
 	cs = append(cs, queueChecks()...)
 	cs = append(cs, ledgerChecks()...)
+	cs = append(cs, lateChecks()...)
 	cs = append(cs, libraryChecks()...)
 	return cs
 }

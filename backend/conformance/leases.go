@@ -406,6 +406,10 @@ func checkBadInput(t T, e *env) {
 			_, err := b.Claim(ctx, backend.ClaimRequest{Job: "bad", ScheduledAt: time.Now(), Owner: a})
 			return err
 		}},
+		{"claim negative max late", "max late", func() error {
+			_, err := b.Claim(ctx, backend.ClaimRequest{Job: "bad", ScheduledAt: time.Now(), Owner: a, TTL: ttl, MaxLate: -time.Second})
+			return err
+		}},
 		{"finish bad state", "state", func() error {
 			return b.Finish(ctx, "bad", time.Now(), a, 1, backend.Outcome{State: "exploded"})
 		}},

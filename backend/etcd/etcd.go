@@ -82,7 +82,7 @@
 //     <prefix>a/<job>/<instant>.
 //
 // What etcd does not give: a readable server wall clock. ClaimedAt,
-// FinishedAt and the ErrTooEarly check use this client's clock; lease
+// FinishedAt and the ErrTooEarly and ErrTooLate checks use this client's clock; lease
 // expiry (the safety-relevant clock) is etcd's.
 //
 // Space: etcd keeps every revision until compaction, and a full quota

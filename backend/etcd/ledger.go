@@ -126,6 +126,10 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 			return backend.Grant{}, fmt.Errorf("%w: %s, clock %s, max early %v",
 				backend.ErrTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
 		}
+		if req.MaxLate > 0 && at.Before(now.Add(-req.MaxLate)) {
+			return backend.Grant{}, fmt.Errorf("%w: %s, clock %s, max late %v",
+				backend.ErrTooLate, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
+		}
 		if req.MaxRunning > 0 {
 			cr, err := b.c.Get(ctx, b.prefix+"a/"+escJob(req.Job)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 			if err != nil {

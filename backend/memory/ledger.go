@@ -59,6 +59,10 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		return backend.Grant{}, fmt.Errorf("%w: job %q at %s, backend clock %s, max early %v",
 			backend.ErrTooEarly, req.Job, at.Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
 	}
+	if req.MaxLate > 0 && at.Before(now.Add(-req.MaxLate)) {
+		return backend.Grant{}, fmt.Errorf("%w: job %q at %s, backend clock %s, max late %v",
+			backend.ErrTooLate, req.Job, at.Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
+	}
 	if req.MaxRunning > 0 {
 		if n := b.runningLocked(req.Job, now); n >= req.MaxRunning {
 			return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, n, req.MaxRunning)

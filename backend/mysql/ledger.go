@@ -78,7 +78,8 @@ var errLostRace = errors.New("lost the race")
 
 // Claim implements backend.Ledger: in one READ COMMITTED transaction, read
 // the occurrence; INSERT the run (token 0 for now) unless it is in the
-// future beyond MaxEarly by the server's clock; take the job's next token
+// future beyond MaxEarly by the server's clock; refuse it (rolled back) if
+// it is older than MaxLate by that clock; take the job's next token
 // (which locks the job's row, so the claims of one job are serialised);
 // count running occurrences when MaxRunning is set; set the run's token.
 // A duplicate-key error on the INSERT means another claim won. Inserting
@@ -132,6 +133,16 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 			return fmt.Errorf("%w: %s, backend clock %s, max early %v",
 				backend.ErrTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
 		}
+		if req.MaxLate > 0 { // judged once the INSERT holds the key: rolled back if late
+			var now time.Time
+			if err := tx.QueryRowContext(ctx, `SELECT NOW(6)`).Scan(&now); err != nil {
+				return err
+			}
+			if at.Before(now.Add(-req.MaxLate)) {
+				return fmt.Errorf("%w: %s, backend clock %s, max late %v",
+					backend.ErrTooLate, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
+			}
+		}
 		res, err = tx.ExecContext(ctx, b.bumpSQL(), req.Job, at, req.SpecVersion)
 		if err != nil {
 			return err
@@ -164,7 +175,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		exist, err = &r, nil
 	}
 	switch {
-	case errors.Is(err, backend.ErrTooEarly) || errors.Is(err, backend.ErrOverlap):
+	case errors.Is(err, backend.ErrTooEarly) || errors.Is(err, backend.ErrTooLate) || errors.Is(err, backend.ErrOverlap):
 		return backend.Grant{}, err
 	case err != nil:
 		return backend.Grant{}, dbErr(ctx, what, err)

@@ -55,6 +55,22 @@ func occurrence(job string, at time.Time) string {
 	return fmt.Sprintf("job %q at %s", job, at.Format(time.RFC3339Nano))
 }
 
+// tooLate returns ErrTooLate when MaxLate bounds the claim and at is
+// earlier than the server's clock now minus MaxLate. Claim judges it in the
+// order of the other backends — the occurrence's record, MaxEarly,
+// MaxLate, MaxRunning — inside the transaction that the error rolls back:
+// a claim of an existing occurrence (a retry by the same nonce, or another
+// owner) is answered from its record. Without MaxRunning it is judged after
+// the INSERT took the occurrence's key, so that holds even when the
+// record's transaction was still in flight (the INSERT waited for it).
+func tooLate(req backend.ClaimRequest, at, now time.Time) error {
+	if req.MaxLate <= 0 || !at.Before(now.Add(-req.MaxLate)) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s, backend clock %s, max late %v",
+		backend.ErrTooLate, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
+}
+
 // claimSQL claims an occurrence in one statement: it bumps the job's
 // counter and raises its high-water mark (which locks the job's row, so the
 // claims of one job are serialised), then inserts the run with ON CONFLICT
@@ -109,6 +125,9 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		} else {
 			bumped, token, now, err = b.claimInsertFirst(ctx, req, at)
 		}
+		if errors.Is(err, backend.ErrTooLate) {
+			return backend.Grant{}, err
+		}
 		if err != nil {
 			return backend.Grant{}, dbErr(ctx, what, err)
 		}
@@ -154,7 +173,8 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 // and sets the run's token. Claims that bumped the counter first queued
 // every concurrent loser on the job's row for a WAL flush of its own.
 // Results as claimSQL's: bumped = 1 unless it is too early, token nil when
-// the occurrence exists.
+// the occurrence exists; an ErrTooLate error (rolled back) when it was
+// inserted but is too late.
 func (b *Backend) claimInsertFirst(ctx context.Context, req backend.ClaimRequest, at time.Time) (int, *int64, time.Time, error) {
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
@@ -184,6 +204,9 @@ func (b *Backend) claimInsertFirst(ctx context.Context, req backend.ClaimRequest
 		}
 		return 0, nil, now, nil
 	}
+	if err := tooLate(req, at, now); err != nil {
+		return 0, nil, now, err
+	}
 	var token int64
 	if err := tx.QueryRow(ctx, `WITH j AS (
 			INSERT INTO `+b.tJobs+` AS j (job, counter, high_at, high_version) VALUES ($1, 1, $2, $3)
@@ -202,7 +225,8 @@ func (b *Backend) claimInsertFirst(ctx context.Context, req backend.ClaimRequest
 }
 
 // claimLimited is Claim with MaxRunning: it returns bumped = 1 and the
-// token when the run was inserted; bumped = 0 when it is too early;
+// token when the run was inserted; bumped = 0 when it is too early; an
+// ErrTooLate error when it is too late;
 // bumped = -running when the job is at its limit; token nil when the
 // occurrence exists.
 func (b *Backend) claimLimited(ctx context.Context, req backend.ClaimRequest, at time.Time) (int, *int64, time.Time, error) {
@@ -225,6 +249,9 @@ func (b *Backend) claimLimited(ctx context.Context, req backend.ClaimRequest, at
 	}
 	if early {
 		return 0, nil, now, nil
+	}
+	if err := tooLate(req, at, now); err != nil {
+		return 0, nil, now, err
 	}
 	// Lock the job's row (creating it), so that claims of this job queue
 	// here; the count below then sees every claim committed before.

@@ -77,7 +77,8 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	at := backend.Instant(req.ScheduledAt)
 	ttl := time.Duration(ttlMS(req.TTL)) * time.Millisecond
 	res, err := claimLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, req.Job, fmtAt(at), req.SpecVersion,
-		req.Owner.Instance, req.Owner.Nonce.String(), ttl.Microseconds(), req.MaxEarly.Microseconds(), req.MaxRunning).Slice()
+		req.Owner.Instance, req.Owner.Nonce.String(), ttl.Microseconds(), req.MaxEarly.Microseconds(), req.MaxRunning,
+		int64((req.MaxLate+time.Microsecond-1)/time.Microsecond)).Slice() // rounded up: a bound under 1 µs stays a bound
 	if err != nil {
 		return backend.Grant{}, fmt.Errorf("redis: claim %q at %s: %w", req.Job, at.Format(time.RFC3339Nano), err)
 	}
@@ -99,6 +100,9 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 			req.Job, at.Format(time.RFC3339Nano), usTime(toInt(res[1])).Format(time.RFC3339Nano), req.MaxEarly)
 	case 4:
 		return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, toInt(res[1]), req.MaxRunning)
+	case 5:
+		return backend.Grant{}, fmt.Errorf("%w: job %q at %s, backend clock %s, max late %v", backend.ErrTooLate,
+			req.Job, at.Format(time.RFC3339Nano), usTime(toInt(res[1])).Format(time.RFC3339Nano), req.MaxLate)
 	}
 	return backend.Grant{}, fmt.Errorf("redis: claim %q: unexpected reply %v", req.Job, res)
 }

@@ -85,8 +85,10 @@ local function finished(s) return s == 'succeeded' or s == 'failed' or s == 'aba
 `
 
 // claimScript: ARGV L, job, ms, spec, instance, nonce, ttl µs, maxEarly µs,
-// maxRunning. Returns {1, token} | {2, now, run} claimed | {3, now} too
-// early | {4, running} overlap.
+// maxRunning, maxLate µs (0: no bound). Returns {1, token} | {2, now, run}
+// claimed | {3, now} too early | {4, running} overlap | {5, now} too late.
+// The record is looked at first: a retry by the same nonce is "yours" and
+// another owner is told the holder, however late.
 const claimScript = ledgerLib + `
 local job, ms, inst, nonce = ARGV[2], ARGV[3], ARGV[5], ARGV[6]
 local now = now_us()
@@ -102,6 +104,8 @@ if r then
   return {2, d(now), raw}
 end
 if tonumber(ms) * 1000 > now + tonumber(ARGV[8]) then return {3, d(now)} end
+local maxl = tonumber(ARGV[10])
+if maxl > 0 and tonumber(ms) * 1000 < now - maxl then return {5, d(now)} end
 local maxr = tonumber(ARGV[9])
 if maxr > 0 then
   local n = redis.call('ZCOUNT', L .. 'active:' .. job, '(' .. d(now), '+inf')

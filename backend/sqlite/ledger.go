@@ -104,6 +104,10 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 			return fmt.Errorf("%w: %s, backend clock %s, max early %v",
 				backend.ErrTooEarly, occurrence(req.Job, at), wall.UTC().Format(time.RFC3339Nano), req.MaxEarly)
 		}
+		if req.MaxLate > 0 && at.Before(wall.Add(-req.MaxLate)) {
+			return fmt.Errorf("%w: %s, backend clock %s, max late %v",
+				backend.ErrTooLate, occurrence(req.Job, at), wall.UTC().Format(time.RFC3339Nano), req.MaxLate)
+		}
 		if req.MaxRunning > 0 {
 			var n int
 			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM runs

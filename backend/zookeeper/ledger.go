@@ -65,6 +65,10 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 			return backend.Grant{}, fmt.Errorf("%w: %s, clock %s, max early %v",
 				backend.ErrTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
 		}
+		if req.MaxLate > 0 && at.Before(now.Add(-req.MaxLate)) {
+			return backend.Grant{}, fmt.Errorf("%w: %s, clock %s, max late %v",
+				backend.ErrTooLate, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
+		}
 		j, ver, err := b.readJob(req.Job)
 		if err != nil {
 			return backend.Grant{}, err
