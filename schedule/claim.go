@@ -34,6 +34,9 @@ type ClaimOptions struct {
 	Instance string        // default: "leasehold"
 	TTL      time.Duration // the runner's lease (default 30 s)
 	MaxEarly time.Duration // how early by the backend's clock (default 1 s)
+	// MaxLate refuses the claim (backend.ErrTooLate) when at is older than
+	// the backend's clock less MaxLate: a misfire. 0: no bound.
+	MaxLate time.Duration
 }
 
 // ClaimOccurrence claims the occurrence (job, at) in the ledger b. It
@@ -55,7 +58,7 @@ func ClaimOccurrence(ctx context.Context, b backend.Ledger, job string, at time.
 	}
 	owner := backend.Owner{Instance: o.Instance, Nonce: backend.NewNonce()}
 	at = backend.Instant(at)
-	req := backend.ClaimRequest{Job: job, ScheduledAt: at, Owner: owner, TTL: o.TTL, MaxEarly: o.MaxEarly}
+	req := backend.ClaimRequest{Job: job, ScheduledAt: at, Owner: owner, TTL: o.TTL, MaxEarly: o.MaxEarly, MaxLate: o.MaxLate}
 	var (
 		g    backend.Grant
 		err  error
@@ -69,7 +72,7 @@ func ClaimOccurrence(ctx context.Context, b backend.Ledger, job string, at time.
 		sent = time.Now()
 		g, err = b.Claim(ctx, req)
 		if err == nil || errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrInvalid) ||
-			errors.Is(err, backend.ErrTooEarly) || errors.Is(err, backend.ErrOverlap) {
+			errors.Is(err, backend.ErrTooEarly) || errors.Is(err, backend.ErrTooLate) || errors.Is(err, backend.ErrOverlap) {
 			break
 		}
 		if firstUnknown.IsZero() && !errors.Is(err, backend.ErrNotApplied) && !errors.Is(err, backend.ErrClosed) {

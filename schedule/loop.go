@@ -182,6 +182,9 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 	req := backend.ClaimRequest{
 		Job: e.job.Name, ScheduledAt: at, SpecVersion: e.spec.Version(), Owner: owner,
 		TTL: e.job.LeaseTTL, MaxEarly: s.cfg.tolerance, MaxRunning: e.job.MaxConcurrent,
+		// The ledger refuses an instant older than the misfire window by
+		// its clock: a process that woke that late never claims it.
+		MaxLate: e.job.MisfireWindow + s.cfg.tolerance,
 	}
 	backoff := 10 * time.Millisecond
 	// firstUnknown is the send time of the oldest attempt whose outcome is
@@ -234,6 +237,10 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		case errors.Is(err, backend.ErrOverlap):
 			s.emit(Event{Kind: EventClaim, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Result: ClaimOverlap, CatchUp: isCatchUp(ctx), Err: err})
 			log.Info("occurrence skipped: the job is already running at its concurrency limit", "err", err)
+			return
+		case errors.Is(err, backend.ErrTooLate):
+			log.Warn("occurrence misfired: the backend's clock says it is older than the misfire window; not claimed", "err", err)
+			s.emit(Event{Kind: EventMisfire, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Count: 1, Result: string(e.job.Misfire), Err: err})
 			return
 		case errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):
 			log.Error("claim rejected", "err", err)

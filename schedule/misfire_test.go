@@ -2,11 +2,14 @@ package schedule_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -222,6 +225,63 @@ func TestMisfireGraceValidated(t *testing.T) {
 		err := schedule.Validate(j, 0)
 		if err == nil || !strings.Contains(err.Error(), "misfire grace") {
 			t.Errorf("Validate(%+v) = %v, want an error naming misfire grace", j, err)
+		}
+	}
+}
+
+// stalledSend holds the first Claim back before sending it, as a process
+// paused between deciding to claim and its request leaving does.
+type stalledSend struct {
+	backend.Backend
+	hold time.Duration
+	once sync.Once
+}
+
+func (b *stalledSend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	if req.Job == "tick" {
+		b.once.Do(func() { time.Sleep(b.hold) })
+	}
+	return b.Backend.Claim(ctx, req)
+}
+
+// TestLedgerRefusesClaimOlderThanMisfireWindow holds a claim back past the
+// job's misfire window before it is sent: the ledger refuses it (the
+// backend's clock says it is a misfire), so the occurrence is neither
+// recorded nor run, and the scheduler reports a misfire.
+func TestLedgerRefusesClaimOlderThanMisfireWindow(t *testing.T) {
+	mem := memory.New()
+	var misfires atomic.Int64
+	s := newScheduler(t, &stalledSend{Backend: mem, hold: 1500 * time.Millisecond}, "a",
+		schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
+			if ev.Kind == schedule.EventMisfire && errors.Is(ev.Err, backend.ErrTooLate) {
+				misfires.Add(1)
+			}
+		})))
+	var log startLog
+	err := s.Register(schedule.Job{Name: "tick", Schedule: "@every 1s", Misfire: schedule.MisfireRunOnce,
+		MisfireWindow: time.Second, MisfireGrace: 200 * time.Millisecond,
+		Func: func(ctx context.Context, r schedule.Run) error {
+			log.add(started{at: r.ScheduledAt, late: time.Since(r.ScheduledAt), from: time.Now()})
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	waitFor(t, 10*time.Second, "the held-back claim refused as a misfire", func() bool { return misfires.Load() == 1 })
+	waitFor(t, 5*time.Second, "later occurrences run", func() bool { return len(log.all()) >= 2 })
+	for _, r := range log.all() {
+		if r.late > time.Second {
+			t.Errorf("occurrence %v ran %v late, past its misfire window", r.at, r.late)
+		}
+	}
+	runs, err := mem.ListRuns(context.Background(), backend.RunFilter{Job: "tick"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range runs {
+		if time.Since(r.ScheduledAt) > 0 && r.ClaimedAt.Sub(r.ScheduledAt) > time.Second {
+			t.Errorf("run %v claimed %v after its instant", r.ScheduledAt, r.ClaimedAt.Sub(r.ScheduledAt))
 		}
 	}
 }
