@@ -70,6 +70,19 @@ type Report struct {
 	Regressions []Regression `json:"token_regressions,omitempty"`
 	Overlaps    []Overlap    `json:"overlapping_grants,omitempty"`
 
+	// LateStarts: first attempts that started later than the misfire grace
+	// (policy skip), on both the worker's scheduler clock and real time.
+	LateStarts []string `json:"late_starts,omitempty"`
+	// JumpedOverRan: occurrences a forward clock step of every worker
+	// jumped over (misfires under policy skip) that ran anyway.
+	JumpedOverRan []string `json:"jumped_over_ran,omitempty"`
+	// ExecOverlaps: two executions of one occurrence running at once, on
+	// the workers' own Start/End records; LimitExceeded: more executions
+	// of a job at once than its MaxConcurrent. Explained when a fault
+	// (pause, partition, backend restart) hit all but the allowed ones.
+	ExecOverlaps  []ExecOverlap `json:"exec_overlaps,omitempty"`
+	LimitExceeded []ExecOverlap `json:"limit_exceeded,omitempty"`
+
 	Linearizable string `json:"linearizable"` // Ok, Illegal, Unknown (timed out)
 	LeaseOps     int    `json:"lease_ops"`
 	// StraddlingRestart: lease operations that overlap a restart of a
@@ -169,6 +182,7 @@ func Check(dir string, opt Options) (*Report, error) {
 	c.missed(fenced)
 	c.regressions()
 	c.overlaps()
+	c.execRules()
 	info := c.linearizability(opt.LinearizabilityTimeout)
 	c.verdict()
 	if err := c.write(dir, info); err != nil {
@@ -502,6 +516,7 @@ func (c *check) verdict() {
 	if ovRestart > 0 {
 		pred("%d overlapping lease grants across a restart of a backend that declares DurableFencing=false", ovRestart)
 	}
+	c.execVerdict(fail, pred)
 	if r.Linearizable == string(porcupine.Illegal) {
 		switch {
 		case r.HeldAnswersOnly:

@@ -16,6 +16,7 @@ type skewClock struct {
 	baseReal time.Time // real time at the last rate change
 	baseVirt time.Time // this clock's time then
 	rate     float64
+	stepped  time.Duration // sum of Steps: rate 1 returns to real time plus this
 }
 
 func newSkewClock() *skewClock {
@@ -47,9 +48,20 @@ func (c *skewClock) SetRate(rate float64) {
 	defer c.mu.Unlock()
 	now := time.Now()
 	if rate == 1 {
-		c.baseVirt = now
+		c.baseVirt = now.Add(c.stepped)
 	} else {
 		c.baseVirt = c.nowLocked()
 	}
 	c.baseReal, c.rate = now, rate
+}
+
+// Step moves the clock by d at once, as an NTP step or an operator's date
+// command moves a wall clock; timers already handed out keep their real
+// durations, as Go's do.
+func (c *skewClock) Step(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	c.baseVirt, c.baseReal = c.nowLocked().Add(d), now
+	c.stepped += d
 }

@@ -37,6 +37,10 @@ import (
 	"github.com/leasehold/leasehold/internal/open"
 )
 
+// jobGrace is both jobs' misfire grace: an occurrence that would start
+// later than this after its instant is skipped (policy skip).
+const jobGrace = 500 * time.Millisecond
+
 // Fault names.
 const (
 	FaultKill           = "kill"
@@ -44,11 +48,16 @@ const (
 	FaultPartition      = "partition"
 	FaultRestartBackend = "restart-backend"
 	FaultClockSkew      = "clock-skew"
+	FaultPauseAll       = "pause-all"
+	FaultClockStep      = "clock-step"
+	FaultOverrun        = "overrun"
+	FaultTrigger        = "trigger"
 )
 
 // AllFaults lists every fault, in the order of the flag's help.
 func AllFaults() []string {
-	return []string{FaultKill, FaultPause, FaultPartition, FaultRestartBackend, FaultClockSkew}
+	return []string{FaultKill, FaultPause, FaultPartition, FaultRestartBackend, FaultClockSkew,
+		FaultPauseAll, FaultClockStep, FaultOverrun, FaultTrigger}
 }
 
 // Files a run writes in its output directory.
@@ -106,7 +115,11 @@ type Run struct {
 	Seed         uint64               `json:"seed"`
 	JobEvery     time.Duration        `json:"job_every"`
 	JobWork      time.Duration        `json:"job_work"`
-	TTL          time.Duration        `json:"ttl"`
+	JobGrace     time.Duration        `json:"job_grace"`   // misfire grace (policy skip) of both jobs
+	JobTimeout   time.Duration        `json:"job_timeout"` // timeout of both jobs
+	// Limits is each job's MaxConcurrent (0: none).
+	Limits map[string]int `json:"limits"`
+	TTL    time.Duration  `json:"ttl"`
 	// Window is the workload window on CLOCK_MONOTONIC (ns) and on the wall
 	// clock (Unix ms): occurrences inside it are expected to run.
 	WindowMono [2]int64 `json:"window_mono"`
@@ -122,6 +135,10 @@ type Fault struct {
 	Detail string `json:"detail,omitempty"`
 	From   int64  `json:"from"` // CLOCK_MONOTONIC ns
 	To     int64  `json:"to"`
+	// Step is clock-step's step (at From; the step back, by -Step, is at
+	// StepBack).
+	Step     time.Duration `json:"step,omitempty"`
+	StepBack int64         `json:"step_back,omitempty"`
 }
 
 type worker struct {
@@ -218,7 +235,8 @@ func execute(ctx context.Context, cfg Config, tb testing.TB) (*Run, error) {
 		ttl = max(time.Second, caps.MinTTL)
 	}
 	run := &Run{Backend: redact(cfg.Backend), Capabilities: caps, Broken: cfg.Broken, Instances: cfg.Instances,
-		Duration: cfg.Duration, Seed: cfg.Seed, JobEvery: cfg.JobEvery, JobWork: cfg.JobWork, TTL: ttl}
+		Duration: cfg.Duration, Seed: cfg.Seed, JobEvery: cfg.JobEvery, JobWork: cfg.JobWork, TTL: ttl,
+		JobGrace: jobGrace, JobTimeout: 3 * cfg.JobWork, Limits: map[string]int{JobName: 0, LimitedJob: LimitedMax}}
 	for _, f := range cfg.Faults {
 		switch {
 		case f == FaultRestartBackend && srv.server == nil:
@@ -265,7 +283,8 @@ func execute(ctx context.Context, cfg Config, tb testing.TB) (*Run, error) {
 		wc := WorkerConfig{Name: name, BackendURL: url, Broken: cfg.Broken, Namespace: ns,
 			History: filepath.Join(cfg.Out, HistoryFile), Unfenced: filepath.Join(cfg.Out, UnfencedFile),
 			SinkSock: filepath.Join(cfg.Out, "sink.sock"), RateFile: filepath.Join(cfg.Out, name+".rate"),
-			JobEvery: cfg.JobEvery, JobWork: cfg.JobWork, JobTTL: ttl, LockKeys: lockKeys, LockTTL: ttl, LockHold: ttl / 2}
+			JobEvery: cfg.JobEvery, JobWork: cfg.JobWork, JobTTL: ttl, JobGrace: run.JobGrace, JobTimeout: run.JobTimeout,
+			LockKeys: lockKeys, LockTTL: ttl, LockHold: ttl / 2}
 		raw, _ := json.Marshal(wc)
 		workers[i] = &worker{name: name, cfg: wc, env: []string{EnvWorker + "=" + string(raw)}}
 	}
@@ -340,6 +359,48 @@ func execute(ctx context.Context, cfg Config, tb testing.TB) (*Run, error) {
 			// PostgreSQL smart shutdown), then start on the same data.
 			f.Target, f.Detail = "backend", "SIGKILL and start"
 			ferr = guard(func() error { srv.server.Kill(); srv.server.Start(); return nil })
+		case FaultPauseAll:
+			// Every worker at once, past the TTL: every lease expires with
+			// nobody awake to take over, and every worker wakes late.
+			d := max(3*ttl, 3*time.Second) + time.Duration(rng.IntN(1000))*time.Millisecond
+			f.Target, f.Detail = "all", "SIGSTOP every worker for "+d.String()
+			for _, w := range workers {
+				w.signal(syscall.SIGSTOP)
+			}
+			sleepCtx(ctx, d)
+			for _, w := range workers {
+				w.signal(syscall.SIGCONT)
+			}
+		case FaultClockStep:
+			// The host's wall clock steps, as an NTP step or an operator's
+			// date command moves it: every worker's scheduler clock at once
+			// (the backend's clock stays).
+			step := time.Duration(1000+rng.IntN(2000)) * time.Millisecond * time.Duration(1-2*rng.IntN(2))
+			d := time.Duration(2000+rng.IntN(2000)) * time.Millisecond
+			f.Target, f.Step = "all", step
+			f.Detail = fmt.Sprintf("every worker's wall clock stepped %v for %v, then back", step, d)
+			f.From = history.Mono()
+			for _, w := range workers {
+				w.control(fmt.Sprintf("step %v", step))
+			}
+			sleepCtx(ctx, d)
+			f.StepBack = history.Mono()
+			for _, w := range workers {
+				w.control(fmt.Sprintf("step %v", -step))
+			}
+		case FaultOverrun:
+			// The next run on the worker ignores its context and works
+			// past its timeout and past its lease's TTL.
+			d := 3 * max(ttl, run.JobTimeout)
+			f.Detail = fmt.Sprintf("next run works %v, ignoring its %v timeout", d, run.JobTimeout)
+			workers[i].control(fmt.Sprintf("overrun %v", d))
+			busy.waitBusy(ctx, workers[i].name, 3*time.Second)
+			sleepCtx(ctx, d)
+		case FaultTrigger:
+			n := 10 + rng.IntN(21)
+			f.Detail = fmt.Sprintf("%d triggers of %s at once (max_concurrent %d)", n, LimitedJob, LimitedMax)
+			workers[i].control(fmt.Sprintf("trigger %d", n))
+			sleepCtx(ctx, 2*LimitedWork)
 		case FaultClockSkew:
 			rate := 1 + (0.1+0.4*rng.Float64())*float64(1-2*rng.IntN(2))
 			d := time.Duration(2000+rng.IntN(2000)) * time.Millisecond
@@ -438,8 +499,12 @@ func (w *worker) kill(cfg Config, logPath string, down time.Duration) error {
 	return w.start(cfg, logPath)
 }
 
-func (w *worker) setRate(rate float64) {
-	if err := os.WriteFile(w.cfg.RateFile, []byte(strconv.FormatFloat(rate, 'f', 3, 64)), 0o644); err == nil {
+func (w *worker) setRate(rate float64) { w.control("rate " + strconv.FormatFloat(rate, 'f', 3, 64)) }
+
+// control hands the worker a command through its control file and
+// SIGUSR1: "rate R", "step D", "overrun D", "trigger N".
+func (w *worker) control(cmd string) {
+	if err := os.WriteFile(w.cfg.RateFile, []byte(cmd), 0o644); err == nil {
 		w.signal(syscall.SIGUSR1)
 	}
 }

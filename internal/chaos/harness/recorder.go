@@ -67,7 +67,7 @@ func classify(err error) string {
 		return history.Lost
 	case errors.Is(err, backend.ErrClaimed):
 		return history.Claimed
-	case errors.Is(err, backend.ErrNotExpired), errors.Is(err, backend.ErrTooEarly), errors.Is(err, backend.ErrOverlap),
+	case errors.Is(err, backend.ErrNotExpired), errors.Is(err, backend.ErrTooEarly), errors.Is(err, backend.ErrTooLate), errors.Is(err, backend.ErrOverlap),
 		errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrNotFound):
 		return history.Refused
 	default:

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +30,17 @@ const EnvWorker = "LEASEHOLD_CHAOS_WORKER"
 // JobName is the scheduled job every worker registers.
 const JobName = "chaos"
 
+// LimitedJob is the second job every worker registers: MaxConcurrent 1,
+// due every 250 ms and working 300 ms, so that its claims contend for the
+// limit all the time; the trigger fault triggers it. It writes no effects:
+// the checker counts its executions.
+const (
+	LimitedJob   = "limited"
+	LimitedEvery = 250 * time.Millisecond
+	LimitedWork  = 300 * time.Millisecond
+	LimitedMax   = 1
+)
+
 // WorkerConfig is what one worker process runs.
 type WorkerConfig struct {
 	Name       string        `json:"name"`
@@ -42,6 +54,8 @@ type WorkerConfig struct {
 	JobEvery   time.Duration `json:"job_every"`
 	JobWork    time.Duration `json:"job_work"`
 	JobTTL     time.Duration `json:"job_ttl"`
+	JobGrace   time.Duration `json:"job_grace"`   // misfire grace of both jobs (policy skip)
+	JobTimeout time.Duration `json:"job_timeout"` // timeout of both jobs
 	LockKeys   []string      `json:"lock_keys"`
 	LockTTL    time.Duration `json:"lock_ttl"`
 	LockHold   time.Duration `json:"lock_hold"`
@@ -112,15 +126,38 @@ func RunWorker(cfg WorkerConfig) int {
 	b = record(b, h)
 
 	clock := newSkewClock()
+	var overrun atomic.Int64 // ns: the next job run works this long, ignoring its context
+	var sched *schedule.Scheduler
+	schedReady := make(chan struct{})
 	go func() {
 		for range rates {
 			raw, err := os.ReadFile(cfg.RateFile)
 			if err != nil {
 				continue
 			}
-			if r, err := strconv.ParseFloat(strings.TrimSpace(string(raw)), 64); err == nil && r > 0 {
-				clock.SetRate(r)
-				h.Write(history.Event{Phase: history.Point, Kind: history.Fault, Detail: fmt.Sprintf("clock rate %.2f", r)})
+			cmd, arg, _ := strings.Cut(strings.TrimSpace(string(raw)), " ")
+			switch cmd {
+			case "rate":
+				if r, err := strconv.ParseFloat(arg, 64); err == nil && r > 0 {
+					clock.SetRate(r)
+					h.Write(history.Event{Phase: history.Point, Kind: history.Fault, Detail: fmt.Sprintf("clock rate %.2f", r)})
+				}
+			case "step":
+				if d, err := time.ParseDuration(arg); err == nil {
+					clock.Step(d)
+					h.Write(history.Event{Phase: history.Point, Kind: history.Fault, Detail: "clock step " + d.String()})
+				}
+			case "overrun":
+				if d, err := time.ParseDuration(arg); err == nil {
+					overrun.Store(int64(d))
+				}
+			case "trigger":
+				n, err := strconv.Atoi(arg)
+				if err != nil {
+					continue
+				}
+				<-schedReady
+				go triggerBurst(ctx, sched, n, cfg.Name, h)
 			}
 		}
 	}()
@@ -143,28 +180,57 @@ func RunWorker(cfg WorkerConfig) int {
 		h.Write(e)
 	}
 
-	sched, err := schedule.New(b, schedule.WithInstance(cfg.Name), schedule.WithNamespace(cfg.Namespace),
+	sched, err = schedule.New(b, schedule.WithInstance(cfg.Name), schedule.WithNamespace(cfg.Namespace),
 		schedule.WithClock(clock), schedule.WithLogger(log), schedule.WithSweepEvery(100*time.Millisecond),
 		schedule.WithClaimTolerance(100*time.Millisecond), schedule.WithVersionSettle(time.Second), schedule.WithGrace(2*time.Second))
 	if err != nil {
 		log.Error("scheduler", "err", err)
 		return 2
 	}
+	work := func(d time.Duration) {
+		if o := overrun.Swap(0); o > 0 {
+			d = time.Duration(o) // a job that outlives its timeout
+		}
+		time.Sleep(d) // the work; a pause here outlives the lease
+	}
+	// Late is how late the run starts by both the scheduler's clock and
+	// the real one: a claim held back as too early after a forward step
+	// is late by the first only, a run under a slow clock by the second
+	// only — neither is a start past its grace.
+	// Op numbers the execution: its Start and End events share it.
+	startEvent := func(r schedule.Run, key string) uint64 {
+		op := h.NextOp()
+		h.Write(history.Event{Phase: history.Point, Kind: history.Start, Op: op, Key: key, Token: uint64(r.Token), Attempt: r.Attempt,
+			Late: int64(min(clock.Now().Sub(r.ScheduledAt), time.Since(r.ScheduledAt)))})
+		return op
+	}
 	err = sched.Register(schedule.Job{Name: JobName, Schedule: "@every " + cfg.JobEvery.String(), Crash: schedule.CrashRetry,
-		MaxAttempts: 5, LeaseTTL: cfg.JobTTL,
+		MaxAttempts: 5, LeaseTTL: cfg.JobTTL, MisfireGrace: cfg.JobGrace, Timeout: cfg.JobTimeout,
 		Func: func(ctx context.Context, r schedule.Run) error {
 			key := OccurrenceKey(r.Job, r.ScheduledAt)
 			owner := cfg.Name + "/" + strconv.Itoa(os.Getpid())
-			h.Write(history.Event{Phase: history.Point, Kind: history.Start, Key: key, Token: uint64(r.Token), Attempt: r.Attempt})
-			time.Sleep(cfg.JobWork) // the work; a pause here outlives the lease
+			op := startEvent(r, key)
+			work(cfg.JobWork)
 			effect(key, uint64(r.Token), owner, r.Attempt)
-			h.Write(history.Event{Phase: history.Point, Kind: history.End, Key: key, Token: uint64(r.Token), Attempt: r.Attempt})
+			h.Write(history.Event{Phase: history.Point, Kind: history.End, Op: op, Key: key, Token: uint64(r.Token), Attempt: r.Attempt})
 			return nil
 		}})
+	if err == nil {
+		err = sched.Register(schedule.Job{Name: LimitedJob, Schedule: "@every " + LimitedEvery.String(), Crash: schedule.CrashRetry,
+			MaxAttempts: 5, LeaseTTL: cfg.JobTTL, MisfireGrace: cfg.JobGrace, Timeout: cfg.JobTimeout, MaxConcurrent: LimitedMax,
+			Func: func(ctx context.Context, r schedule.Run) error {
+				key := OccurrenceKey(r.Job, r.ScheduledAt)
+				op := startEvent(r, key)
+				work(LimitedWork)
+				h.Write(history.Event{Phase: history.Point, Kind: history.End, Op: op, Key: key, Token: uint64(r.Token), Attempt: r.Attempt})
+				return nil
+			}})
+	}
 	if err != nil {
 		log.Error("register", "err", err)
 		return 2
 	}
+	close(schedReady)
 	if err := sched.Start(ctx); err != nil {
 		log.Error("start", "err", err)
 		return 2
@@ -189,6 +255,28 @@ func RunWorker(cfg WorkerConfig) int {
 	defer cancel()
 	_ = sched.Shutdown(sctx)
 	return 0
+}
+
+// triggerBurst triggers LimitedJob n times at once, as an operator's
+// retrying script or a dashboard double-click under load would, each with
+// its own key, and records how many were accepted.
+func triggerBurst(ctx context.Context, sched *schedule.Scheduler, n int, name string, h *history.Writer) {
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if sched.Trigger(tctx, LimitedJob, name+"-"+stamp+"-"+strconv.Itoa(i)) == nil {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	h.Write(history.Event{Phase: history.Point, Kind: history.Fault, Key: "trigger", Detail: fmt.Sprintf("%d of %d triggers accepted", ok.Load(), n)})
 }
 
 // lockLoop acquires key, writes three effects spaced over cfg.LockHold with

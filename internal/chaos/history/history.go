@@ -90,6 +90,9 @@ type Event struct {
 	HeldToken uint64 `json:"held_token,string,omitempty"`
 	Sink      string `json:"sink,omitempty"` // fenced or unfenced
 	Detail    string `json:"detail,omitempty"`
+	// Late is, on a Start event, how late the run started after its
+	// occurrence's instant on the worker's scheduler clock (ns).
+	Late int64 `json:"late,omitempty"`
 }
 
 // Writer appends events to a file. It is safe for concurrent use.
