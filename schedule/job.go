@@ -102,11 +102,13 @@ type Job struct {
 
 	Misfire Misfire
 	// MisfireGrace is how late an occurrence may start and still count as
-	// on time (default 5 s, or MisfireWindow if shorter): one whose timer fired, or whose claim was won,
-	// later than that after its instant is a misfire, handled by Misfire
-	// like an occurrence that passed while no instance ran. Of several
-	// instants that came due at once (after a pause, a forward clock step),
-	// only the latest can be on time. Jitter is not counted as lateness.
+	// on time (default 5 s, or MisfireWindow if shorter): one whose timer
+	// fired, or whose claim was won, later than that after its instant is
+	// a misfire, handled by Misfire like an occurrence that passed while no
+	// instance ran. Instants that came due together (after a pause shorter
+	// than the grace) but are each within it all start: use MaxConcurrent 1
+	// to keep them from overlapping, or a grace shorter than the period.
+	// Jitter is not counted as lateness.
 	MisfireGrace  time.Duration
 	MisfireWindow time.Duration // how far back catch-up looks (default 1 h)
 	MaxCatchUp    int           // run-all: at most this many (default 10)

@@ -3,7 +3,6 @@ package schedule
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -32,7 +31,12 @@ func (s *Scheduler) loop(ctx context.Context, e *entry) {
 		if err := s.ensureVersion(ctx, e); err != nil {
 			log.Error("recording the schedule version failed; claims wait for it", "err", err)
 		}
-		s.catchUp(ctx, e, cursor)
+		if e.job.Misfire != MisfireSkip {
+			// Catch-up covers what passed until now, the loop what comes
+			// after (late ones go to the same queue, bounded together).
+			cursor = s.cfg.clock.Now()
+			s.catchUp(ctx, e, cursor)
+		}
 	}
 	for {
 		at := e.spec.Next(cursor)
@@ -44,12 +48,10 @@ func (s *Scheduler) loop(ctx context.Context, e *entry) {
 			return
 		}
 		now := s.cfg.clock.Now()
-		due := s.dueSince(e, at, now)
-		cursor = due[len(due)-1]
-		onTime, late := s.misfired(e, due, now)
-		if len(late) > 0 && e.job.Mode != EveryInstance && !(e.job.Mode == Leader && !s.leading.is()) &&
-			s.misfire(ctx, e, late, now, onTime) {
-			continue // run after the late ones
+		onTime, late, cur := s.dueSince(e, at, now)
+		cursor = cur
+		if late.n > 0 {
+			s.misfire(ctx, e, late, now)
 		}
 		for _, at := range onTime {
 			s.due(ctx, e, at)
@@ -68,6 +70,10 @@ func (s *Scheduler) due(ctx context.Context, e *entry, at time.Time) {
 		// Claims are falling behind (backend too slow for the schedule):
 		// skip rather than pile up goroutines; catch-up policies apply.
 		s.cfg.logger.Warn("claims are falling behind the schedule; occurrence skipped", "job", e.job.Name, "at", at, "in flight", e.inflight.Load())
+	case e.queue.busy():
+		// Catch-up runs are under way: this instant runs after them, so
+		// that runs keep their order.
+		e.queue.push(s, ctx, e, queued{at: at})
 	default:
 		s.runs.Add(1)
 		e.inflight.Add(1)
@@ -77,64 +83,6 @@ func (s *Scheduler) due(ctx context.Context, e *entry, at time.Time) {
 			s.occur(ctx, e, at)
 		}()
 	}
-}
-
-// dueSince returns the instants from at (due) up to now, oldest first:
-// more than one when this process did not look for a while (it was paused,
-// starved, or its clock stepped forward). Instants older than the misfire
-// window are left out, as catch-up leaves them, so a clock step of a year
-// does not enumerate a year of instants.
-func (s *Scheduler) dueSince(e *entry, at, now time.Time) []time.Time {
-	due := []time.Time{at}
-	if w := now.Add(-e.job.MisfireWindow); at.Before(w) {
-		due = due[:0]
-		if n := e.spec.Next(w.Add(-time.Millisecond)); !n.IsZero() && !n.After(now) {
-			due = append(due, n)
-		}
-		if len(due) == 0 {
-			return []time.Time{at} // nothing in the window: at is the only (late) one
-		}
-	}
-	for n := e.spec.Next(due[len(due)-1]); !n.IsZero() && !n.After(now); n = e.spec.Next(n) {
-		due = append(due, n)
-	}
-	return due
-}
-
-// misfired splits instants that came due (oldest first) into those still
-// within the misfire grace and the misfired rest (late by more).
-func (s *Scheduler) misfired(e *entry, due []time.Time, now time.Time) (onTime, late []time.Time) {
-	i := 0
-	for i < len(due) && now.Sub(due[i]) > e.job.MisfireGrace {
-		i++
-	}
-	return due[i:], due[:i]
-}
-
-// misfire applies the job's misfire policy to instants that came due late
-// (oldest first): skip forgets them, run-once claims the latest of them
-// unless an on-time instant runs anyway, run-all claims each of the latest
-// MaxCatchUp one after another — followed by the on-time ones, so that
-// runs keep their order. It reports whether it took the on-time instants
-// over.
-func (s *Scheduler) misfire(ctx context.Context, e *entry, late []time.Time, now time.Time, onTime []time.Time) (took bool) {
-	s.cfg.logger.Warn("occurrences came due later than the misfire grace (this process was paused, starved or its clock stepped forward)",
-		"job", e.job.Name, "count", len(late), "first", late[0], "last", late[len(late)-1], "now", now,
-		"grace", e.job.MisfireGrace, "policy", e.job.Misfire)
-	s.emit(Event{Kind: EventMisfire, Job: e.job.Name, ScheduledAt: late[len(late)-1], Count: len(late), Result: string(e.job.Misfire)})
-	switch e.job.Misfire {
-	case MisfireRunOnce:
-		if len(onTime) == 0 {
-			s.catchUpRun(ctx, e, late[len(late)-1:], nil)
-		}
-	case MisfireRunAll:
-		if len(late) > e.job.MaxCatchUp {
-			late = late[len(late)-e.job.MaxCatchUp:]
-		}
-		s.catchUpRun(ctx, e, late, onTime)
-		return true
-	}
-	return false
 }
 
 // occur claims the occurrence at and runs it if the claim is won.
@@ -184,7 +132,8 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		TTL: e.job.LeaseTTL, MaxEarly: s.cfg.tolerance, MaxRunning: e.job.MaxConcurrent,
 		// The ledger refuses an instant older than the misfire window by
 		// its clock: a process that woke that late never claims it.
-		MaxLate: e.job.MisfireWindow + s.cfg.tolerance,
+		// Jitter delays the send, not the instant.
+		MaxLate: e.job.MisfireWindow + s.cfg.tolerance + e.job.Jitter,
 	}
 	backoff := 10 * time.Millisecond
 	// firstUnknown is the send time of the oldest attempt whose outcome is
@@ -284,20 +233,6 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 	}
 }
 
-// skipMisfired records a claim won later than the misfire grace, under
-// policy skip, as failed without running it: the occurrence is claimed
-// (nobody else runs it) and the record says why it did not run.
-func (s *Scheduler) skipMisfired(e *entry, req backend.ClaimRequest, g backend.Grant, sent time.Time, late time.Duration) {
-	msg := fmt.Sprintf("misfire: the claim was won %v later than the misfire grace %v; not run (misfire policy skip)", late.Round(time.Millisecond), e.job.MisfireGrace)
-	s.cfg.logger.Warn("occurrence misfired: its claim was won later than the misfire grace; recorded as failed, not run",
-		"job", e.job.Name, "at", req.ScheduledAt, "late by", late, "grace", e.job.MisfireGrace)
-	s.emit(Event{Kind: EventMisfire, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Token: leasehold.Token(g.Token), Count: 1, Result: string(e.job.Misfire)})
-	out := backend.Outcome{State: backend.Failed, Error: msg}
-	if err := finishRun(context.Background(), s.l, req.Job, req.ScheduledAt, req.Owner, g.Token, out, sent.Add(safeSpan(g.TTL)), g.TTL); err != nil {
-		s.cfg.logger.Warn("recording a misfired occurrence failed; the crash policy applies to it", "job", e.job.Name, "at", req.ScheduledAt, "err", err)
-	}
-}
-
 // confirmClaim heartbeats a won claim that may be the answer to an earlier
 // attempt applied late, and returns the instant the runner's deadline counts
 // from: the heartbeat's send time if the backend confirmed it (it extends
@@ -324,63 +259,6 @@ func confirmGrant(ctx context.Context, l backend.Ledger, req backend.ClaimReques
 		return time.Time{}, true
 	}
 	return first, false
-}
-
-// catchUp handles occurrences that passed while no instance claimed them,
-// by the job's misfire policy. It reads the job's high-water mark (latest
-// claimed instant), which pruning history never lowers.
-func (s *Scheduler) catchUp(ctx context.Context, e *entry, now time.Time) {
-	if e.job.Misfire == MisfireSkip {
-		return
-	}
-	hw, _, err := s.l.HighWater(ctx, e.job.Name)
-	if err != nil {
-		s.cfg.logger.Warn("reading the high-water mark failed; no catch-up", "job", e.job.Name, "err", err)
-		return
-	}
-	if hw.IsZero() {
-		return // never ran anywhere: nothing was missed
-	}
-	from := hw
-	if w := now.Add(-e.job.MisfireWindow); w.After(from) {
-		from = w
-	}
-	var missed []time.Time
-	for at := e.spec.Next(from); !at.IsZero() && !at.After(now); at = e.spec.Next(at) {
-		missed = append(missed, at)
-		if len(missed) > e.job.MaxCatchUp {
-			missed = missed[1:] // keep the latest
-		}
-	}
-	if len(missed) == 0 {
-		return
-	}
-	if e.job.Misfire == MisfireRunOnce {
-		missed = missed[len(missed)-1:]
-	}
-	s.catchUpRun(ctx, e, missed, nil)
-}
-
-// catchUpRun claims and runs the misfired instants ats, then the on-time
-// instants then, one after another: the rate bound of catch-up.
-func (s *Scheduler) catchUpRun(ctx context.Context, e *entry, ats, then []time.Time) {
-	s.runs.Add(1)
-	go func() {
-		defer s.runs.Done()
-		for _, at := range ats {
-			if ctx.Err() != nil {
-				return
-			}
-			s.cfg.logger.Info("catching up a missed occurrence", "job", e.job.Name, "at", at)
-			s.occur(context.WithValue(ctx, catchUpKey{}, true), e, at)
-		}
-		for _, at := range then {
-			if ctx.Err() != nil {
-				return
-			}
-			s.occur(ctx, e, at)
-		}
-	}()
 }
 
 // local runs an every-instance occurrence with no claim.

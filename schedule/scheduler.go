@@ -125,6 +125,7 @@ type entry struct {
 	vc   versionCache
 	// inflight counts this entry's occurrences being claimed or run here.
 	inflight atomic.Int32
+	queue    runQueue // catch-up claims, one after another
 	cancel   context.CancelFunc
 	done     chan struct{}
 }

@@ -212,7 +212,10 @@ func (c *check) jumpedOver(execs []Exec) {
 		if at == 0 {
 			continue
 		}
-		from := c.wallAt(at) + before + (grace + lateSlack).Milliseconds()
+		// After a step back shorter than the step, the window would reach
+		// back before the first step, to instants that ran on time then.
+		base := max(c.wallAt(at)+before, c.wallAt(f.From))
+		from := base + (grace + lateSlack).Milliseconds()
 		to := c.wallAt(at) + before + (step - grace - lateSlack).Milliseconds()
 		for _, x := range execs {
 			if x.Attempt != 1 || x.Job != harness.JobName {

@@ -1,0 +1,339 @@
+package schedule_test
+
+// Review findings against the late wake-up misfire change. Each test here
+// FAILS on the reviewed commits: it demonstrates a broken promise.
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// concurrency tracks how many job functions run at once.
+type concurrency struct {
+	cur, peak atomic.Int64
+}
+
+func (c *concurrency) enter() {
+	n := c.cur.Add(1)
+	for {
+		p := c.peak.Load()
+		if n <= p || c.peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
+func (c *concurrency) leave() { c.cur.Add(-1) }
+
+// TestPauseShorterThanGraceLosesNothing: a pause shorter than the grace
+// makes several instants of a job whose period is shorter than the grace
+// come due at once; each is within the grace, so none is a misfire and
+// every one runs (Job.MisfireGrace documents that they start together).
+func TestPauseShorterThanGraceLosesNothing(t *testing.T) {
+	const period, grace = 100 * time.Millisecond, time.Second
+	clock := newStallClock()
+	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
+	var log startLog
+	var conc concurrency
+	err := s.Register(schedule.Job{Name: "tick", Schedule: "@every 100ms", MisfireGrace: grace,
+		Func: func(ctx context.Context, r schedule.Run) error {
+			conc.enter()
+			defer conc.leave()
+			from := time.Now()
+			time.Sleep(40 * time.Millisecond) // shorter than the period: never overlaps on its own
+			log.add(started{at: r.ScheduledAt, from: from, to: time.Now()})
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	waitFor(t, 5*time.Second, "runs before the pause", func() bool { return len(log.all()) >= 3 })
+	untilPhase(period, 50*time.Millisecond)
+	stalledAt := time.Now()
+	clock.Stall()
+	time.Sleep(700 * time.Millisecond) // < grace
+	resumed := time.Now()
+	clock.Resume()
+	waitFor(t, 5*time.Second, "runs after the resume", func() bool {
+		for _, r := range log.all() {
+			if r.at.After(resumed.Add(period)) {
+				return true
+			}
+		}
+		return false
+	})
+	var burst []time.Time
+	for _, r := range log.all() {
+		if r.at.After(stalledAt) && r.at.Before(resumed) {
+			burst = append(burst, r.at)
+		}
+	}
+	if want := int(resumed.Sub(stalledAt) / period); len(burst) < want-1 {
+		t.Errorf("%d of the instants that came due during a %v pause ran, want at least %d: %v",
+			len(burst), resumed.Sub(stalledAt).Round(time.Millisecond), want-1, burst)
+	}
+}
+
+// TestRunAllCatchUpKeepsOrderAcrossLoop: misfire() says run-all runs
+// the late instants one after another "followed by the on-time ones, so
+// that runs keep their order". But the loop continues at once: the
+// instants that come due while the catch-up goroutine still works through
+// the late ones are started by later loop iterations beside it, so a newer
+// instant starts before older caught-up ones and overlaps them (a 600 ms
+// job due every second never overlaps itself otherwise).
+func TestRunAllCatchUpKeepsOrderAcrossLoop(t *testing.T) {
+	const period, grace = time.Second, 200 * time.Millisecond
+	clock := newStallClock()
+	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
+	var log startLog
+	var conc concurrency
+	err := s.Register(schedule.Job{Name: "tick", Schedule: "@every 1s", Misfire: schedule.MisfireRunAll, MisfireGrace: grace, MaxCatchUp: 5,
+		Func: func(ctx context.Context, r schedule.Run) error {
+			conc.enter()
+			defer conc.leave()
+			from := time.Now()
+			time.Sleep(600 * time.Millisecond)
+			log.add(started{at: r.ScheduledAt, from: from, to: time.Now()})
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	untilPhase(period, 700*time.Millisecond) // the previous run has ended
+	clock.Stall()
+	time.Sleep(4 * period)
+	untilPhase(period, 500*time.Millisecond)
+	resumed := time.Now()
+	clock.Resume()
+	time.Sleep(5 * period)
+	var after []started
+	for _, r := range log.all() {
+		if r.from.After(resumed) {
+			after = append(after, r)
+		}
+	}
+	sort.Slice(after, func(i, j int) bool { return after[i].from.Before(after[j].from) })
+	for i := 1; i < len(after); i++ {
+		if after[i].at.Before(after[i-1].at) {
+			t.Errorf("run of %v started after a run of the later %v (run-all catch-up out of order)",
+				after[i].at.Format("15:04:05.000"), after[i-1].at.Format("15:04:05.000"))
+		}
+	}
+	if p := conc.peak.Load(); p > 1 {
+		t.Errorf("%d runs at once after a pause under run-all (catch-up runs are sequential; the job never overlaps otherwise)", p)
+	}
+}
+
+// TestJitterBeyondMisfireWindowIsRefused: Jitter "delays the run,
+// never the key" and "Jitter is not counted as lateness". But occur()
+// sends MaxLate = MisfireWindow + tolerance after the jitter delay, so any
+// jitter drawn above that is refused by the ledger as ErrTooLate and the
+// occurrence never runs. Validation accepts Jitter > MisfireWindow.
+func TestJitterBeyondMisfireWindowIsRefused(t *testing.T) {
+	var tooLate atomic.Int64
+	var ran atomic.Int64
+	s := newScheduler(t, memory.New(), "a", schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
+		if ev.Kind == schedule.EventMisfire && errors.Is(ev.Err, backend.ErrTooLate) {
+			tooLate.Add(1)
+		}
+	})))
+	err := s.Register(schedule.Job{Name: "tick", Schedule: "@every 500ms", Jitter: 2 * time.Second, MisfireWindow: 300 * time.Millisecond,
+		Func: func(ctx context.Context, r schedule.Run) error { ran.Add(1); return nil }})
+	if err != nil {
+		t.Fatalf("Register: %v (a validation error would also be a fix)", err)
+	}
+	start(t, s)
+	time.Sleep(5 * time.Second)
+	if n := tooLate.Load(); n > 0 {
+		t.Errorf("%d jittered occurrences refused by the ledger as too late (%d ran): jitter is counted as lateness by MaxLate", n, ran.Load())
+	}
+}
+
+// TestTriggerIgnoresMaxConcurrent: the new chaos fault "trigger"
+// fires a burst of Trigger calls at a MaxConcurrent 1 job and the new
+// checker rule fails a run where the job exceeds its max_concurrent. But
+// Trigger claims under its own key with ClaimOccurrence, which sends no
+// MaxRunning: every triggered run starts at once.
+func TestTriggerIgnoresMaxConcurrent(t *testing.T) {
+	s := newScheduler(t, memory.New(), "a")
+	var conc concurrency
+	var ran atomic.Int64
+	err := s.Register(schedule.Job{Name: "limited", Schedule: "@daily", MaxConcurrent: 1,
+		Func: func(ctx context.Context, r schedule.Run) error {
+			conc.enter()
+			defer conc.leave()
+			ran.Add(1)
+			time.Sleep(300 * time.Millisecond)
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.Trigger(context.Background(), "limited", "k"+string(rune('a'+i)))
+		}()
+	}
+	wg.Wait()
+	waitFor(t, 5*time.Second, "triggered runs", func() bool { return ran.Load() >= 1 && conc.cur.Load() == 0 })
+	if p := conc.peak.Load(); p > 1 {
+		t.Errorf("%d triggered runs of a MaxConcurrent 1 job ran at once", p)
+	}
+}
+
+// slowHighWater delays HighWater of one job, as a slow backend at start-up.
+type slowHighWater struct {
+	backend.Backend
+	job  string
+	hold time.Duration
+}
+
+func (b *slowHighWater) HighWater(ctx context.Context, job string) (time.Time, string, error) {
+	if job == b.job {
+		time.Sleep(b.hold)
+	}
+	return b.Backend.HighWater(ctx, job)
+}
+
+// TestStartupCatchUpAndLoopMisfireBothRun: catchUp() at start-up
+// covers instants up to the cursor taken before it read the high-water
+// mark; if that read (or ensureVersion) is slow, the loop's first wake-up
+// finds the instants since then late and misfire() starts a second
+// catch-up goroutine beside the first: under run-all, up to 2×MaxCatchUp
+// late runs, two at once.
+func TestStartupCatchUpAndLoopMisfireBothRun(t *testing.T) {
+	mem := memory.New()
+	job := func(log *startLog, conc *concurrency) schedule.Job {
+		return schedule.Job{Name: "tick", Schedule: "@every 1s", Misfire: schedule.MisfireRunAll, MisfireGrace: 200 * time.Millisecond, MaxCatchUp: 2,
+			Func: func(ctx context.Context, r schedule.Run) error {
+				conc.enter()
+				defer conc.leave()
+				from := time.Now()
+				time.Sleep(300 * time.Millisecond)
+				log.add(started{at: r.ScheduledAt, from: from, to: time.Now()})
+				return nil
+			}}
+	}
+	// A first instance runs the job for a while, so the high-water mark is set.
+	var log1 startLog
+	var c1 concurrency
+	s1 := newScheduler(t, mem, "a")
+	if err := s1.Register(job(&log1, &c1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "first instance runs", func() bool { return len(log1.all()) >= 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = s1.Shutdown(ctx)
+	cancel()
+	down := time.Now()
+	time.Sleep(6 * time.Second) // nobody alive: 6 instants missed
+	var log2 startLog
+	var c2 concurrency
+	up := time.Now()
+	s2 := newScheduler(t, &slowHighWater{Backend: mem, job: "tick", hold: 3 * time.Second}, "b")
+	if err := s2.Register(job(&log2, &c2)); err != nil {
+		t.Fatal(err)
+	}
+	start(t, s2)
+	time.Sleep(6 * time.Second)
+	var late []time.Time
+	for _, r := range log2.all() {
+		if r.at.After(down) && r.at.Before(up.Add(3*time.Second)) { // due before the slow read returned: caught up
+			late = append(late, r.at)
+		}
+	}
+	for _, r := range log2.all() {
+		t.Logf("ran %s from %s (instance up %s, down %s)", r.at.Format("15:04:05.000"), r.from.Format("15:04:05.000"), up.Format("15:04:05.000"), down.Format("15:04:05.000"))
+	}
+	if len(late) > 2 {
+		t.Errorf("%d missed instants caught up at start-up under run-all with MaxCatchUp 2: %v", len(late), late)
+	}
+	if p := c2.peak.Load(); p > 1 {
+		t.Errorf("%d catch-up runs at once (catch-up is one after another)", p)
+	}
+}
+
+// misfireFinishFails holds the first Claim of "tick" back (so it is won
+// past the grace) and fails every Finish that records a misfire, as a
+// partition right then would (an unknown outcome).
+type misfireFinishFails struct {
+	backend.Backend
+	hold time.Duration
+	once sync.Once
+	held atomic.Int64 // the held claim's instant (Unix ms)
+}
+
+func (b *misfireFinishFails) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	if req.Job == "tick" {
+		b.once.Do(func() { b.held.Store(req.ScheduledAt.UnixMilli()); time.Sleep(b.hold) })
+	}
+	return b.Backend.Claim(ctx, req)
+}
+
+func (b *misfireFinishFails) Finish(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, out backend.Outcome) error {
+	if len(out.Error) >= 7 && out.Error[:7] == "misfire" {
+		return errors.New("i/o timeout (review: outcome unknown)")
+	}
+	return b.Backend.Finish(ctx, job, at, o, token, out)
+}
+
+// TestEveryInstanceLateWakeUpIsSilent: for an every-instance job the
+// loop skips misfire() altogether and runs only the on-time instants: a
+// late wake-up drops the late ones whatever the policy (run-once here),
+// with no log line at Warn and no EventMisfire — misfires_total stays 0.
+func TestEveryInstanceLateWakeUpIsSilent(t *testing.T) {
+	const period = time.Second
+	clock := newStallClock()
+	var misfires atomic.Int64
+	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock), schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
+		if ev.Kind == schedule.EventMisfire {
+			misfires.Add(1)
+		}
+	})))
+	var log startLog
+	err := s.Register(schedule.Job{Name: "local", Schedule: "@every 1s", Mode: schedule.EveryInstance, Misfire: schedule.MisfireRunOnce,
+		MisfireGrace: 200 * time.Millisecond,
+		Func: func(ctx context.Context, r schedule.Run) error {
+			log.add(started{at: r.ScheduledAt, from: time.Now()})
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	untilPhase(period, 300*time.Millisecond)
+	stalledAt := time.Now()
+	clock.Stall()
+	time.Sleep(2 * period)
+	untilPhase(period, 600*time.Millisecond)
+	resumed := time.Now()
+	clock.Resume()
+	time.Sleep(300 * time.Millisecond)
+	ran := 0
+	for _, r := range log.all() {
+		if r.at.After(stalledAt) && r.at.Before(resumed) {
+			ran++
+		}
+	}
+	if misfires.Load() == 0 {
+		t.Errorf("a %v pause of an every-instance job: no EventMisfire; %d of the missed instants ran (policy run-once)",
+			resumed.Sub(stalledAt).Round(time.Millisecond), ran)
+	}
+}
