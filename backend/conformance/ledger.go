@@ -16,6 +16,7 @@ func ledgerChecks() []check {
 		{"LedgerFinishedNeverClaimedAgain", checkFinishedNeverAgain},
 		{"LedgerHeartbeatAndFinishGuarded", checkLedgerGuards},
 		{"LedgerReclaimOnlyAfterExpiry", checkReclaim},
+		{"LedgerReclaimRespectsMaxRunning", checkReclaimLimit},
 		{"LedgerAbandonOnlyAfterExpiry", checkAbandon},
 		{"LedgerClaimRefusedEarlyOrOverlapping", checkClaimLimits},
 		{"LedgerHighWaterAndPrune", checkHighWaterPrune},
