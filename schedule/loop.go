@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -198,7 +199,7 @@ func (s *Scheduler) catchUp(ctx context.Context, e *entry, now time.Time) {
 	if e.job.Misfire == MisfireSkip {
 		return
 	}
-	hw, _, err := s.l.HighWater(ctx, e.job.Name)
+	hw, ver, err := s.l.HighWater(ctx, e.job.Name)
 	if err != nil {
 		s.cfg.logger.Warn("reading the high-water mark failed; no catch-up", "job", e.job.Name, "err", err)
 		return
@@ -207,6 +208,12 @@ func (s *Scheduler) catchUp(ctx context.Context, e *entry, now time.Time) {
 		return // never ran anywhere: nothing was missed
 	}
 	from := hw
+	if strings.HasPrefix(ver, TriggerVersionPrefix) {
+		// The mark is a triggered run's instant, which says nothing of the
+		// scheduled occurrences before it: start after the latest scheduled
+		// run instead.
+		from = s.lastScheduled(ctx, e, hw, now.Add(-e.job.MisfireWindow))
+	}
 	if w := now.Add(-e.job.MisfireWindow); w.After(from) {
 		from = w
 	}
