@@ -17,6 +17,7 @@ func ledgerChecks() []check {
 		{"LedgerHeartbeatAndFinishGuarded", checkLedgerGuards},
 		{"LedgerReclaimOnlyAfterExpiry", checkReclaim},
 		{"LedgerReclaimRespectsMaxRunning", checkReclaimLimit},
+		{"LedgerReclaimRacesClaimUnderMaxRunning", checkReclaimLimitRace},
 		{"LedgerAbandonOnlyAfterExpiry", checkAbandon},
 		{"LedgerClaimRefusedEarlyOrOverlapping", checkClaimLimits},
 		{"LedgerHighWaterAndPrune", checkHighWaterPrune},

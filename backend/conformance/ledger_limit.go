@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -55,4 +56,51 @@ func checkReclaimLimit(t T, e *env) {
 	}
 	mustNil(t, b.Finish(ctx, "serial", live.ScheduledAt, bo, gLive.Token, backend.Outcome{State: backend.Succeeded}), "Finish the other occurrence")
 	mustNil(t, b.Finish(ctx, "serial", dead, d, g2.Token, backend.Outcome{State: backend.Succeeded}), "Finish the reclaimed occurrence")
+}
+
+// checkReclaimLimitRace: a Reclaim and a Claim of the same job racing, both
+// with MaxRunning 1, never both win — the backend serialises the count with
+// the take-over as it does for two claims. (With one occurrence expired and
+// none other running, exactly one of them wins.) Several jobs race at once.
+func checkReclaimLimitRace(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	short, long := e.ttl(200*time.Millisecond), e.ttl(30*time.Second)
+	const rounds = 8
+	dead, next := past(3*time.Second), past(2*time.Second)
+	job := func(i int) string { return "race" + string(rune('a'+i)) }
+	for i := range rounds {
+		_, err := b.Claim(ctx, claimReq(job(i), dead, owner("a"), short))
+		mustNil(t, err, "Claim of the occurrence whose runner dies")
+	}
+	eventually(t, 10*time.Second+short, "the dead runners' leases expire", func() bool {
+		for i := range rounds {
+			if r, err := b.GetRun(ctx, job(i), dead); err != nil || !r.Expired {
+				return false
+			}
+		}
+		return true
+	})
+	type result struct{ reclaim, claim error }
+	results := make([]result, rounds)
+	var wg sync.WaitGroup
+	for i := range rounds {
+		rq, cq := claimReq(job(i), dead, owner("c"), long), claimReq(job(i), next, owner("d"), long)
+		rq.MaxRunning, cq.MaxRunning = 1, 1
+		wg.Add(2)
+		go func() { defer wg.Done(); _, _, results[i].reclaim = b.Reclaim(ctx, rq) }()
+		go func() { defer wg.Done(); _, results[i].claim = b.Claim(ctx, cq) }()
+	}
+	wg.Wait()
+	for i, r := range results {
+		switch {
+		case r.reclaim == nil && r.claim == nil:
+			t.Fatalf("job %s: a Reclaim and a Claim both won with MaxRunning 1", job(i))
+		case r.reclaim == nil:
+			mustIs(t, r.claim, backend.ErrOverlap, "Claim that lost to a Reclaim under MaxRunning 1")
+		case r.claim == nil:
+			mustIs(t, r.reclaim, backend.ErrOverlap, "Reclaim that lost to a Claim under MaxRunning 1")
+		default:
+			t.Fatalf("job %s: neither won: reclaim %v, claim %v", job(i), r.reclaim, r.claim)
+		}
+	}
 }
