@@ -303,12 +303,12 @@ func (s *Scheduler) sweepLoop(ctx context.Context) {
 			return
 		case <-s.cfg.clock.After(s.cfg.sweepEvery):
 		}
+		// Every job, every-instance ones too: their scheduled runs have no
+		// claim, but their triggered runs do.
 		s.mu.Lock()
 		entries := make([]*entry, 0, len(s.jobs))
 		for _, e := range s.jobs {
-			if e.job.Mode != EveryInstance {
-				entries = append(entries, e)
-			}
+			entries = append(entries, e)
 		}
 		s.mu.Unlock()
 		for _, e := range entries {

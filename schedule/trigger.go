@@ -79,6 +79,10 @@ func (s *Scheduler) TriggerRun(ctx context.Context, job, key string) (Run, error
 	if len(key) > maxTriggerKeyLen {
 		return Run{}, fmt.Errorf("%w: trigger key %.40q… is %d bytes, more than %d", leasehold.ErrInvalid, key, len(key), maxTriggerKeyLen)
 	}
+	if n := len(LedgerJob(s.cfg.namespace, job+triggerInfix+key)); n > backend.MaxKeyLen {
+		return Run{}, fmt.Errorf("%w: trigger key %.40q… makes the ledger name of job %q's key records %d bytes, more than %d",
+			leasehold.ErrInvalid, key, job, n, backend.MaxKeyLen)
+	}
 	s.mu.Lock()
 	e := s.jobs[job]
 	started := s.started

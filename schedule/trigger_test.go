@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -208,6 +209,45 @@ func TestTriggeredRunIsARunOfTheJob(t *testing.T) {
 	})
 }
 
+// TestTriggerBadInputChangesNothing: a malformed key or an unknown job is
+// refused with an error naming the field and the value, and nothing is run
+// or recorded.
+func TestTriggerBadInputChangesNothing(t *testing.T) {
+	b := memory.New()
+	g := newGate()
+	close(g.release)
+	s := newScheduler(t, b, "a")
+	if err := s.Register(schedule.Job{Name: "job", Schedule: "@yearly", Func: g.fn}); err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	long := strings.Repeat("k", 121)
+	for _, c := range []struct{ job, key, want string }{
+		{"job", "", "trigger key is empty"},
+		{"job", "bad key", `"bad key"`},
+		{"job", long, long[:40]},
+	} {
+		if err := s.Trigger(context.Background(), c.job, c.key); !errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Trigger(%q, %.20q) = %v, want ErrInvalid naming %.50q", c.job, c.key, err, c.want)
+		}
+	}
+	if err := s.Trigger(context.Background(), "nope", "k"); !errors.Is(err, schedule.ErrUnknownJob) || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("Trigger of an unknown job = %v, want ErrUnknownJob naming it", err)
+	}
+	runs, err := b.ListRuns(context.Background(), backend.RunFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range runs {
+		if r.Job != "job!version" { // the schedule version, recorded at Start
+			t.Errorf("a refused trigger recorded %+v", r)
+		}
+	}
+	if g.ran.get() != 0 {
+		t.Errorf("refused triggers ran the job %d times", g.ran.get())
+	}
+}
+
 // partition cuts its instance off the backend once cut is set: every
 // ledger call then fails as a network error would (not applied).
 type partition struct {
@@ -250,11 +290,17 @@ func (p *partition) ListRuns(ctx context.Context, f backend.RunFilter) ([]backen
 // reclaimed by another instance's sweeper like any run: attempt 2, a
 // greater token, still marked as triggered.
 func TestTriggeredRunOfDeadRunnerIsReclaimed(t *testing.T) {
+	for _, mode := range []schedule.Mode{schedule.Once, schedule.EveryInstance} {
+		t.Run(string(mode), func(t *testing.T) { testTriggeredRunOfDeadRunner(t, mode) })
+	}
+}
+
+func testTriggeredRunOfDeadRunner(t *testing.T, mode schedule.Mode) {
 	triggerBackends(t, func(t *testing.T, b backend.Backend) {
 		fx := newEffects()
 		p := &partition{Backend: b}
 		job := func(instance string) schedule.Job {
-			return schedule.Job{Name: "job", Schedule: "@yearly", LeaseTTL: 300 * time.Millisecond,
+			return schedule.Job{Name: "job", Schedule: "@yearly", Mode: mode, LeaseTTL: 300 * time.Millisecond,
 				Func: func(ctx context.Context, r schedule.Run) error {
 					fx.add(r)
 					if instance == "a" {

@@ -97,9 +97,7 @@ func (s *Server) runs(ctx context.Context, q runQuery) (RunPage, error) {
 	if q.job == "" {
 		names = names[:0]
 		for _, js := range s.sched.JobStatuses(0) {
-			if js.Mode != schedule.EveryInstance {
-				names = append(names, js.Name)
-			}
+			names = append(names, js.Name) // every-instance jobs too: their triggered runs are recorded
 		}
 	}
 	before := q.before
