@@ -51,7 +51,9 @@ type ClaimRequest struct {
 	MaxLate time.Duration
 	// MaxRunning > 0 refuses the claim with ErrOverlap while that many
 	// occurrences of the job are running under unexpired leases
-	// (cluster-wide no-overlap is MaxRunning = 1).
+	// (cluster-wide no-overlap is MaxRunning = 1). Reclaim honours it too,
+	// counting the job's other occurrences (the one being reclaimed, whose
+	// lease expired, does not count itself).
 	MaxRunning int
 }
 
@@ -122,10 +124,12 @@ type Ledger interface {
 	// if nobody reclaimed it yet).
 	Finish(ctx context.Context, job string, scheduledAt time.Time, owner Owner, token uint64, out Outcome) error
 	// Reclaim takes over a running occurrence whose runner's lease expired:
-	// new owner, greater token, attempt+1. ErrNotExpired while the lease is
-	// live, *ClaimedError if it is finished, ErrNotFound if never claimed.
+	// new owner, greater token, attempt+1, SpecVersion from req. ErrNotExpired
+	// while the lease is live, *ClaimedError if it is finished, ErrNotFound
+	// if never claimed, ErrOverlap (nothing changed) when req.MaxRunning > 0
+	// and that many other occurrences of the job run under unexpired leases.
 	// A retry by the same owner nonce returns the same grant, renewed to the
-	// TTL from now.
+	// TTL from now, whatever the limit.
 	Reclaim(ctx context.Context, req ClaimRequest) (Grant, Run, error)
 	// Abandon marks a running occurrence whose runner's lease expired as
 	// Abandoned (crash policy skip). ErrNotExpired while the lease is live.

@@ -59,50 +59,8 @@ func ClaimOccurrence(ctx context.Context, b backend.Ledger, job string, at time.
 	owner := backend.Owner{Instance: o.Instance, Nonce: backend.NewNonce()}
 	at = backend.Instant(at)
 	req := backend.ClaimRequest{Job: job, ScheduledAt: at, Owner: owner, TTL: o.TTL, MaxEarly: o.MaxEarly, MaxLate: o.MaxLate}
-	var (
-		g    backend.Grant
-		err  error
-		sent time.Time
-		// firstUnknown is the send time of the first attempt whose outcome
-		// is unknown: it may be applied, even later, and a retry answering
-		// "yours" then returns the grant it made.
-		firstUnknown time.Time
-	)
-	for attempt := 0; attempt < 3; attempt++ { // retries reuse the nonce: an applied claim answers "yours"
-		sent = time.Now()
-		g, err = b.Claim(ctx, req)
-		if err == nil || errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrInvalid) ||
-			errors.Is(err, backend.ErrTooEarly) || errors.Is(err, backend.ErrTooLate) || errors.Is(err, backend.ErrOverlap) {
-			break
-		}
-		if firstUnknown.IsZero() && !errors.Is(err, backend.ErrNotApplied) && !errors.Is(err, backend.ErrClosed) {
-			firstUnknown = sent
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	if err == nil && firstUnknown.IsZero() && time.Until(sent.Add(safeSpan(g.TTL))) <= 0 {
-		firstUnknown = sent // the reply came after the deadline its send time gives
-	}
-	switch {
-	case err == nil && !firstUnknown.IsZero():
-		// Confirm with a heartbeat, as the Scheduler does: the lease may
-		// count from the first attempt, possibly long ago.
-		base, lost := confirmGrant(ctx, b, req, g, firstUnknown)
-		if lost || time.Until(base.Add(safeSpan(g.TTL))) <= 0 {
-			return nil, fmt.Errorf("%w: claim %s@%s: won after an attempt whose outcome was unknown, and not confirmed in time",
-				leasehold.ErrIndeterminate, job, at.Format(time.RFC3339Nano))
-		}
-		sent = base
-	case err == nil:
-	case !firstUnknown.IsZero() && !errors.Is(err, backend.ErrClaimed) && !errors.Is(err, backend.ErrInvalid):
-		// A refusal (too early, overlap) or another failure does not undo
-		// an earlier attempt that may still be applied: the claim may be
-		// ours, held by nobody, until its lease expires.
-		return nil, fmt.Errorf("%w: claim %s@%s: an attempt's outcome is unknown: %w",
-			leasehold.ErrIndeterminate, job, at.Format(time.RFC3339Nano), err)
-	default:
+	g, sent, err := claimGrant(ctx, b, req)
+	if err != nil {
 		return nil, err
 	}
 	c := &Claim{
@@ -140,4 +98,61 @@ func (c *Claim) Finish(ctx context.Context, runErr error) error {
 		c.err = finishRun(ctx, c.b, c.run.Job, c.run.ScheduledAt, c.owner, c.token, out, c.last.Add(safeSpan(c.ttl)), c.ttl)
 	})
 	return c.err
+}
+
+// claimGrant claims req in b, retrying (with req's nonce) an attempt whose
+// outcome is unknown, and returns the grant with the instant the runner's
+// deadline counts from. A grant that may answer an earlier attempt applied
+// late is confirmed with a heartbeat. Refusals (claimed, invalid, too early,
+// overlap) are returned as they are, unless an earlier attempt may still be
+// applied: then the error wraps leasehold.ErrIndeterminate.
+func claimGrant(ctx context.Context, b backend.Ledger, req backend.ClaimRequest) (backend.Grant, time.Time, error) {
+	job, at := req.Job, req.ScheduledAt
+	var (
+		g    backend.Grant
+		err  error
+		sent time.Time
+		// firstUnknown is the send time of the first attempt whose outcome
+		// is unknown: it may be applied, even later, and a retry answering
+		// "yours" then returns the grant it made.
+		firstUnknown time.Time
+	)
+	for attempt := 0; attempt < 3; attempt++ { // retries reuse the nonce: an applied claim answers "yours"
+		sent = time.Now()
+		g, err = b.Claim(ctx, req)
+		if err == nil || errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrInvalid) ||
+			errors.Is(err, backend.ErrTooEarly) || errors.Is(err, backend.ErrTooLate) || errors.Is(err, backend.ErrOverlap) {
+			break
+		}
+		if firstUnknown.IsZero() && !errors.Is(err, backend.ErrNotApplied) && !errors.Is(err, backend.ErrClosed) {
+			firstUnknown = sent
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if err == nil && firstUnknown.IsZero() && time.Until(sent.Add(safeSpan(g.TTL))) <= 0 {
+		firstUnknown = sent // the reply came after the deadline its send time gives
+	}
+	switch {
+	case err == nil && !firstUnknown.IsZero():
+		// Confirm with a heartbeat, as the Scheduler does: the lease may
+		// count from the first attempt, possibly long ago.
+		base, lost := confirmGrant(ctx, b, req, g, firstUnknown)
+		if lost || time.Until(base.Add(safeSpan(g.TTL))) <= 0 {
+			return backend.Grant{}, time.Time{}, fmt.Errorf("%w: claim %s@%s: won after an attempt whose outcome was unknown, and not confirmed in time",
+				leasehold.ErrIndeterminate, job, at.Format(time.RFC3339Nano))
+		}
+		sent = base
+	case err == nil:
+	case !firstUnknown.IsZero() && !errors.Is(err, backend.ErrClaimed) && !errors.Is(err, backend.ErrInvalid):
+		// A refusal (too early, overlap) or another failure does not undo
+		// an earlier attempt that may still be applied: the claim may be
+		// ours, held by nobody, until its lease expires.
+		return backend.Grant{}, time.Time{}, fmt.Errorf("%w: claim %s@%s: an attempt's outcome is unknown: %w",
+			leasehold.ErrIndeterminate, job, at.Format(time.RFC3339Nano), err)
+	default:
+		return backend.Grant{}, time.Time{}, err
+	}
+	return g, sent, nil
 }

@@ -92,9 +92,11 @@ type Job struct {
 	// Jitter delays each run by a random span up to Jitter; it never changes
 	// the occurrence's instant (its key).
 	Jitter time.Duration
-	// MaxConcurrent limits how many occurrences of the job run at once across
-	// the cluster; 1 is no-overlap: an occurrence due while the previous one
-	// runs is skipped. 0 = no cluster-wide limit. Each instance also skips
+	// MaxConcurrent limits how many runs of the job (scheduled, reclaimed
+	// after a crash, or triggered) hold unexpired leases at once across the
+	// cluster; 1 is no-overlap: an occurrence due while the previous one runs
+	// is skipped, a crashed one is reclaimed only once the others ended, and
+	// Trigger is refused with backend.ErrOverlap. 0 = no cluster-wide limit. Each instance also skips
 	// (and logs) an occurrence while 256 of the job's occurrences are being
 	// claimed or run on it, so a backend too slow for the schedule cannot
 	// pile up goroutines.

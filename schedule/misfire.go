@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -106,7 +107,7 @@ func (s *Scheduler) catchUp(ctx context.Context, e *entry, now time.Time) {
 	if e.job.Misfire == MisfireSkip {
 		return
 	}
-	hw, _, err := s.l.HighWater(ctx, e.job.Name)
+	hw, ver, err := s.l.HighWater(ctx, e.job.Name)
 	if err != nil {
 		s.cfg.logger.Warn("reading the high-water mark failed; no catch-up", "job", e.job.Name, "err", err)
 		return
@@ -115,6 +116,12 @@ func (s *Scheduler) catchUp(ctx context.Context, e *entry, now time.Time) {
 		return // never ran anywhere: nothing was missed
 	}
 	from := hw
+	if strings.HasPrefix(ver, TriggerVersionPrefix) {
+		// The mark is a triggered run's instant, which says nothing of the
+		// scheduled occurrences before it: start after the latest scheduled
+		// run instead.
+		from = s.lastScheduled(ctx, e, hw, now.Add(-e.job.MisfireWindow))
+	}
 	if w := now.Add(-e.job.MisfireWindow); w.After(from) {
 		from = w
 	}

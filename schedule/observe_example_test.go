@@ -33,5 +33,6 @@ func ExampleWithObserver() {
 	defer cancel()
 	_ = s.Shutdown(ctx)
 	// Output:
+	// claim report won
 	// run report succeeded
 }

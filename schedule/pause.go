@@ -22,8 +22,10 @@ import (
 // after it was recorded; an occurrence already claimed or running goes on.
 // If the state cannot be read, the occurrence is claimed as usual (a
 // transient backend error must not silently skip occurrences) and a warning
-// is logged. Crash recovery (the sweeper) and Trigger are not affected by a
-// pause.
+// is logged. Crash recovery (the sweeper) is not affected by a pause: an
+// occurrence claimed before the pause is finished by the crash policy.
+// Trigger refuses a paused job with ErrPaused (it reads the state like a
+// claim loop; there, a read error refuses the trigger).
 
 const (
 	pauseInfix   = "!pause!"

@@ -230,7 +230,14 @@ func (s *Scheduler) recoverRun(ctx context.Context, e *entry, r backend.Run) {
 		return
 	}
 	owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
-	req := backend.ClaimRequest{Job: r.Job, ScheduledAt: r.ScheduledAt, SpecVersion: e.spec.Version(), Owner: owner, TTL: e.job.LeaseTTL}
+	version := e.spec.Version()
+	if _, ok := IsTriggered(r); ok {
+		version = r.SpecVersion // a triggered run stays marked as one
+	}
+	// The reclaimed attempt runs beside the job's other occurrences: it is
+	// held to the job's MaxConcurrent like a claim.
+	req := backend.ClaimRequest{Job: r.Job, ScheduledAt: r.ScheduledAt, SpecVersion: version, Owner: owner,
+		TTL: e.job.LeaseTTL, MaxRunning: e.job.MaxConcurrent}
 	// Like a claim, a Reclaim whose outcome is unknown may have been applied
 	// (a new owner, attempt+1): retry it with the same nonce, which answers
 	// "yours", rather than spend the attempt with nobody running it.
@@ -245,6 +252,10 @@ func (s *Scheduler) recoverRun(ctx context.Context, e *entry, r backend.Run) {
 	for attempt := 0; ; attempt++ {
 		sent = time.Now()
 		g, rr, err = s.l.Reclaim(ctx, req)
+		if errors.Is(err, backend.ErrOverlap) { // not applied: a retry of an applied attempt answers "yours" first
+			log.Info("not reclaimed yet: the job is running at its concurrency limit; a later sweep tries again", "err", err)
+			return
+		}
 		if err == nil || errors.Is(err, backend.ErrNotExpired) || errors.Is(err, backend.ErrClaimed) ||
 			errors.Is(err, backend.ErrNotFound) || errors.Is(err, backend.ErrInvalid) || errors.Is(err, backend.ErrClosed) {
 			break
@@ -292,12 +303,12 @@ func (s *Scheduler) sweepLoop(ctx context.Context) {
 			return
 		case <-s.cfg.clock.After(s.cfg.sweepEvery):
 		}
+		// Every job, every-instance ones too: their scheduled runs have no
+		// claim, but their triggered runs do.
 		s.mu.Lock()
 		entries := make([]*entry, 0, len(s.jobs))
 		for _, e := range s.jobs {
-			if e.job.Mode != EveryInstance {
-				entries = append(entries, e)
-			}
+			entries = append(entries, e)
 		}
 		s.mu.Unlock()
 		for _, e := range entries {

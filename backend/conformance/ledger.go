@@ -16,6 +16,8 @@ func ledgerChecks() []check {
 		{"LedgerFinishedNeverClaimedAgain", checkFinishedNeverAgain},
 		{"LedgerHeartbeatAndFinishGuarded", checkLedgerGuards},
 		{"LedgerReclaimOnlyAfterExpiry", checkReclaim},
+		{"LedgerReclaimRespectsMaxRunning", checkReclaimLimit},
+		{"LedgerReclaimRacesClaimUnderMaxRunning", checkReclaimLimitRace},
 		{"LedgerAbandonOnlyAfterExpiry", checkAbandon},
 		{"LedgerClaimRefusedEarlyOrOverlapping", checkClaimLimits},
 		{"LedgerHighWaterAndPrune", checkHighWaterPrune},

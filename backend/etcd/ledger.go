@@ -295,6 +295,19 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		case s.alive != nil:
 			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(req.Job, at), r.Instance)
 		}
+		if req.MaxRunning > 0 {
+			// As in Claim: the job's live runner keys (this one's is gone);
+			// the compare on the job record below fails, and the count is
+			// taken again, if another claim or reclaim of the job came first.
+			cr, err := b.c.Get(ctx, b.prefix+"a/"+escJob(req.Job)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				return backend.Grant{}, backend.Run{}, b.wrap(err, "count running occurrences of job "+req.Job)
+			}
+			if int(cr.Count) >= req.MaxRunning {
+				return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: reclaim %s: the job has %d other running, max %d",
+					backend.ErrOverlap, occurrence(req.Job, at), cr.Count, req.MaxRunning)
+			}
+		}
 		j, err := decodeJob(valueOf(s.job))
 		if err != nil {
 			return backend.Grant{}, backend.Run{}, err

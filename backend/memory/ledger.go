@@ -159,6 +159,12 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	case now.Before(r.expires):
 		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrNotExpired, req.Job, at.Format(time.RFC3339Nano), r.rec.Owner.Instance)
 	}
+	if req.MaxRunning > 0 { // r's lease expired: it does not count itself
+		if n := b.runningLocked(req.Job, now); n >= req.MaxRunning {
+			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: reclaim of job %q at %s: the job has %d other running, max %d",
+				backend.ErrOverlap, req.Job, at.Format(time.RFC3339Nano), n, req.MaxRunning)
+		}
+	}
 	j := b.jobLocked(req.Job)
 	j.counter++
 	r.rec.Owner, r.rec.Token, r.rec.Attempt = req.Owner, j.counter, r.rec.Attempt+1

@@ -307,6 +307,18 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		if err != nil {
 			return err
 		}
+		if req.MaxRunning > 0 {
+			// Counted under the job row's lock (taken by the bump above), as
+			// Claim counts: the job's other occurrences under live leases.
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+b.tRuns+`
+				WHERE job = ? AND state = 'running' AND expires_at > NOW(6) AND scheduled_at <> ?`, req.Job, at).Scan(&n); err != nil {
+				return err
+			}
+			if n >= req.MaxRunning {
+				return fmt.Errorf("%w: %s: the job has %d other running, max %d", backend.ErrOverlap, occurrence(req.Job, at), n, req.MaxRunning)
+			}
+		}
 		if _, err := tx.ExecContext(ctx, `UPDATE `+b.tRuns+` SET instance = ?, nonce = ?, token = ?, attempt = attempt + 1,
 			spec_version = ?, claimed_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND
 			WHERE job = ? AND scheduled_at = ?`,
@@ -319,7 +331,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	})
 	if err != nil {
 		var ce *backend.ClaimedError
-		if errors.As(err, &ce) || errors.Is(err, backend.ErrNotFound) || errors.Is(err, backend.ErrNotExpired) {
+		if errors.As(err, &ce) || errors.Is(err, backend.ErrNotFound) || errors.Is(err, backend.ErrNotExpired) || errors.Is(err, backend.ErrOverlap) {
 			return backend.Grant{}, backend.Run{}, err
 		}
 		return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)

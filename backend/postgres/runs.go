@@ -49,6 +49,24 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	case !r.Expired:
 		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(req.Job, at), r.Owner.Instance)
 	}
+	if req.MaxRunning > 0 {
+		// Lock the job's row first, as a limited Claim does, so that the
+		// two cannot both see room; then count the job's other occurrences
+		// under live leases — in a statement of its own, whose snapshot
+		// (READ COMMITTED) is taken after the lock was granted and so sees
+		// the claim that held it.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+b.tJobs+` WHERE job = $1 FOR UPDATE`, req.Job); err != nil {
+			return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
+		}
+		var running int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+b.tRuns+`
+			WHERE job = $1 AND scheduled_at <> $2 AND state = 'running' AND expires_at > clock_timestamp()`, req.Job, at).Scan(&running); err != nil {
+			return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
+		}
+		if running >= req.MaxRunning {
+			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s: the job has %d other running, max %d", backend.ErrOverlap, occurrence(req.Job, at), running, req.MaxRunning)
+		}
+	}
 	r, err = scanRun(tx.QueryRow(ctx, `WITH j AS (
 			UPDATE `+b.tJobs+` SET counter = counter + 1 WHERE job = $1 RETURNING counter
 		)

@@ -169,7 +169,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	at := backend.Instant(req.ScheduledAt)
 	ttl := time.Duration(ttlMS(req.TTL)) * time.Millisecond
 	res, err := reclaimLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, req.Job, fmtAt(at), req.SpecVersion,
-		req.Owner.Instance, req.Owner.Nonce.String(), ttl.Microseconds()).Slice()
+		req.Owner.Instance, req.Owner.Nonce.String(), ttl.Microseconds(), req.MaxRunning).Slice()
 	if err != nil {
 		return backend.Grant{}, backend.Run{}, fmt.Errorf("redis: reclaim %q at %s: %w", req.Job, at.Format(time.RFC3339Nano), err)
 	}
@@ -191,6 +191,9 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		return backend.Grant{}, backend.Run{}, &backend.ClaimedError{Run: r}
 	case 3:
 		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrNotExpired, req.Job, at.Format(time.RFC3339Nano), res[1])
+	case 4:
+		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: reclaim of job %q at %s: the job has %d other running, max %d",
+			backend.ErrOverlap, req.Job, at.Format(time.RFC3339Nano), toInt(res[1]), req.MaxRunning)
 	}
 	return backend.Grant{}, backend.Run{}, fmt.Errorf("redis: reclaim %q: unexpected reply %v", req.Job, res)
 }

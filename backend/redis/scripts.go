@@ -163,9 +163,11 @@ redis.call('ZADD', L .. 'fin', d(now), ms .. ':' .. job)
 return 1
 `
 
-// reclaimScript: ARGV L, job, ms, spec, instance, nonce, ttl µs.
-// {0} never claimed | {1, token, now, run} | {2, now, run} finished |
-// {3, holder instance} not expired.
+// reclaimScript: ARGV L, job, ms, spec, instance, nonce, ttl µs,
+// maxRunning. {0} never claimed | {1, token, now, run} | {2, now, run}
+// finished | {3, holder instance} not expired | {4, running} overlap (the
+// job's other occurrences under live leases; this one's lease expired, so
+// it is not among them).
 const reclaimScript = ledgerLib + `
 local job, ms, inst, nonce = ARGV[2], ARGV[3], ARGV[5], ARGV[6]
 local now = now_us()
@@ -180,6 +182,11 @@ if r.s == 'running' and r.i == inst and r.n == nonce then
 end
 if r.s ~= 'running' then return {2, d(now), raw} end
 if now < tonumber(r.x) then return {3, r.i} end
+local maxr = tonumber(ARGV[8])
+if maxr > 0 then
+  local n = redis.call('ZCOUNT', L .. 'active:' .. job, '(' .. d(now), '+inf')
+  if n >= maxr then return {4, n} end
+end
 local c = d(redis.call('HINCRBY', L .. 'job:' .. job, 'c', 1))
 redis.call('HSET', k, 'i', inst, 'n', nonce, 't', c, 'a', d(tonumber(r.a) + 1), 'v', ARGV[4], 'c', d(now), 'x', exp)
 redis.call('ZADD', L .. 'active:' .. job, exp, ms)

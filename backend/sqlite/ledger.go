@@ -232,6 +232,17 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		case b.liveRun(r, now):
 			return fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(req.Job, at), r.rec.Owner.Instance)
 		}
+		if req.MaxRunning > 0 { // the job's other occurrences under live leases (this one's expired)
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM runs
+				WHERE job = ? AND scheduled_ms <> ? AND state = 'running' AND boot_id = ? AND expires_ns > ?`,
+				req.Job, at.UnixMilli(), b.bootID, now).Scan(&n); err != nil {
+				return dbErr(ctx, what, err)
+			}
+			if n >= req.MaxRunning {
+				return fmt.Errorf("%w: %s: the job has %d other running, max %d", backend.ErrOverlap, occurrence(req.Job, at), n, req.MaxRunning)
+			}
+		}
 		var token int64
 		if err := tx.QueryRowContext(ctx, `INSERT INTO jobs (job, counter) VALUES (?, 1)
 			ON CONFLICT (job) DO UPDATE SET counter = counter + 1 RETURNING counter`, req.Job).Scan(&token); err != nil {

@@ -212,6 +212,19 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		if err != nil {
 			return backend.Grant{}, backend.Run{}, err
 		}
+		if req.MaxRunning > 0 {
+			// As in Claim: the job's live runner nodes (this one's is gone);
+			// the versioned write of the job node fails, and the count is
+			// taken again, if another claim or reclaim of the job came first.
+			names, _, err := b.conn.Children(b.jobPath(req.Job) + "/alive")
+			if err != nil && err != zk.ErrNoNode {
+				return backend.Grant{}, backend.Run{}, b.wrap(err, "count running occurrences of job "+req.Job)
+			}
+			if len(names) >= req.MaxRunning {
+				return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: reclaim %s: the job has %d other running, max %d",
+					backend.ErrOverlap, occurrence(req.Job, at), len(names), req.MaxRunning)
+			}
+		}
 		j.Counter++
 		nr := newRun(req, j.Counter, o.run.Attempt+1)
 		alive, g, sent := aliveValue(req.Owner, j.Counter), b.grantTTL(req.TTL), time.Now()

@@ -210,6 +210,7 @@ type runInfo struct {
 	DurationMS  int64           `json:"duration_ms"`
 	Error       string          `json:"error,omitempty"`
 	Result      string          `json:"result,omitempty"`
+	Trigger     string          `json:"trigger,omitempty"` // the key of a triggered run ("run now")
 }
 
 func newRunsCmd(a *app) *cobra.Command {
@@ -246,7 +247,8 @@ func newRunsCmd(a *app) *cobra.Command {
 				if r.State == backend.Running && r.Expired {
 					st = "running (runner's lease expired)"
 				}
-				rows = append(rows, runInfo{Job: r.Job, ScheduledAt: r.ScheduledAt.Format(daemon.InstantFormat), State: st,
+				key, _ := schedule.IsTriggered(r)
+				rows = append(rows, runInfo{Job: r.Job, ScheduledAt: r.ScheduledAt.Format(daemon.InstantFormat), State: st, Trigger: key,
 					Instance: r.Owner.Instance, Token: leasehold.Token(r.Token), Attempt: r.Attempt,
 					DurationMS: r.Duration.Milliseconds(), Error: a.scrub.Text(r.Error), Result: a.scrub.Text(r.Result)})
 			}
@@ -259,7 +261,11 @@ func newRunsCmd(a *app) *cobra.Command {
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SCHEDULED (UTC)\tJOB\tSTATE\tINSTANCE\tTOKEN\tATTEMPT\tTOOK\tERROR")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", r.ScheduledAt, cell(r.Job), cell(r.State), cell(r.Instance), r.Token, r.Attempt,
+				job := cell(r.Job)
+				if r.Trigger != "" {
+					job += " (run now: " + cell(r.Trigger) + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", r.ScheduledAt, job, cell(r.State), cell(r.Instance), r.Token, r.Attempt,
 					time.Duration(r.DurationMS)*time.Millisecond, oneLine(r.Error, 60))
 			}
 			return tw.Flush()

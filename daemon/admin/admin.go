@@ -60,7 +60,7 @@ type Scheduler interface {
 	Instance() string
 	Namespace() string
 	JobStatuses(next int) []schedule.JobStatus
-	Trigger(ctx context.Context, job, key string) error
+	TriggerRun(ctx context.Context, job, key string) (schedule.Run, error)
 	Pause(ctx context.Context, job string) error
 	Resume(ctx context.Context, job string) error
 	Paused(ctx context.Context, job string) (bool, error)

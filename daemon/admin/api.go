@@ -318,10 +318,16 @@ func (s *Server) postTrigger(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	err := s.sched.Trigger(ctx, job, key)
+	run, err := s.sched.TriggerRun(ctx, job, key)
 	switch {
 	case errors.Is(err, backend.ErrClaimed):
 		writeError(w, http.StatusConflict, "key", fmt.Sprintf("trigger key %q of job %q was used before: it runs once", key, job))
+		return
+	case errors.Is(err, schedule.ErrPaused):
+		writeError(w, http.StatusConflict, "job", fmt.Sprintf("job %q is paused: trigger %q refused, nothing run (the key stays free)", job, key))
+		return
+	case errors.Is(err, backend.ErrOverlap):
+		writeError(w, http.StatusConflict, "job", fmt.Sprintf("job %q is running at its concurrency limit: trigger %q refused, nothing run (the key stays free)", job, key))
 		return
 	case errors.Is(err, schedule.ErrUnknownJob):
 		s.unknownJob(w, job)
@@ -330,10 +336,11 @@ func (s *Server) postTrigger(w http.ResponseWriter, r *http.Request) {
 		s.writeFailure(w, r, err)
 		return
 	}
-	s.cfg.logger.Info("admin API: job triggered", "job", job, "trigger key", key, "remote", r.RemoteAddr)
-	ledgerName := job + "!trigger!" + key
-	writeJSON(w, http.StatusAccepted, map[string]any{"job": job, "key": key, "ledger_job": ledgerName,
-		"runs": "/api/v1/runs?job=" + url.QueryEscape(ledgerName)})
+	s.cfg.logger.Info("admin API: job triggered", "job", job, "trigger key", key, "at", run.ScheduledAt, "token", run.Token, "remote", r.RemoteAddr)
+	// The run is in the job's history at its instant; the URL selects it.
+	runs := url.Values{"job": {job}, "since": {ts(run.ScheduledAt)}, "before": {ts(run.ScheduledAt.Add(time.Millisecond))}}
+	writeJSON(w, http.StatusAccepted, map[string]any{"job": job, "key": key, "scheduled_at": ts(run.ScheduledAt),
+		"token": run.Token, "runs": "/api/v1/runs?" + runs.Encode()})
 }
 
 func (s *Server) postPause(w http.ResponseWriter, r *http.Request)  { s.setPaused(w, r, true) }

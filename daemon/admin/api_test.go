@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/daemon/admin"
 	"github.com/leasehold/leasehold/schedule"
@@ -73,13 +74,18 @@ func TestEndpoints(t *testing.T) {
 		}
 	}
 
-	// Trigger: claimed once per key.
+	// Trigger: a run of the job itself, claimed once per key.
+	var highest leasehold.Token // of the scheduled runs so far
+	for _, r := range page.Runs {
+		highest = max(highest, r.Token)
+	}
 	var trig struct {
 		Job, Key, Runs string
-		LedgerJob      string `json:"ledger_job"`
+		ScheduledAt    string `json:"scheduled_at"`
+		Token          leasehold.Token
 	}
-	if code, m := n.call("POST", "/api/v1/jobs/a-tick/trigger?key=deploy-42", &trig); code != http.StatusAccepted {
-		t.Fatalf("trigger = %d %v", code, m)
+	if code, m := n.call("POST", "/api/v1/jobs/a-tick/trigger?key=deploy-42", &trig); code != http.StatusAccepted || trig.Token <= highest {
+		t.Fatalf("trigger = %d %v %+v, want 202 and a token above the scheduled runs' %d", code, m, trig, highest)
 	}
 	if code, m := n.call("POST", "/api/v1/jobs/a-tick/trigger?key=deploy-42", nil); code != http.StatusConflict || m["field"] != "key" ||
 		!strings.Contains(m["error"].(string), `"deploy-42"`) {
@@ -89,8 +95,17 @@ func TestEndpoints(t *testing.T) {
 		n.mustGet(trig.Runs, &page)
 		return len(page.Runs) == 1 && page.Runs[0].State == "succeeded"
 	})
-	if page.Runs[0].Job != "a-tick!trigger!deploy-42" {
-		t.Fatalf("triggered run = %+v", page.Runs[0])
+	if r := page.Runs[0]; r.Job != "a-tick" || r.Trigger != "deploy-42" || r.Token != trig.Token || r.ScheduledAt != trig.ScheduledAt || r.Instance != "d1" {
+		t.Fatalf("triggered run = %+v, want a run of a-tick by d1 at %s with token %v, trigger deploy-42", r, trig.ScheduledAt, trig.Token)
+	}
+	var all admin.Status
+	n.mustGet("/api/v1/status?runs=1000", &all)
+	listed := false
+	for _, r := range all.Runs {
+		listed = listed || (r.Trigger == "deploy-42" && r.Job == "a-tick" && r.Token == trig.Token)
+	}
+	if !listed {
+		t.Fatalf("the triggered run is missing from the status's %d runs", len(all.Runs))
 	}
 	if code, m := n.call("POST", "/api/v1/jobs/a-tick/trigger", &trig); code != http.StatusAccepted || !strings.HasPrefix(trig.Key, "api-") {
 		t.Fatalf("trigger without key = %d %v %+v", code, m, trig)
@@ -108,12 +123,19 @@ func TestEndpoints(t *testing.T) {
 	if !one.Paused {
 		t.Fatalf("job after pause = %+v", one)
 	}
+	if code, m := n.call("POST", "/api/v1/jobs/a-tick/trigger?key=while-paused", nil); code != http.StatusConflict || m["field"] != "job" ||
+		!strings.Contains(m["error"].(string), "paused") {
+		t.Fatalf("trigger of a paused job = %d %v, want 409 on field job", code, m)
+	}
 	if code, m := n.call("POST", "/api/v1/jobs/a-tick/resume", &ps); code != http.StatusOK || ps.Paused {
 		t.Fatalf("resume = %d %v", code, m)
 	}
 	n.mustGet("/api/v1/jobs/a-tick", &one)
 	if one.Paused {
 		t.Fatalf("job after resume = %+v", one)
+	}
+	if code, m := n.call("POST", "/api/v1/jobs/a-tick/trigger?key=while-paused", nil); code != http.StatusAccepted {
+		t.Fatalf("trigger with the key refused while paused, after the resume = %d %v", code, m)
 	}
 
 	// Status has everything.

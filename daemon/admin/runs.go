@@ -50,7 +50,8 @@ func (s *Server) getRuns(w http.ResponseWriter, r *http.Request) {
 }
 
 // ownsLedgerJob: name is one of this daemon's jobs, or the ledger name of
-// one of its triggers ("<job>!trigger!<key>").
+// one of its trigger keys' records ("<job>!trigger!<key>"; the triggered
+// runs themselves are runs of the job).
 func (s *Server) ownsLedgerJob(name string) bool {
 	base, key, trig := strings.Cut(name, "!trigger!")
 	if trig && leasehold.ValidatePath("key", key) != nil {
@@ -96,9 +97,7 @@ func (s *Server) runs(ctx context.Context, q runQuery) (RunPage, error) {
 	if q.job == "" {
 		names = names[:0]
 		for _, js := range s.sched.JobStatuses(0) {
-			if js.Mode != schedule.EveryInstance {
-				names = append(names, js.Name)
-			}
+			names = append(names, js.Name) // every-instance jobs too: their triggered runs are recorded
 		}
 	}
 	before := q.before
@@ -130,8 +129,14 @@ func (s *Server) runs(ctx context.Context, q runQuery) (RunPage, error) {
 			Job: r.Job, ScheduledAt: ts(r.ScheduledAt), State: string(r.State), Expired: r.State == backend.Running && r.Expired,
 			Instance: r.Owner.Instance, Token: leasehold.Token(r.Token), Attempt: r.Attempt,
 			ClaimedAt: ts(r.ClaimedAt), FinishedAt: ts(r.FinishedAt), DurationMS: r.Duration.Milliseconds(),
-			Result: s.cfg.redact(r.Result), Error: s.cfg.redact(r.Error),
+			Result: s.cfg.redact(r.Result), Error: s.cfg.redact(r.Error), Trigger: triggerKey(r),
 		})
 	}
 	return page, nil
+}
+
+// triggerKey is the idempotency key of a triggered run, "" for a scheduled one.
+func triggerKey(r backend.Run) string {
+	key, _ := schedule.IsTriggered(r)
+	return key
 }

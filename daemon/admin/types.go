@@ -71,6 +71,9 @@ type Run struct {
 	DurationMS  int64           `json:"duration_ms"`
 	Result      string          `json:"result,omitempty"`
 	Error       string          `json:"error,omitempty"`
+	// Trigger is the idempotency key of a triggered run ("run now"); empty
+	// for a scheduled run.
+	Trigger string `json:"trigger,omitempty"`
 }
 
 // RunPage is a page of history.

@@ -107,7 +107,7 @@ function render(st) {
 
   fill("runs", st.runs.map(r => el("tr", { "data-job": r.job, "data-instance": r.instance },
     el("td", {}, short(r.scheduled_at)),
-    el("td", {}, r.job),
+    el("td", {}, r.job + (r.trigger ? " (run now: " + r.trigger + ")" : "")),
     el("td", { class: { succeeded: "ok", failed: "bad", running: "run", abandoned: "warn" }[r.state] || "" }, r.state + (r.expired ? " (runner gone)" : "")),
     el("td", {}, r.instance),
     el("td", {}, r.token),

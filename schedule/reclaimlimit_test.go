@@ -1,0 +1,82 @@
+package schedule_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestSweeperReclaimHonoursMaxConcurrent: with MaxConcurrent 1, an
+// occurrence whose runner died is not reclaimed while another occurrence of
+// the job runs (the reclaimed attempt would overlap it); once that one
+// finished, the next sweep reclaims and runs it.
+func TestSweeperReclaimHonoursMaxConcurrent(t *testing.T) {
+	triggerBackends(t, func(t *testing.T, b backend.Backend) {
+		ctx := context.Background()
+		l := schedule.NamespaceLedger(b, leasehold.DefaultNamespace)
+		dead := backend.Instant(time.Now().Add(-2 * time.Second))
+		deadRunner(t, b, "job", dead) // the default namespace maps no names
+		live := backend.Instant(time.Now().Add(-time.Second))
+		other := backend.Owner{Instance: "other", Nonce: backend.NewNonce()}
+		g, err := l.Claim(ctx, backend.ClaimRequest{Job: "job", ScheduledAt: live, SpecVersion: "v", Owner: other, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the dead runner's lease expires", func() bool {
+			r, err := l.GetRun(ctx, "job", dead)
+			return err == nil && r.Expired
+		})
+		fx := newEffects()
+		logs := &syncBuffer{}
+		s := newScheduler(t, b, "survivor", schedule.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+		if err := s.Register(schedule.Job{Name: "job", Schedule: "@yearly", MaxConcurrent: 1,
+			Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
+			t.Fatal(err)
+		}
+		start(t, s)
+		waitFor(t, 10*time.Second, "a sweep refuses the reclaim at the limit (or takes it over)", func() bool {
+			r, err := l.GetRun(ctx, "job", dead)
+			return strings.Contains(logs.String(), "not reclaimed yet") || (err == nil && r.Attempt != 1)
+		})
+		r, err := l.GetRun(ctx, "job", dead)
+		if err != nil || r.Owner.Instance != "dead" || r.Attempt != 1 || len(fx.get(dead)) != 0 {
+			t.Fatalf("while another occurrence runs: record %+v (err %v), runs %v; want it untouched and not run", r, err, fx.get(dead))
+		}
+		if err := l.Finish(ctx, "job", live, other, g.Token, backend.Outcome{State: backend.Succeeded}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the dead runner's occurrence is reclaimed and run", func() bool {
+			r, err := l.GetRun(ctx, "job", dead)
+			return err == nil && r.State == backend.Succeeded
+		})
+		if runs := fx.get(dead); len(runs) != 1 || runs[0].Attempt != 2 || runs[0].Instance != "survivor" {
+			t.Fatalf("runs of the reclaimed occurrence %+v, want one, attempt 2, by survivor", runs)
+		}
+	})
+}

@@ -1,0 +1,232 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+)
+
+// Triggers ("run now"). A triggered run is a run of the job itself in the
+// ledger — same job name, so the same token sequence as the scheduled runs
+// (its token is greater than every earlier one), recorded, listed, swept
+// and reclaimed like any run — at the trigger's instant (backend.Instant of
+// the scheduler's clock, moved on by a millisecond where it would meet an
+// instant of the job's schedule or another trigger). Its SpecVersion is
+// "trigger:<key>", which tells it from the scheduled runs.
+//
+// The idempotency key is kept apart, under the reserved job name
+// "<job>!trigger!<key>": one marker record per attempt to use the key, at
+// the epoch plus n milliseconds. A marker that ends succeeded names the run
+// the key started; one that ends failed records a refusal (the job was at
+// its MaxConcurrent limit, its claim was refused) and frees the key: a
+// retry with the same key tries again under the next marker. A marker still
+// running belongs to a Trigger in progress, or to one that died between
+// the marker and the run's claim: the key counts as used (at most one run
+// per key, never two).
+
+const (
+	triggerInfix = "!trigger!"
+	// TriggerVersionPrefix starts the SpecVersion of a triggered run's
+	// record; the trigger's key follows it.
+	TriggerVersionPrefix = "trigger:"
+	// maxTriggerKeyLen keeps TriggerVersionPrefix+key within the ledger's
+	// 128 bytes of spec version.
+	maxTriggerKeyLen = 128 - len(TriggerVersionPrefix)
+	// maxTriggerRefusals bounds how often one key can be refused and retried.
+	maxTriggerRefusals = 100
+)
+
+// ErrPaused: Trigger was refused because the job is paused (see Pause);
+// nothing was run or recorded.
+var ErrPaused = errors.New("leasehold/schedule: job is paused")
+
+// IsTriggered reports whether a run record is a triggered run, and its key.
+func IsTriggered(r backend.Run) (key string, ok bool) {
+	return strings.CutPrefix(r.SpecVersion, TriggerVersionPrefix)
+}
+
+// Trigger runs job now, once across the cluster per idempotency key. See
+// TriggerRun, which also returns the run it started.
+func (s *Scheduler) Trigger(ctx context.Context, job, key string) error {
+	_, err := s.TriggerRun(ctx, job, key)
+	return err
+}
+
+// TriggerRun claims a run of job at the trigger's instant and starts it in
+// the background (Shutdown waits for it), with heartbeats, outcome, OnLost
+// and events as for a scheduled run; it returns the run as the job's
+// function receives it (instant and fencing token). It is refused, with
+// nothing run, when:
+//   - the key was used before (the error wraps backend.ErrClaimed);
+//   - the job is paused (ErrPaused; nothing is recorded, the key stays free);
+//   - MaxConcurrent runs of the job are running (backend.ErrOverlap; the
+//     key stays free, a retry with it may run later).
+//
+// A pause stops triggers that start after it was recorded, as it stops
+// claims. If the run's claim had an unknown outcome the error wraps
+// leasehold.ErrIndeterminate and the key counts as used: the claim may
+// stand, and then the sweeper runs it by the crash policy once its lease
+// expires.
+func (s *Scheduler) TriggerRun(ctx context.Context, job, key string) (Run, error) {
+	if err := leasehold.ValidatePath("trigger key", key); err != nil {
+		return Run{}, err
+	}
+	if len(key) > maxTriggerKeyLen {
+		return Run{}, fmt.Errorf("%w: trigger key %.40q… is %d bytes, more than %d", leasehold.ErrInvalid, key, len(key), maxTriggerKeyLen)
+	}
+	if n := len(LedgerJob(s.cfg.namespace, job+triggerInfix+key)); n > backend.MaxKeyLen {
+		return Run{}, fmt.Errorf("%w: trigger key %.40q… makes the ledger name of job %q's key records %d bytes, more than %d",
+			leasehold.ErrInvalid, key, job, n, backend.MaxKeyLen)
+	}
+	s.mu.Lock()
+	e := s.jobs[job]
+	started := s.started
+	s.mu.Unlock()
+	if e == nil {
+		return Run{}, fmt.Errorf("%w: %q", ErrUnknownJob, job)
+	}
+	if !started {
+		return Run{}, fmt.Errorf("%w: scheduler not started", leasehold.ErrInvalid)
+	}
+	what := fmt.Sprintf("trigger %q of job %q", key, job)
+	if paused, err := s.readPaused(ctx, job); err != nil {
+		return Run{}, fmt.Errorf("%s: %w", what, err)
+	} else if paused {
+		return Run{}, fmt.Errorf("%w: %s refused: the job is paused in namespace %q", ErrPaused, what, s.cfg.namespace)
+	}
+	marker, err := s.claimTriggerKey(ctx, e, key, what)
+	if err != nil {
+		return Run{}, err
+	}
+	r, owner, g, sent, err := s.claimTriggered(ctx, e, key)
+	if err != nil {
+		// A refusal frees the key; an unknown outcome does not (the claim
+		// may stand, and the sweeper then runs it).
+		out := backend.Outcome{State: backend.Failed, Error: "refused: " + err.Error()}
+		if errors.Is(err, leasehold.ErrIndeterminate) {
+			out = backend.Outcome{State: backend.Succeeded, Result: "claim outcome unknown: " + err.Error()}
+		}
+		marker.finish(ctx, s, out)
+		if errors.Is(err, backend.ErrOverlap) {
+			s.emit(Event{Kind: EventClaim, Job: job, ScheduledAt: r.ScheduledAt, Result: ClaimOverlap, Err: err})
+		}
+		return Run{}, fmt.Errorf("%s: %w", what, err)
+	}
+	marker.finish(ctx, s, backend.Outcome{State: backend.Succeeded,
+		Result: fmt.Sprintf("run at %s token %d", r.ScheduledAt.Format(time.RFC3339Nano), g.Token)})
+	s.cfg.logger.Info("job triggered", "job", job, "trigger key", key, "at", r.ScheduledAt, "token", g.Token)
+	s.emit(Event{Kind: EventClaim, Job: job, ScheduledAt: r.ScheduledAt, Token: leasehold.Token(g.Token), Attempt: 1, Result: ClaimWon})
+	s.runs.Add(1)
+	e.inflight.Add(1)
+	go func(r Run) {
+		defer s.runs.Done()
+		defer e.inflight.Add(-1)
+		s.execute(e, r, owner, g, sent)
+	}(r)
+	r.Token = leasehold.Token(g.Token)
+	return r, nil
+}
+
+// triggerMarker is a won claim of a trigger key's marker record.
+type triggerMarker struct {
+	job   string
+	at    time.Time
+	owner backend.Owner
+	token uint64
+}
+
+// finish records the marker's outcome. If that fails the marker's lease
+// runs out with the marker still running, which counts as a used key.
+func (m triggerMarker) finish(ctx context.Context, s *Scheduler, out backend.Outcome) {
+	if err := s.l.Finish(context.WithoutCancel(ctx), m.job, m.at, m.owner, m.token, out); err != nil {
+		s.cfg.logger.Warn("recording a trigger key's outcome failed; the key counts as used", "marker", m.job, "err", err)
+	}
+}
+
+// claimTriggerKey claims the next free marker of key: the first marker not
+// ending in a refusal. ErrClaimed (wrapped) if the key was used, or is
+// being used right now.
+func (s *Scheduler) claimTriggerKey(ctx context.Context, e *entry, key, what string) (triggerMarker, error) {
+	name := e.job.Name + triggerInfix + key
+	for n := range maxTriggerRefusals {
+		at := epochStart.Add(time.Duration(n) * time.Millisecond)
+		owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
+		g, _, err := claimGrant(ctx, s.l, backend.ClaimRequest{Job: name, ScheduledAt: at, Owner: owner, TTL: e.job.LeaseTTL, MaxEarly: s.cfg.tolerance})
+		var claimed *backend.ClaimedError
+		switch {
+		case err == nil:
+			return triggerMarker{job: name, at: at, owner: owner, token: g.Token}, nil
+		case errors.As(err, &claimed) && claimed.Run.State == backend.Failed:
+			continue // an earlier use of the key was refused: it is free
+		case errors.As(err, &claimed):
+			return triggerMarker{}, fmt.Errorf("%s: the key was used before (by %s, %s): %w", what, claimed.Run.Owner.Instance, claimed.Run.State, err)
+		default:
+			return triggerMarker{}, fmt.Errorf("%s: claiming the key: %w", what, err)
+		}
+	}
+	return triggerMarker{}, fmt.Errorf("%w: %s: the key was refused %d times; use another", leasehold.ErrInvalid, what, maxTriggerRefusals)
+}
+
+// claimTriggered claims the triggered run: a run of the job at the
+// trigger's instant, under the job's MaxConcurrent.
+func (s *Scheduler) claimTriggered(ctx context.Context, e *entry, key string) (Run, backend.Owner, backend.Grant, time.Time, error) {
+	at := backend.Instant(s.cfg.clock.Now())
+	for range 10 {
+		// Never on an instant of the schedule: that occurrence is the
+		// scheduled run's.
+		for e.spec.Next(at.Add(-time.Millisecond)).Equal(at) {
+			at = at.Add(time.Millisecond)
+		}
+		owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
+		req := backend.ClaimRequest{
+			Job: e.job.Name, ScheduledAt: at, SpecVersion: TriggerVersionPrefix + key, Owner: owner,
+			TTL: e.job.LeaseTTL, MaxEarly: s.cfg.tolerance, MaxRunning: e.job.MaxConcurrent,
+		}
+		g, sent, err := claimGrant(ctx, s.l, req)
+		if errors.As(err, new(*backend.ClaimedError)) {
+			at = at.Add(time.Millisecond) // another trigger took this instant
+			continue
+		}
+		if err != nil {
+			return Run{Job: e.job.Name, ScheduledAt: at}, owner, g, sent, err
+		}
+		return Run{Job: e.job.Name, ScheduledAt: at, Attempt: 1, Instance: s.cfg.instance}, owner, g, sent, nil
+	}
+	return Run{}, backend.Owner{}, backend.Grant{}, time.Time{}, fmt.Errorf("no free instant near %s", at.Format(time.RFC3339Nano))
+}
+
+// lastScheduled returns, for catch-up, the instant of the job's latest run
+// that was not triggered, when the high-water mark hw is a triggered run's.
+// It reads the history from hw down to since (the misfire window's start;
+// the window is shorter than the retention, so runs in it are still in the
+// history) and returns since if no scheduled run is in it. If the history
+// cannot be read, or holds too many triggers to page through, it returns
+// hw: catch-up then skips the occurrences before hw rather than risk
+// running ones that were skipped on purpose (paused, at the limit).
+func (s *Scheduler) lastScheduled(ctx context.Context, e *entry, hw, since time.Time) time.Time {
+	const page = 100
+	before := hw.Add(time.Millisecond)
+	for range 10 {
+		runs, err := s.l.ListRuns(ctx, backend.RunFilter{Job: e.job.Name, Since: since, Before: before, Limit: page})
+		if err != nil {
+			s.cfg.logger.Warn("reading the history for catch-up failed; catching up after the latest trigger only", "job", e.job.Name, "err", err)
+			return hw
+		}
+		for _, r := range runs { // newest first
+			if _, triggered := IsTriggered(r); !triggered {
+				return r.ScheduledAt
+			}
+		}
+		if len(runs) < page {
+			return since
+		}
+		before = runs[len(runs)-1].ScheduledAt
+	}
+	s.cfg.logger.Warn("too many triggered runs to find the latest scheduled one; catching up after the latest trigger only", "job", e.job.Name)
+	return hw
+}
