@@ -55,6 +55,9 @@ type JobConfig struct {
 	LeaseTTL      Duration `yaml:"lease_ttl"`
 	MaxConcurrent int      `yaml:"max_concurrent"`
 	MaxAttempts   int      `yaml:"max_attempts"`
+	// Revision is part of the schedule version: set a new one to return to
+	// a schedule that was replaced (see schedule.Job.Revision).
+	Revision int `yaml:"revision"`
 
 	Command *CommandJob `yaml:"command"`
 	HTTP    *HTTPJob    `yaml:"http"`
@@ -295,7 +298,7 @@ func (j *JobConfig) job(fn schedule.Func, retention time.Duration) (schedule.Job
 		Name: j.Name, Schedule: j.Schedule, Zone: j.Zone, Func: fn,
 		Mode: schedule.Mode(j.Mode), Misfire: schedule.Misfire(j.Misfire), Crash: schedule.Crash(j.Crash),
 		Timeout: time.Duration(j.Timeout), Jitter: time.Duration(j.Jitter), LeaseTTL: time.Duration(j.LeaseTTL),
-		MaxConcurrent: j.MaxConcurrent, MaxAttempts: j.MaxAttempts,
+		MaxConcurrent: j.MaxConcurrent, MaxAttempts: j.MaxAttempts, Revision: j.Revision,
 	}
 	if fn == nil {
 		sj.Func = func(context.Context, schedule.Run) error { return nil }

@@ -85,6 +85,11 @@ type Job struct {
 	Zone     string // IANA zone for cron specs; "" = UTC
 	Func     Func
 	Mode     Mode
+	// Revision is part of the schedule version (0 = none). Versions only
+	// move forward: a spec that was replaced is refused if it comes back
+	// (an instance restarted with an old config). To return to an earlier
+	// schedule on purpose, give it a revision never used before.
+	Revision int
 
 	Timeout time.Duration // per run; 0 = none
 	// Jitter delays each run by a random span up to Jitter; it never changes
@@ -137,6 +142,10 @@ func (j Job) withDefaults(retention time.Duration) (Job, *Spec, error) {
 	if err != nil {
 		return j, nil, fmt.Errorf("job %q: %w", j.Name, err)
 	}
+	if j.Revision < 0 || j.Revision > 1_000_000 {
+		return j, nil, fmt.Errorf("%w: job %q: revision %d is not in 0..1000000", leasehold.ErrInvalid, j.Name, j.Revision)
+	}
+	spec = spec.WithRevision(j.Revision)
 	if j.Func == nil {
 		return j, nil, fmt.Errorf("%w: job %q: Func is nil", leasehold.ErrInvalid, j.Name)
 	}

@@ -146,6 +146,18 @@ func (s *Spec) Zone() *time.Location { return s.zone }
 // "@every 60s" and "@every 1m"; an @every spec ignores its zone.
 func (s *Spec) Version() string { return s.version }
 
+// WithRevision returns s with revision n hashed into its version (n = 0:
+// s itself). See Job.Revision.
+func (s *Spec) WithRevision(n int) *Spec {
+	if n == 0 {
+		return s
+	}
+	c := *s
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00revision %d", s.version, n)))
+	c.version = hex.EncodeToString(sum[:8])
+	return &c
+}
+
 // maxShift bounds how far a zone's offset changes at one transition (the
 // largest DST shift in use is 2 h); civil times further apart than this keep
 // their order as instants.
