@@ -1,7 +1,11 @@
 package schedule_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +31,24 @@ func versionRecords(t *testing.T, l backend.Ledger, job string) []string {
 	return out
 }
 
+// lockedBuffer is a log sink safe for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // TestOlderSpecCannotTakeBack: a rolling deploy switched job from spec A
 // to spec B; an instance restarted with the old config (A) must not record
 // A again — it refuses, says so in its job status, and B keeps running.
@@ -38,8 +60,9 @@ func TestOlderSpecCannotTakeBack(t *testing.T) {
 			b := memory.New()
 			l := schedule.NamespaceLedger(b, "default")
 			fx := newEffects()
+			var logs lockedBuffer
 			mk := func(instance, spec string, rev int) *schedule.Scheduler {
-				s := newScheduler(t, b, instance)
+				s := newScheduler(t, b, instance, schedule.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 				if err := s.Register(schedule.Job{Name: "job", Schedule: spec, Revision: rev,
 					Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
 					t.Fatal(err)
@@ -79,6 +102,9 @@ func TestOlderSpecCannotTakeBack(t *testing.T) {
 				js := restarted.JobStatuses(0)
 				return len(js) == 1 && js[0].VersionRefused
 			})
+			if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "schedule version REFUSED") || !strings.Contains(l, "version="+a.Version()) {
+				t.Fatalf("the refusal was not logged as an error by the restarted instance:\n%s", l)
+			}
 			js := restarted.JobStatuses(0)[0]
 			if js.Version != a.Version() || js.CurrentVersion != bspec.Version() {
 				t.Fatalf("status version %s current %s, want %s refused in favour of %s", js.Version, js.CurrentVersion, a.Version(), bspec.Version())
