@@ -61,7 +61,10 @@ func (c *Config) SetListen(addr string) {
 	c.HTTP.Listen, c.HTTP.explicit = addr, true
 }
 
-func (c *Config) validateHTTP() error {
+// validateHTTP fills the http and log defaults and returns every error.
+func (c *Config) validateHTTP() []error {
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
 	h := &c.HTTP
 	if h.Listen == "" {
 		h.Listen = admin.DefaultAddress
@@ -71,20 +74,20 @@ func (c *Config) validateHTTP() error {
 	for i, t := range h.Tokens {
 		f := func(name string) string { return fmt.Sprintf("http.tokens[%d].%s", i, name) }
 		if t.Scope != string(admin.ScopeRead) && t.Scope != string(admin.ScopeAdmin) {
-			return c.errf(f("scope"), "%q is not read or admin", t.Scope)
+			add(c.errf(f("scope"), "%q is not read or admin", t.Scope))
 		}
 		if (t.Token == "") == (t.TokenEnv == "") {
-			return c.errf(f("token"), "give exactly one of token and token_env")
+			add(c.errf(f("token"), "give exactly one of token and token_env"))
 		}
 		if t.Token != "" && len(t.Token) < admin.MinTokenLen {
-			return c.errf(f("token"), "is %d bytes; at least %d are required", len(t.Token), admin.MinTokenLen)
+			add(c.errf(f("token"), "is %d bytes; at least %d are required", len(t.Token), admin.MinTokenLen))
 		}
 	}
 	if h.OpenReads && h.Listen != HTTPOff && !admin.IsLoopback(h.Listen) {
-		return c.errf("http.open_reads", "true with listen %q: reads may be open on a loopback listener only", h.Listen)
+		add(c.errf("http.open_reads", "true with listen %q: reads may be open on a loopback listener only", h.Listen))
 	}
 	if (h.TLSCert == "") != (h.TLSKey == "") {
-		return c.errf("http", "tls_cert %q and tls_key %q: give both or neither", h.TLSCert, h.TLSKey)
+		add(c.errf("http", "tls_cert %q and tls_key %q: give both or neither", h.TLSCert, h.TLSKey))
 	}
 	// Relative files are next to the config file, whatever the daemon's
 	// working directory.
@@ -96,12 +99,12 @@ func (c *Config) validateHTTP() error {
 	switch strings.ToLower(c.Log.Format) {
 	case "", "text", "json":
 	default:
-		return c.errf("log.format", "%q is not text or json", c.Log.Format)
+		add(c.errf("log.format", "%q is not text or json", c.Log.Format))
 	}
 	if _, err := parseLevel(c.Log.Level); err != nil {
-		return c.errf("log.level", "%v", err)
+		add(c.errf("log.level", "%v", err))
 	}
-	return nil
+	return errs
 }
 
 // adminTokens resolves the configured tokens and the environment's.

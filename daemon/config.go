@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,7 +41,8 @@ type Config struct {
 	Log       LogConfig   `yaml:"log"`
 
 	path  string
-	lines map[string]int // "jobs[2].schedule" -> line
+	lines map[string]int    // "jobs[2].schedule" -> line
+	at    map[[2]int]string // line, column of a value -> its field path
 }
 
 // JobConfig is one job. Exactly one of Command and HTTP is set.
@@ -55,6 +58,12 @@ type JobConfig struct {
 	LeaseTTL      Duration `yaml:"lease_ttl"`
 	MaxConcurrent int      `yaml:"max_concurrent"`
 	MaxAttempts   int      `yaml:"max_attempts"`
+	MisfireWindow Duration `yaml:"misfire_window"` // how far back catch-up looks (default 1h; shorter than retention)
+	MisfireGrace  Duration `yaml:"misfire_grace"`  // how late a run may start and be on time (default 5s)
+	MaxCatchUp    int      `yaml:"max_catch_up"`   // misfire run-all: at most this many (default 10)
+	// Revision is part of the schedule version: set a new one to return to
+	// a schedule that was replaced (see schedule.Job.Revision).
+	Revision int `yaml:"revision"`
 
 	Command *CommandJob `yaml:"command"`
 	HTTP    *HTTPJob    `yaml:"http"`
@@ -83,11 +92,14 @@ type HTTPJob struct {
 // Duration is a time.Duration written as "30s", "5m", "1h30m".
 type Duration time.Duration
 
-// UnmarshalYAML parses a Go duration string.
+// UnmarshalYAML parses a Go duration string. A bad one is a
+// *yaml.TypeError, so decoding goes on and reports every bad field; its
+// message carries the value's line and column, by which Parse names the
+// field.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration such as 30s or 5m", n.Line, n.Value)
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: %q is not a duration such as 30s or 5m", n.Line, n.Column, n.Value)}}
 	}
 	*d = Duration(v)
 	return nil
@@ -105,49 +117,129 @@ func Load(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
-var yamlLine = regexp.MustCompile(`line (\d+): `)
+var (
+	yamlLine     = regexp.MustCompile(`^line (\d+): (?:column (\d+): )?`)
+	unknownField = regexp.MustCompile(`^field (\S+) not found in type`)
+)
 
 // Parse parses and validates config data; path names the file in errors and
-// anchors relative paths (the default SQLite file is next to it).
+// anchors relative paths (the default SQLite file is next to it). It reports
+// every error it finds (errors.Join), each wrapping ErrConfig on a line of
+// its own as "file:line: field: message".
 func Parse(path string, data []byte) (*Config, error) {
 	fail := func(line int, format string, args ...any) error {
-		return fmt.Errorf("%w: %s:%d: %s", ErrConfig, path, line, fmt.Sprintf(format, args...))
+		return &configErr{line: line, err: fmt.Errorf("%w: %s:%d: %s", ErrConfig, path, line, fmt.Sprintf(format, args...))}
 	}
 	if len(data) > MaxConfigSize {
 		return nil, fail(0, "file is %d bytes, more than %d", len(data), MaxConfigSize)
 	}
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil { // a syntax error: nothing more can be read
 		msg := strings.TrimPrefix(err.Error(), "yaml: ")
-		msg = strings.TrimPrefix(msg, "unmarshal errors:\n  ")
 		line := 0
-		if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		if m := regexp.MustCompile(`line (\d+): `).FindStringSubmatch(msg); m != nil {
 			line, _ = strconv.Atoi(m[1])
 			msg = strings.Replace(msg, m[0], "", 1)
 		}
-		if errors.Is(err, io.EOF) {
-			return nil, fail(0, "file is empty")
-		}
 		return nil, fail(line, "%s", msg)
 	}
-	var root yaml.Node
-	_ = yaml.Unmarshal(data, &root)
-	c.path, c.lines = path, map[string]int{}
-	collectLines(&root, "", c.lines)
-	if err := c.validate(); err != nil {
-		return nil, err
+	c.path, c.lines, c.at = path, map[string]int{}, map[[2]int]string{}
+	collectLines(&root, "", c.lines, c.at)
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var errs []error
+	typed := map[string]bool{} // fields whose value could not be decoded
+	if err := dec.Decode(&c); err != nil {
+		var te *yaml.TypeError
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil, fail(0, "file is empty")
+		case !errors.As(err, &te):
+			return nil, fail(0, "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+		}
+		for _, msg := range te.Errors {
+			line, field := c.placeTypeError(&msg)
+			if field != "" {
+				typed[field] = true
+				msg = field + ": " + msg
+			}
+			errs = append(errs, fail(line, "%s", msg))
+		}
+	}
+	// Validation of what decoded; an error about a field that could not
+	// be decoded (or about a part of it) would only repeat it.
+	for _, err := range c.validate() {
+		var ce *configErr
+		if errors.As(err, &ce) && overlaps(ce.field, typed) {
+			continue
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		slices.SortStableFunc(errs, func(a, b error) int { return errLine(a) - errLine(b) })
+		return nil, errors.Join(errs...)
 	}
 	return &c, nil
 }
 
-// collectLines records the line of every scalar value by its field path.
-func collectLines(n *yaml.Node, prefix string, out map[string]int) {
+// errLine returns the line an error of Parse names, for sorting.
+func errLine(err error) int {
+	var ce *configErr
+	if errors.As(err, &ce) {
+		return ce.line
+	}
+	return 0
+}
+
+// placeTypeError strips the "line N: [column C: ]" prefix of a decoding
+// error message and returns the line and the field it concerns ("" if it
+// cannot be told).
+func (c *Config) placeTypeError(msg *string) (int, string) {
+	m := yamlLine.FindStringSubmatch(*msg)
+	if m == nil {
+		return 0, ""
+	}
+	*msg = strings.TrimPrefix(*msg, m[0])
+	line, _ := strconv.Atoi(m[1])
+	if m[2] != "" { // our Duration: the value's exact position
+		col, _ := strconv.Atoi(m[2])
+		return line, c.at[[2]int{line, col}]
+	}
+	var found []string
+	suffix := ""
+	if u := unknownField.FindStringSubmatch(*msg); u != nil {
+		suffix = u[1]
+	}
+	for pos, f := range c.at {
+		if pos[0] == line && (suffix == "" || f == suffix || strings.HasSuffix(f, "."+suffix)) {
+			found = append(found, f)
+		}
+	}
+	if len(found) == 1 {
+		return line, found[0]
+	}
+	return line, ""
+}
+
+// overlaps reports whether field is one of set, inside one, or holds one.
+func overlaps(field string, set map[string]bool) bool {
+	for f := range set {
+		if f == field || strings.HasPrefix(f, field+".") || strings.HasPrefix(f, field+"[") ||
+			strings.HasPrefix(field, f+".") || strings.HasPrefix(field, f+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+// collectLines records the line of every value by its field path, and the
+// field path of every value by its line and column.
+func collectLines(n *yaml.Node, prefix string, out map[string]int, at map[[2]int]string) {
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			collectLines(c, prefix, out)
+			collectLines(c, prefix, out, at)
 		}
 	case yaml.MappingNode:
 		out[prefix] = n.Line
@@ -156,13 +248,15 @@ func collectLines(n *yaml.Node, prefix string, out map[string]int) {
 			if prefix != "" {
 				k = prefix + "." + k
 			}
-			out[k] = n.Content[i+1].Line
-			collectLines(n.Content[i+1], k, out)
+			v := n.Content[i+1]
+			out[k] = v.Line
+			at[[2]int{v.Line, v.Column}] = k
+			collectLines(v, k, out, at)
 		}
 	case yaml.SequenceNode:
 		out[prefix] = n.Line
 		for i, c := range n.Content {
-			collectLines(c, fmt.Sprintf("%s[%d]", prefix, i), out)
+			collectLines(c, fmt.Sprintf("%s[%d]", prefix, i), out, at)
 		}
 	}
 }
@@ -170,11 +264,53 @@ func collectLines(n *yaml.Node, prefix string, out map[string]int) {
 // Path returns the config file's path.
 func (c *Config) Path() string { return c.path }
 
-func (c *Config) errf(field string, format string, args ...any) error {
-	return fmt.Errorf("%w: %s:%d: %s: %s", ErrConfig, c.path, c.lines[field], field, fmt.Sprintf(format, args...))
+// configErr is one error of a config file: its line, the field path it
+// concerns ("" if none) and the message, which wraps ErrConfig.
+type configErr struct {
+	line  int
+	field string
+	err   error
 }
 
-func (c *Config) validate() error {
+func (e *configErr) Error() string { return e.err.Error() }
+func (e *configErr) Unwrap() error { return e.err }
+
+// errf returns an error naming the file, the line of field (or of the
+// nearest enclosing field that is in the file), field and the message.
+func (c *Config) errf(field string, format string, args ...any) error {
+	line := c.lineOf(field)
+	return &configErr{line, field, fmt.Errorf("%w: %s:%d: %s: %s", ErrConfig, c.path, line, field, fmt.Sprintf(format, args...))}
+}
+
+// lineOf returns the line of field, or of its nearest enclosing field
+// that the file has (a default that is invalid: its job's line).
+func (c *Config) lineOf(field string) int {
+	for f := field; f != ""; {
+		if l, ok := c.lines[f]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(f, ".[")
+		if i < 0 {
+			break
+		}
+		f = f[:i]
+	}
+	return 0
+}
+
+// jobKey maps a schedule.Job field to its config key ("" if it has none).
+func jobKey(field string) string {
+	return map[string]string{
+		"Name": "name", "Schedule": "schedule", "Zone": "zone", "Mode": "mode", "Misfire": "misfire", "Crash": "crash",
+		"Timeout": "timeout", "Jitter": "jitter", "MaxConcurrent": "max_concurrent", "MisfireWindow": "misfire_window", "MisfireGrace": "misfire_grace",
+		"MaxCatchUp": "max_catch_up", "MaxAttempts": "max_attempts", "LeaseTTL": "lease_ttl", "Revision": "revision",
+	}[field]
+}
+
+// validate fills defaults and returns every error it finds.
+func (c *Config) validate() []error {
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
 	if c.Backend == "" {
 		c.Backend = "sqlite://" + filepath.Join(filepath.Dir(absPath(c.path)), "leasehold.db")
 	}
@@ -182,24 +318,24 @@ func (c *Config) validate() error {
 		c.Namespace = leasehold.DefaultNamespace
 	}
 	if err := leasehold.ValidatePath("namespace", c.Namespace); err != nil {
-		return c.errf("namespace", "%q: %v", c.Namespace, err)
+		add(c.errf("namespace", "%q: %v", c.Namespace, err))
 	}
 	if c.Instance == "" {
 		h, _ := os.Hostname()
 		c.Instance = h
 	}
 	if err := leasehold.ValidatePath("instance", c.Instance); err != nil {
-		return c.errf("instance", "%q: %v", c.Instance, err)
+		add(c.errf("instance", "%q: %v", c.Instance, err))
 	}
 	// The daemon holds the lock "instances/<instance>" of its namespace.
 	if err := leasehold.ValidatePath("instance lock key", instanceKey(c.Instance)); err != nil {
-		return c.errf("instance", "%.40q… (%d bytes): %v", c.Instance, len(c.Instance), err)
+		add(c.errf("instance", "%.40q… (%d bytes): %v", c.Instance, len(c.Instance), err))
 	}
 	if k := leasehold.LockKey(c.Namespace, instanceKey(c.Instance)); len(k) > backend.MaxKeyLen {
-		return c.errf("instance", "%.40q… in namespace %.40q… makes the instance lock key %d bytes, more than the limit of %d", c.Instance, c.Namespace, len(k), backend.MaxKeyLen)
+		add(c.errf("instance", "%.40q… in namespace %.40q… makes the instance lock key %d bytes, more than the limit of %d", c.Instance, c.Namespace, len(k), backend.MaxKeyLen))
 	}
 	if c.Grace < 0 {
-		return c.errf("grace", "%v is negative", time.Duration(c.Grace))
+		add(c.errf("grace", "%v is negative", time.Duration(c.Grace)))
 	}
 	if c.Grace == 0 {
 		c.Grace = Duration(30 * time.Second)
@@ -208,46 +344,53 @@ func (c *Config) validate() error {
 		c.Retention = Duration(7 * 24 * time.Hour)
 	}
 	if c.Retention < 0 {
-		return c.errf("retention", "%v is negative", time.Duration(c.Retention))
+		add(c.errf("retention", "%v is negative", time.Duration(c.Retention)))
 	}
-	if err := c.validateHTTP(); err != nil {
-		return err
-	}
+	errs = append(errs, c.validateHTTP()...)
 	seen := map[string]int{}
 	for i := range c.Jobs {
 		j := &c.Jobs[i]
 		f := func(name string) string { return fmt.Sprintf("jobs[%d].%s", i, name) }
 		if prev, dup := seen[j.Name]; dup {
-			return c.errf(f("name"), "%q is also the name of jobs[%d]", j.Name, prev)
+			add(c.errf(f("name"), "%q is also the name of jobs[%d]", j.Name, prev))
+		} else {
+			seen[j.Name] = i
 		}
-		seen[j.Name] = i
 		if _, err := j.job(nil, time.Duration(c.Retention)); err != nil {
-			return c.errf(f(fieldOf(err)), "%v", err)
+			for _, e := range flatten(err) {
+				var fe *schedule.FieldError
+				switch {
+				case errors.As(e, &fe) && jobKey(fe.Field) != "":
+					add(c.errf(f(jobKey(fe.Field)), "%v", e))
+				default:
+					add(c.errf(fmt.Sprintf("jobs[%d]", i), "%v", e))
+				}
+			}
 		}
 		if err := schedule.CheckKeyLengths(c.Namespace, j.Name); err != nil {
-			return c.errf(f("name"), "%v", err)
+			add(c.errf(f("name"), "%v", err))
 		}
 		if (j.Command == nil) == (j.HTTP == nil) {
-			return c.errf(fmt.Sprintf("jobs[%d]", i), "job %q needs exactly one of command or http", j.Name)
+			add(c.errf(fmt.Sprintf("jobs[%d]", i), "job %q needs exactly one of command or http", j.Name))
 		}
 		if j.Command != nil {
 			if len(j.Command.Argv) == 0 || j.Command.Argv[0] == "" {
-				return c.errf(f("command.argv"), "job %q: argv %q needs a program as its first element", j.Name, j.Command.Argv)
+				add(c.errf(f("command.argv"), "job %q: argv %q needs a program as its first element", j.Name, j.Command.Argv))
 			}
 			if j.Command.MaxOutput < 0 || j.Command.MaxOutput > 1<<20 {
-				return c.errf(f("command.max_output"), "%d is not in 0..1048576", j.Command.MaxOutput)
+				add(c.errf(f("command.max_output"), "%d is not in 0..1048576", j.Command.MaxOutput))
 			}
-			for k := range j.Command.Env {
+			for _, k := range slices.Sorted(maps.Keys(j.Command.Env)) {
 				if !validEnvName(k) {
-					return c.errf(f("command.env"), "variable name %q is not valid", k)
+					add(c.errf(f("command.env"), "variable name %q is not valid", k))
 				}
 			}
 			for _, k := range j.Command.EnvPassthrough {
 				switch {
 				case !validEnvName(k):
-					return c.errf(f("command.env_passthrough"), "variable name %q is not valid", k)
+					add(c.errf(f("command.env_passthrough"), "variable name %q is not valid", k))
 				case c.secretEnv(k):
-					return c.errf(f("command.env_passthrough"), "%q holds a secret of the daemon (a token or the backend URL); jobs never get it", k)
+					add(c.errf(f("command.env_passthrough"), "%q holds a secret of the daemon (a token or the backend URL); jobs never get it", k))
 				}
 			}
 		}
@@ -258,35 +401,28 @@ func (c *Config) validate() error {
 				if err != nil { // unparsed: mask as free text (a password may hold a '/')
 					shown = redact.Text(h.URL)
 				}
-				return c.errf(f("http.url"), "%q is not an http(s) URL", shown)
+				add(c.errf(f("http.url"), "%q is not an http(s) URL", shown))
 			}
 			if h.Method == "" {
 				h.Method = "GET"
 			}
 			if !regexp.MustCompile(`^[A-Z]+$`).MatchString(h.Method) {
-				return c.errf(f("http.method"), "%q is not an HTTP method", h.Method)
+				add(c.errf(f("http.method"), "%q is not an HTTP method", h.Method))
 			}
 			if h.Expect != 0 && (h.Expect < 100 || h.Expect > 599) {
-				return c.errf(f("http.expect"), "%d is not an HTTP status", h.Expect)
+				add(c.errf(f("http.expect"), "%d is not an HTTP status", h.Expect))
 			}
 		}
 	}
-	return nil
+	return errs
 }
 
-// fieldOf maps a job validation error to the config field it concerns.
-func fieldOf(err error) string {
-	msg := err.Error()
-	for _, p := range []struct{ needle, field string }{
-		{"time zone", "zone"}, {"job name", "name"}, {"invalid schedule", "schedule"}, {"mode", "mode"},
-		{"misfire", "misfire"}, {"crash", "crash"}, {"timeout", "timeout"}, {"jitter", "jitter"},
-		{"lease ttl", "lease_ttl"}, {"max concurrent", "max_concurrent"}, {"max attempts", "max_attempts"},
-	} {
-		if strings.Contains(msg, p.needle) {
-			return p.field
-		}
+// flatten returns the errors joined in err (err itself if it joins none).
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
 	}
-	return "name"
+	return []error{err}
 }
 
 // job turns the config into a schedule.Job (fn may be nil for validation).
@@ -295,7 +431,8 @@ func (j *JobConfig) job(fn schedule.Func, retention time.Duration) (schedule.Job
 		Name: j.Name, Schedule: j.Schedule, Zone: j.Zone, Func: fn,
 		Mode: schedule.Mode(j.Mode), Misfire: schedule.Misfire(j.Misfire), Crash: schedule.Crash(j.Crash),
 		Timeout: time.Duration(j.Timeout), Jitter: time.Duration(j.Jitter), LeaseTTL: time.Duration(j.LeaseTTL),
-		MaxConcurrent: j.MaxConcurrent, MaxAttempts: j.MaxAttempts,
+		MaxConcurrent: j.MaxConcurrent, MaxAttempts: j.MaxAttempts, Revision: j.Revision,
+		MisfireWindow: time.Duration(j.MisfireWindow), MisfireGrace: time.Duration(j.MisfireGrace), MaxCatchUp: j.MaxCatchUp,
 	}
 	if fn == nil {
 		sj.Func = func(context.Context, schedule.Run) error { return nil }

@@ -43,8 +43,8 @@ func TestConfigErrorsNameFileLineFieldValue(t *testing.T) {
 	cases := []struct{ yaml, want string }{
 		{"instance: a\njobs:\n  - name: r\n    schedule: \"61 * * * *\"\n    command: {argv: [x]}\n", `c.yaml:4: jobs[0].schedule: job "r": leasehold/schedule: invalid schedule: schedule "61 * * * *"`},
 		{"jobs:\n  - name: r\n    schedule: \"@daily\"\n    zone: Mars/Base\n    command: {argv: [x]}\n", `c.yaml:4: jobs[0].zone:`},
-		{"jobs:\n  - name: r\n    schedule: \"@daily\"\n    timeout: soon\n", `c.yaml:4: "soon" is not a duration`},
-		{"jobs:\n  - name: r\n    schedul: \"@daily\"\n", `c.yaml:3: field schedul not found`},
+		{"jobs:\n  - name: r\n    schedule: \"@daily\"\n    timeout: soon\n", `c.yaml:4: jobs[0].timeout: "soon" is not a duration`},
+		{"jobs:\n  - name: r\n    schedul: \"@daily\"\n", `c.yaml:3: jobs[0].schedul: field schedul not found`},
 		{"jobs:\n  - name: r\n    schedule: \"@daily\"\n", `c.yaml:2: jobs[0]: job "r" needs exactly one of command or http`},
 		{"jobs:\n  - name: r\n    schedule: \"@daily\"\n    command: {argv: []}\n", `c.yaml:4: jobs[0].command.argv`},
 		{"jobs:\n  - name: r\n    schedule: \"@daily\"\n    http: {url: \"ftp://user:secret@h/x\"}\n", `"ftp://user:xxxxx@h/x" is not an http(s) URL`},
@@ -77,11 +77,23 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(good))
 	f.Add([]byte("jobs:\n  - name: r\n    schedule: \"@daily\"\n    command: {argv: [x]}\n"))
 	f.Add([]byte("backend: redis://u:p@h/0\ninstance: i\n"))
+	f.Add([]byte("grace: -1s\njobs:\n  - {name: a, schedule: \"61 * * * *\", timeout: soon, misfire_window: 2h, max_catch_up: -3, command: {argv: [x]}}\n  - name: a\n    jitter: x\n"))
+	f.Add([]byte("jobs:\n  - name: mode-report\n    schedule: \"@daily\"\n    timeout: -1s\n    lease_ttl: 1ms\n    http: {url: x}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse("f.yaml", data)
 		if err != nil {
 			if !errors.Is(err, ErrConfig) {
 				t.Fatalf("error %v does not wrap ErrConfig", err)
+			}
+			// Every error is on a line of its own and names the file.
+			errs := []error{err}
+			if j, ok := err.(interface{ Unwrap() []error }); ok {
+				errs = j.Unwrap()
+			}
+			for _, e := range errs {
+				if !errors.Is(e, ErrConfig) || strings.Contains(e.Error(), "\n") || !strings.HasPrefix(e.Error(), ErrConfig.Error()+": f.yaml:") {
+					t.Fatalf("error %q of %q: not one line wrapping ErrConfig and naming the file", e, err)
+				}
 			}
 			return
 		}

@@ -87,6 +87,11 @@ type Job struct {
 	Zone     string // IANA zone for cron specs; "" = UTC
 	Func     Func
 	Mode     Mode
+	// Revision is part of the schedule version (0 = none). Versions only
+	// move forward: a spec that was replaced is refused if it comes back
+	// (an instance restarted with an old config). To return to an earlier
+	// schedule on purpose, give it a revision never used before.
+	Revision int
 
 	Timeout time.Duration // per run; 0 = none
 	// Jitter delays each run by a random span up to Jitter; it never changes
@@ -130,28 +135,58 @@ var ErrDuplicateJob = errors.New("leasehold/schedule: job already registered")
 // ErrUnknownJob: the named job is not registered.
 var ErrUnknownJob = errors.New("leasehold/schedule: no such job")
 
+// FieldError is one invalid field of a Job. Validate and Register return
+// one FieldError, or several joined (errors.Join), naming every invalid
+// field; Err wraps leasehold.ErrInvalid or ErrInvalidSpec and names the
+// job, the field and the value.
+type FieldError struct {
+	Field string // the Job field: "Name", "Schedule", "Zone", "Timeout", "MisfireWindow", ...
+	Err   error
+}
+
+// Error returns Err's message.
+func (e *FieldError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *FieldError) Unwrap() error { return e.Err }
+
 // Validate checks j as Register would with the given history retention,
-// without registering it. The error names the field and the value.
+// without registering it. The error names every invalid field and its
+// value: a *FieldError, or several joined.
 func Validate(j Job, retention time.Duration) error {
 	_, _, err := j.withDefaults(retention)
 	return err
 }
 
 // withDefaults fills defaults and validates; the returned error wraps
-// leasehold.ErrInvalid (or ErrInvalidSpec) and names the field and value.
+// leasehold.ErrInvalid (or ErrInvalidSpec) and is a *FieldError per
+// invalid field, joined.
 func (j Job) withDefaults(retention time.Duration) (Job, *Spec, error) {
+	var errs []error
+	field := func(name string, err error) { errs = append(errs, &FieldError{Field: name, Err: err}) }
 	if err := leasehold.ValidatePath("job name", j.Name); err != nil {
-		return j, nil, err
+		field("Name", err)
+	} else if strings.ContainsRune(j.Name, '!') {
+		field("Name", fmt.Errorf("%w: job name %q", leasehold.ErrInvalid, j.Name))
 	}
-	if strings.ContainsRune(j.Name, '!') {
-		return j, nil, fmt.Errorf("%w: job name %q", leasehold.ErrInvalid, j.Name)
+	specZone := j.Zone
+	if j.Zone != "" {
+		if _, err := loadZone(j.Zone); err != nil {
+			field("Zone", fmt.Errorf("job %q: %w: %v", j.Name, ErrInvalidSpec, err))
+			specZone = "" // still check the schedule itself
+		}
 	}
-	spec, err := Parse(j.Schedule, j.Zone)
+	spec, err := Parse(j.Schedule, specZone)
 	if err != nil {
-		return j, nil, fmt.Errorf("job %q: %w", j.Name, err)
+		field("Schedule", fmt.Errorf("job %q: %w", j.Name, err))
+	}
+	if j.Revision < 0 || j.Revision > 1_000_000 {
+		field("Revision", fmt.Errorf("%w: job %q: revision %d is not in 0..1000000", leasehold.ErrInvalid, j.Name, j.Revision))
+	} else if spec != nil {
+		spec = spec.WithRevision(j.Revision)
 	}
 	if j.Func == nil {
-		return j, nil, fmt.Errorf("%w: job %q: Func is nil", leasehold.ErrInvalid, j.Name)
+		field("Func", fmt.Errorf("%w: job %q: Func is nil", leasehold.ErrInvalid, j.Name))
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -176,36 +211,48 @@ func (j Job) withDefaults(retention time.Duration) (Job, *Spec, error) {
 	if j.MaxAttempts == 0 {
 		j.MaxAttempts = 3
 	}
-	bad := func(field string, v any, why string) error {
-		return fmt.Errorf("%w: job %q: %s %v %s", leasehold.ErrInvalid, j.Name, field, v, why)
+	bad := func(name, what string, v any, why string) {
+		field(name, fmt.Errorf("%w: job %q: %s %v %s", leasehold.ErrInvalid, j.Name, what, v, why))
+	}
+	if j.Mode != Once && j.Mode != Leader && j.Mode != EveryInstance {
+		bad("Mode", "mode", fmt.Sprintf("%q", j.Mode), `is not "once", "leader" or "every-instance"`)
+	}
+	if j.Misfire != MisfireSkip && j.Misfire != MisfireRunOnce && j.Misfire != MisfireRunAll {
+		bad("Misfire", "misfire", fmt.Sprintf("%q", j.Misfire), `is not "skip", "run-once" or "run-all"`)
+	}
+	if j.Crash != CrashRetry && j.Crash != CrashSkip {
+		bad("Crash", "crash", fmt.Sprintf("%q", j.Crash), `is not "retry" or "skip"`)
+	}
+	if j.Timeout < 0 {
+		bad("Timeout", "timeout", j.Timeout, "is negative")
+	}
+	if j.Jitter < 0 {
+		bad("Jitter", "jitter", j.Jitter, "is negative")
+	}
+	if j.MaxConcurrent < 0 {
+		bad("MaxConcurrent", "max concurrent", j.MaxConcurrent, "is negative")
 	}
 	switch {
-	case j.Mode != Once && j.Mode != Leader && j.Mode != EveryInstance:
-		return j, nil, bad("mode", fmt.Sprintf("%q", j.Mode), `is not "once", "leader" or "every-instance"`)
-	case j.Misfire != MisfireSkip && j.Misfire != MisfireRunOnce && j.Misfire != MisfireRunAll:
-		return j, nil, bad("misfire", fmt.Sprintf("%q", j.Misfire), `is not "skip", "run-once" or "run-all"`)
-	case j.Crash != CrashRetry && j.Crash != CrashSkip:
-		return j, nil, bad("crash", fmt.Sprintf("%q", j.Crash), `is not "retry" or "skip"`)
-	case j.Timeout < 0:
-		return j, nil, bad("timeout", j.Timeout, "is negative")
-	case j.Jitter < 0:
-		return j, nil, bad("jitter", j.Jitter, "is negative")
-	case j.MaxConcurrent < 0:
-		return j, nil, bad("max concurrent", j.MaxConcurrent, "is negative")
 	case j.MisfireWindow < 0:
-		return j, nil, bad("misfire window", j.MisfireWindow, "is negative")
+		bad("MisfireWindow", "misfire window", j.MisfireWindow, "is negative")
 	case j.MisfireGrace < 0:
-		return j, nil, bad("misfire grace", j.MisfireGrace, "is negative")
+		bad("MisfireGrace", "misfire grace", j.MisfireGrace, "is negative")
 	case j.MisfireGrace > j.MisfireWindow:
-		return j, nil, bad("misfire grace", j.MisfireGrace, fmt.Sprintf("is longer than the misfire window %v", j.MisfireWindow))
+		bad("MisfireGrace", "misfire grace", j.MisfireGrace, fmt.Sprintf("is longer than the misfire window %v", j.MisfireWindow))
 	case retention > 0 && j.MisfireWindow >= retention:
-		return j, nil, bad("misfire window", j.MisfireWindow, fmt.Sprintf("must be shorter than the history retention %v", retention))
-	case j.MaxCatchUp < 0 || j.MaxCatchUp > 10000:
-		return j, nil, bad("max catch-up", j.MaxCatchUp, "is not in 1..10000")
-	case j.MaxAttempts < 1 || j.MaxAttempts > 100:
-		return j, nil, bad("max attempts", j.MaxAttempts, "is not in 1..100")
-	case j.LeaseTTL < 100*time.Millisecond || j.LeaseTTL > backend.MaxTTL:
-		return j, nil, bad("lease ttl", j.LeaseTTL, fmt.Sprintf("is not in 100ms..%v", backend.MaxTTL))
+		bad("MisfireWindow", "misfire window", j.MisfireWindow, fmt.Sprintf("must be shorter than the history retention %v", retention))
+	}
+	if j.MaxCatchUp < 0 || j.MaxCatchUp > 10000 {
+		bad("MaxCatchUp", "max catch-up", j.MaxCatchUp, "is not in 1..10000")
+	}
+	if j.MaxAttempts < 1 || j.MaxAttempts > 100 {
+		bad("MaxAttempts", "max attempts", j.MaxAttempts, "is not in 1..100")
+	}
+	if j.LeaseTTL < 100*time.Millisecond || j.LeaseTTL > backend.MaxTTL {
+		bad("LeaseTTL", "lease ttl", j.LeaseTTL, fmt.Sprintf("is not in 100ms..%v", backend.MaxTTL))
+	}
+	if len(errs) > 0 {
+		return j, nil, errors.Join(errs...)
 	}
 	return j, spec, nil
 }

@@ -24,13 +24,14 @@ func LedgerJob(namespace, job string) string {
 }
 
 // CheckKeyLengths reports whether every ledger name the scheduler keeps for
-// job in namespace (its occurrences, schedule version and pause state) fits
+// job in namespace (its occurrences, schedule versions and their superseded
+// marks, and pause state) fits
 // in backend.MaxKeyLen; a job name and a namespace that are each valid can
 // together be too long, which would fail every occurrence at run time. The
 // error wraps leasehold.ErrInvalid and names the name, its length and the
 // limit.
 func CheckKeyLengths(namespace, job string) error {
-	for _, name := range []string{job, job + versionSuffix, job + pauseInfix + namespace} {
+	for _, name := range []string{job, job + versionSuffix, supersededKey(job, "0123456789abcdef"), job + pauseInfix + namespace} {
 		if n := len(LedgerJob(namespace, name)); n > backend.MaxKeyLen {
 			return fmt.Errorf("%w: job name %q in namespace %q makes the ledger name %.40q… of %d bytes, more than the limit of %d (shorten the job name or the namespace)",
 				leasehold.ErrInvalid, job, namespace, LedgerJob(namespace, name), n, backend.MaxKeyLen)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	_ "time/tzdata" // every host resolves zones from the same embedded database
 
 	"github.com/robfig/cron/v3"
 )
@@ -26,8 +25,8 @@ var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron
 
 // Spec is a parsed schedule. Every instance that parses the same spec and
 // zone computes the same instants: they are UTC at millisecond precision,
-// @every is anchored to the Unix epoch, and zones come from the embedded
-// time/tzdata.
+// @every is anchored to the Unix epoch, and zones come from the IANA
+// database embedded in the package (TZDataVersion), never from the host.
 //
 // Across daylight-saving changes, for cron specs in a zone:
 //   - a local time that is skipped (spring forward) runs once, at the first
@@ -41,6 +40,7 @@ type Spec struct {
 	cron     *cron.SpecSchedule // nil for @every
 	every    time.Duration
 	allHours bool
+	canon    string // what the version hashes, apart from the zone
 	version  string
 }
 
@@ -66,12 +66,13 @@ func Parse(spec, zone string) (*Spec, error) {
 	}
 	loc := time.UTC
 	if zone != "" {
-		l, err := time.LoadLocation(zone)
-		if err != nil || zone == "Local" {
-			return nil, fmt.Errorf("%w: time zone %q is not an IANA zone name", ErrInvalidSpec, zone)
+		l, err := loadZone(zone)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidSpec, err)
 		}
 		loc = l
 	}
+	s = strings.Join(strings.Fields(s), " ")
 	out := &Spec{raw: s, zone: loc}
 	if rest, ok := strings.CutPrefix(s, "@every "); ok {
 		d, err := time.ParseDuration(strings.TrimSpace(rest))
@@ -86,6 +87,7 @@ func Parse(spec, zone string) (*Spec, error) {
 			return nil, fmt.Errorf("%w: schedule %q: interval %v is longer than a year", ErrInvalidSpec, spec, d)
 		}
 		out.every = d
+		out.canon = fmt.Sprintf("every %d", d.Milliseconds())
 	} else {
 		sched, err := parser.Parse(s)
 		if err != nil {
@@ -99,24 +101,62 @@ func Parse(spec, zone string) (*Spec, error) {
 		c.Location = time.UTC // we iterate civil (wall-clock) times; see Next
 		out.cron = &c
 		out.allHours = c.Hour&(1<<24-1) == 1<<24-1
+		// The parsed fields, not the text: "30 2 * * *", "0 30 2 * * *",
+		// extra spaces, names (MON) and descriptors (@daily = "0 0 * * *")
+		// are one schedule. The fields keep robfig's "*" bit, which changes
+		// how day of month and day of week combine.
+		out.canon = fmt.Sprintf("cron %x %x %x %x %x %x", c.Second, c.Minute, c.Hour, c.Dom, c.Month, c.Dow)
 		if c.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
 			return nil, fmt.Errorf("%w: schedule %q never fires", ErrInvalidSpec, spec)
 		}
 	}
-	sum := sha256.Sum256([]byte(out.raw + "\x00" + loc.String()))
-	out.version = hex.EncodeToString(sum[:8])
+	zoneName := loc.String()
+	if out.cron == nil { // @every counts from the epoch: the zone changes no instant
+		zoneName = "UTC"
+	}
+	out.version = specVersion(out.canon, zoneName, TZDataVersion)
 	return out, nil
 }
 
-// String returns the spec as parsed (without a zone prefix).
+// specVersion hashes a canonical schedule, its zone and, for a zone other
+// than UTC, the tzdata release whose rules map its civil times to instants:
+// instances built with different rules compute different instants, so they
+// must not share a version.
+func specVersion(canon, zone, tzdata string) string {
+	in := "v2\x00" + canon + "\x00" + zone
+	if zone != "UTC" {
+		in += "\x00tzdata " + tzdata
+	}
+	sum := sha256.Sum256([]byte(in))
+	return hex.EncodeToString(sum[:8])
+}
+
+// String returns the spec as parsed (without a zone prefix, runs of white
+// space collapsed to one space).
 func (s *Spec) String() string { return s.raw }
 
 // Zone returns the spec's time zone.
 func (s *Spec) Zone() *time.Location { return s.zone }
 
-// Version is a short hash of the spec and zone, stored with every claim so
-// that instances running different versions of a job can tell.
+// Version is a short hash of the schedule, its zone and (for a zone other
+// than UTC) TZDataVersion, stored with every claim so that instances
+// running different versions of a job can tell. Equivalent specs hash
+// alike: it hashes the parsed fields, so "30 2 * * *", "0 30 2 * * *",
+// "30  2 * * *" and "@daily" / "0 0 * * *" share a version, as do
+// "@every 60s" and "@every 1m"; an @every spec ignores its zone.
 func (s *Spec) Version() string { return s.version }
+
+// WithRevision returns s with revision n hashed into its version (n = 0:
+// s itself). See Job.Revision.
+func (s *Spec) WithRevision(n int) *Spec {
+	if n == 0 {
+		return s
+	}
+	c := *s
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00revision %d", s.version, n)))
+	c.version = hex.EncodeToString(sum[:8])
+	return &c
+}
 
 // maxShift bounds how far a zone's offset changes at one transition (the
 // largest DST shift in use is 2 h); civil times further apart than this keep

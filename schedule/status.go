@@ -25,6 +25,16 @@ type JobStatus struct {
 	Mode     Mode
 	// Next are the job's next instants after the time of the call (UTC).
 	Next []time.Time
+	// Version is the job's schedule version on this instance;
+	// CurrentVersion the job's newest recorded version as last read from
+	// the ledger ("" before it was read), applying from CurrentFrom.
+	Version        string
+	CurrentVersion string
+	CurrentFrom    time.Time
+	// VersionRefused: Version was superseded by a newer one, so this
+	// instance refused to record it again and claims nothing under it (it
+	// runs an old config; see Job.Revision).
+	VersionRefused bool
 }
 
 // JobStatuses returns the registered jobs, by name, each with its next n
@@ -36,7 +46,8 @@ func (s *Scheduler) JobStatuses(n int) []JobStatus {
 	now := s.cfg.clock.Now()
 	out := make([]JobStatus, 0, len(s.jobs))
 	for _, e := range s.jobs {
-		js := JobStatus{Name: e.job.Name, Schedule: e.spec.String(), Zone: e.job.Zone, Mode: e.job.Mode}
+		js := JobStatus{Name: e.job.Name, Schedule: e.spec.String(), Zone: e.job.Zone, Mode: e.job.Mode, Version: e.spec.Version()}
+		js.CurrentVersion, js.CurrentFrom, js.VersionRefused = e.vc.state()
 		at := now
 		for range n {
 			if at = e.spec.Next(at); at.IsZero() {

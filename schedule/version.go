@@ -20,8 +20,25 @@ import (
 // after it was registered, so instances still running the previous version
 // see the switch before it arrives. An occurrence at instant t may be
 // claimed only by an instance whose version is the one applying at t.
+//
+// Versions only move forward. A version switches in once: when a version
+// replaces others, each replaced one is marked superseded by a claim under
+// "<job>!superseded!<version>", whose high-water mark prune never lowers.
+// An instance whose version was superseded (its mark exists, or the
+// history shows it followed by another) refuses to record it again: it logs
+// an error, claims nothing under it, and its JobStatus says VersionRefused.
+// Restarting an instance with an old config therefore cannot take a job
+// back from the newer config. To return to an earlier schedule on purpose,
+// give the job a new Revision: that is a new version.
 
-const versionSuffix = "!version"
+const (
+	versionSuffix   = "!version"
+	supersededInfix = "!superseded!"
+)
+
+// supersededKey is the ledger name whose high-water mark records that
+// version of job was replaced.
+func supersededKey(job, version string) string { return job + supersededInfix + version }
 
 // epochStart is where a job's first version applies from.
 var epochStart = time.UnixMilli(1).UTC()
@@ -34,12 +51,16 @@ type span struct {
 // spans returns the version switches of a job, oldest first, with runs of
 // one version collapsed to their first record.
 func (s *Scheduler) spans(ctx context.Context, job string) ([]span, error) {
-	recs, err := s.l.ListRuns(ctx, backend.RunFilter{Job: job + versionSuffix, Limit: 20})
+	return readSpans(ctx, s.l, job)
+}
+
+func readSpans(ctx context.Context, l backend.Ledger, job string) ([]span, error) {
+	recs, err := l.ListRuns(ctx, backend.RunFilter{Job: job + versionSuffix, Limit: 20})
 	if err != nil {
 		return nil, err
 	}
 	if len(recs) == 0 { // history pruned (or never written): the mark remains
-		hw, ver, err := s.l.HighWater(ctx, job+versionSuffix)
+		hw, ver, err := l.HighWater(ctx, job+versionSuffix)
 		if err != nil || hw.IsZero() {
 			return nil, err
 		}
@@ -56,6 +77,51 @@ func (s *Scheduler) spans(ctx context.Context, job string) ([]span, error) {
 	return out, nil
 }
 
+// superseded reports whether version was once job's and a later version
+// replaced it, given the job's spans sp. With no version recorded at all
+// (a new job, or a backend that lost its data) nothing is superseded.
+func superseded(ctx context.Context, l backend.Ledger, job, version string, sp []span) (bool, error) {
+	if len(sp) == 0 || sp[len(sp)-1].version == version {
+		return false, nil
+	}
+	for _, x := range sp[:len(sp)-1] {
+		if x.version == version {
+			return true, nil
+		}
+	}
+	hw, _, err := l.HighWater(ctx, supersededKey(job, version))
+	return !hw.IsZero(), err
+}
+
+// VersionState is how a schedule version stands in a job's ledger.
+type VersionState struct {
+	// Current is the job's newest recorded version ("" if none) and From
+	// the instant from which it applies (it may lie ahead: a switch settles
+	// before it takes effect).
+	Current string
+	From    time.Time
+	// Superseded: the version asked about was the job's once and a later
+	// one replaced it; a Scheduler refuses to record it again.
+	Superseded bool
+}
+
+// ReadVersionState reports how version stands among job's recorded
+// versions in l, which must be confined to the job's namespace (see
+// NamespaceLedger). Tools use it to show a refused version without running
+// a Scheduler.
+func ReadVersionState(ctx context.Context, l backend.Ledger, job, version string) (VersionState, error) {
+	sp, err := readSpans(ctx, l, job)
+	if err != nil || len(sp) == 0 {
+		return VersionState{}, err
+	}
+	sup, err := superseded(ctx, l, job, version, sp)
+	if err != nil {
+		return VersionState{}, err
+	}
+	last := sp[len(sp)-1]
+	return VersionState{Current: last.version, From: last.from, Superseded: sup}, nil
+}
+
 // versionCache keeps a job's spans between claims, so that an occurrence
 // costs no extra round trip. It is refreshed at least every
 // (settle − tolerance)/2: a switch is recorded at least settle before it
@@ -66,15 +132,17 @@ type versionCache struct {
 	mu       sync.Mutex
 	spans    []span
 	fetched  time.Time // local monotonic
-	recorded bool      // this entry's version is recorded (ensureVersion succeeded)
+	recorded bool      // this entry's version is recorded (ensureVersion succeeded), or refused
+	refused  bool      // this entry's version was superseded; ensureVersion refused to record it
 }
 
 func (s *Scheduler) refreshEvery() time.Duration { return (s.cfg.settle - s.cfg.tolerance) / 2 }
 
 // ensureVersion records e's version as the job's current one if it is not.
-// It runs when the job is registered: the newest registration wins from its
-// switch instant on. An instance that later sees a newer version does not
-// propose its own again (that would flip-flop a rolling deploy).
+// It runs when the job is registered: the newest registration of a version
+// never recorded before wins from its switch instant on. A version that was
+// superseded is refused (see the top of this file): an instance started
+// with an old config must not take the job back.
 func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 	sp, err := s.spans(ctx, e.job.Name)
 	if err != nil {
@@ -82,6 +150,18 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 	}
 	if len(sp) > 0 && sp[len(sp)-1].version == e.spec.Version() {
 		e.vc.set(sp, true)
+		return nil
+	}
+	sup, err := superseded(ctx, s.l, e.job.Name, e.spec.Version(), sp)
+	if err != nil {
+		return err
+	}
+	if sup {
+		cur := sp[len(sp)-1]
+		s.cfg.logger.Error("schedule version REFUSED: this instance's spec for the job was superseded by a newer version and versions only move forward; "+
+			"from the newer version's switch instant on it claims nothing for the job. Deploy the current config, or set a new revision on the job to return to this spec on purpose",
+			"job", e.job.Name, "version", e.spec.Version(), "spec", e.spec.String(), "current version", cur.version, "current from", cur.from)
+		e.vc.refuse(sp)
 		return nil
 	}
 	from := epochStart
@@ -110,6 +190,7 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		if err := s.l.Finish(ctx, req.Job, from, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: e.spec.String()}); err != nil {
 			return err
 		}
+		s.markSuperseded(ctx, e, sp, from)
 	}
 	sp, err = s.spans(ctx, e.job.Name)
 	if err != nil {
@@ -119,10 +200,61 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 	return nil
 }
 
+// markSuperseded marks every version in sp other than e's as superseded by
+// e's from instant from. A mark that fails is logged: until prune removes
+// the version history, superseded finds the version there too.
+func (s *Scheduler) markSuperseded(ctx context.Context, e *entry, sp []span, from time.Time) {
+	done := map[string]bool{e.spec.Version(): true}
+	for _, x := range sp {
+		if done[x.version] {
+			continue
+		}
+		done[x.version] = true
+		owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
+		req := backend.ClaimRequest{
+			Job: supersededKey(e.job.Name, x.version), ScheduledAt: from, SpecVersion: e.spec.Version(),
+			Owner: owner, TTL: time.Minute, MaxEarly: 100 * 365 * 24 * time.Hour,
+		}
+		g, err := s.l.Claim(ctx, req)
+		if errors.Is(err, backend.ErrClaimed) {
+			continue // marked before
+		}
+		if err == nil {
+			err = s.l.Finish(ctx, req.Job, from, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: "superseded by " + e.spec.Version()})
+		}
+		if err != nil {
+			s.cfg.logger.Warn("marking the replaced schedule version as superseded failed; the version history still shows it until it is pruned",
+				"job", e.job.Name, "version", x.version, "err", err)
+		}
+	}
+}
+
 func (vc *versionCache) set(sp []span, recorded bool) {
 	vc.mu.Lock()
 	defer vc.mu.Unlock()
 	vc.spans, vc.fetched, vc.recorded = sp, time.Now(), vc.recorded || recorded
+	if recorded {
+		vc.refused = false
+	}
+}
+
+// refuse notes that the entry's version was refused; it is not retried
+// until the job is registered again.
+func (vc *versionCache) refuse(sp []span) {
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	vc.spans, vc.fetched, vc.recorded, vc.refused = sp, time.Now(), true, true
+}
+
+// state returns the cached current version, from when it applies, and
+// whether the entry's version was refused.
+func (vc *versionCache) state() (current string, from time.Time, refused bool) {
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	if n := len(vc.spans); n > 0 {
+		current, from = vc.spans[n-1].version, vc.spans[n-1].from
+	}
+	return current, from, vc.refused
 }
 
 // versionAllows reports whether e's version applies at instant at.

@@ -153,14 +153,20 @@ func newJobsCmd(a *app) *cobra.Command {
 			}
 			defer b.Close()
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "JOB\tSCHEDULE\tZONE\tLAST CLAIMED\tNEXT (UTC)")
+			fmt.Fprintln(tw, "JOB\tSCHEDULE\tZONE\tLAST CLAIMED\tNEXT (UTC)\tVERSION")
 			now := time.Now()
 			for _, j := range cfg.Jobs {
 				spec, err := schedule.Parse(j.Schedule, j.Zone)
 				if err != nil {
 					return err
 				}
-				hw, _, err := schedule.NamespaceLedger(b, cfg.Namespace).HighWater(ctx, j.Name)
+				spec = spec.WithRevision(j.Revision)
+				l := schedule.NamespaceLedger(b, cfg.Namespace)
+				hw, _, err := l.HighWater(ctx, j.Name)
+				if err != nil {
+					return err
+				}
+				vs, err := schedule.ReadVersionState(ctx, l, j.Name, spec.Version())
 				if err != nil {
 					return err
 				}
@@ -178,7 +184,7 @@ func newJobsCmd(a *app) *cobra.Command {
 				if zone == "" {
 					zone = "UTC"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(j.Name), cell(j.Schedule), cell(zone), last, joinComma(next))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(j.Name), cell(j.Schedule), cell(zone), last, joinComma(next), versionCell(spec.Version(), vs, now))
 			}
 			return tw.Flush()
 		},
@@ -186,6 +192,22 @@ func newJobsCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&config, "config", "", "config `file` (YAML)")
 	cmd.Flags().IntVar(&n, "next", 3, "how many next occurrences to show")
 	return cmd
+}
+
+// versionCell says how the config's schedule version v stands in the
+// ledger; a refused one is spelled out, since its daemons run nothing.
+func versionCell(v string, vs schedule.VersionState, now time.Time) string {
+	switch {
+	case vs.Current == "":
+		return v + " (not recorded yet)"
+	case vs.Current == v && vs.From.After(now):
+		return v + " (switches in at " + vs.From.Format(daemon.InstantFormat) + ")"
+	case vs.Current == v:
+		return v + " (current)"
+	case vs.Superseded:
+		return v + " REFUSED: superseded by " + vs.Current + "; daemons with this config claim nothing for the job (deploy the current config, or set a new revision to return to it)"
+	}
+	return v + " (new: switches in once a daemon runs it; current " + vs.Current + ")"
 }
 
 func joinComma(s []string) string {

@@ -303,6 +303,9 @@ func printStatus(w io.Writer, st *admin.Status) error {
 		if j.Paused {
 			state = "paused"
 		}
+		if j.VersionRefused {
+			state = "REFUSED (old config: superseded by version " + j.CurrentVersion + ")"
+		}
 		if len(j.Next) > 0 {
 			next = j.Next[0]
 		}

@@ -262,7 +262,8 @@ func (s *Server) jobs(ctx context.Context, next int, only string) ([]Job, error)
 		if only != "" && js.Name != only {
 			continue
 		}
-		j := Job{Name: js.Name, Schedule: js.Schedule, Zone: js.Zone, Mode: string(js.Mode), Next: []string{}}
+		j := Job{Name: js.Name, Schedule: js.Schedule, Zone: js.Zone, Mode: string(js.Mode), Next: []string{},
+			Version: js.Version, CurrentVersion: js.CurrentVersion, VersionRefused: js.VersionRefused}
 		if j.Zone == "" {
 			j.Zone = "UTC"
 		}

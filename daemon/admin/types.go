@@ -55,6 +55,12 @@ type Job struct {
 	// LastClaimed is the latest instant claimed for the job anywhere (its
 	// high-water mark), "" if never.
 	LastClaimed string `json:"last_claimed,omitempty"`
+	// Version is the job's schedule version on this daemon. VersionRefused:
+	// it was superseded by CurrentVersion, so this daemon refused to record
+	// it again and claims nothing for the job (it runs an old config).
+	Version        string `json:"version,omitempty"`
+	CurrentVersion string `json:"current_version,omitempty"`
+	VersionRefused bool   `json:"version_refused,omitempty"`
 }
 
 // Run is one occurrence in the run ledger.

@@ -98,7 +98,9 @@ function render(st) {
       el("td", {}, j.mode),
       el("td", {}, short(j.next[0])),
       el("td", {}, short(j.last_claimed)),
-      el("td", { class: j.paused ? "warn" : "ok" }, j.paused ? "paused" : "active"),
+      j.version_refused
+        ? el("td", { class: "warn", title: "superseded by version " + j.current_version }, "REFUSED (old config)")
+        : el("td", { class: j.paused ? "warn" : "ok" }, j.paused ? "paused" : "active"),
       el("td", {},
         el("button", { onclick: () => act("POST", p + "/trigger") }, "run now"),
         j.paused ? el("button", { onclick: () => act("POST", p + "/resume") }, "resume")
