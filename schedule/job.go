@@ -102,9 +102,15 @@ type Job struct {
 	MisfireWindow time.Duration // how far back catch-up looks (default 1 h)
 	MaxCatchUp    int           // run-all: at most this many (default 10)
 
-	Crash       Crash
-	MaxAttempts int           // CrashRetry: at most this many attempts (default 3)
-	LeaseTTL    time.Duration // the runner's lease on a claim (default 30 s); heartbeats renew it
+	Crash Crash
+	// MaxAttempts bounds the attempts of one occurrence, whatever ended
+	// the earlier ones — a crash or, under Retry, a failure (default 3, or
+	// 1+Retry.Max if that is more; it may not be less).
+	MaxAttempts int
+	// Retry retries failed runs (the job returned an error, panicked or
+	// timed out), not only crashed ones. Zero: a failure is final.
+	Retry    RetryPolicy
+	LeaseTTL time.Duration // the runner's lease on a claim (default 30 s); heartbeats renew it
 
 	// OnLost is called when a run's lease is lost while it runs (its context
 	// is cancelled): the place for compensation.
@@ -159,8 +165,11 @@ func (j Job) withDefaults(retention time.Duration) (Job, *Spec, error) {
 	if j.MaxCatchUp == 0 {
 		j.MaxCatchUp = 10
 	}
+	if err := j.Retry.withDefaults(); err != nil {
+		return j, nil, fmt.Errorf("%w: job %q: %w", leasehold.ErrInvalid, j.Name, err)
+	}
 	if j.MaxAttempts == 0 {
-		j.MaxAttempts = 3
+		j.MaxAttempts = max(3, 1+j.Retry.Max)
 	}
 	bad := func(field string, v any, why string) error {
 		return fmt.Errorf("%w: job %q: %s %v %s", leasehold.ErrInvalid, j.Name, field, v, why)
@@ -186,6 +195,12 @@ func (j Job) withDefaults(retention time.Duration) (Job, *Spec, error) {
 		return j, nil, bad("max catch-up", j.MaxCatchUp, "is not in 1..10000")
 	case j.MaxAttempts < 1 || j.MaxAttempts > 100:
 		return j, nil, bad("max attempts", j.MaxAttempts, "is not in 1..100")
+	case j.Retry.Max > 0 && j.MaxAttempts < 1+j.Retry.Max:
+		return j, nil, bad("max attempts", j.MaxAttempts, fmt.Sprintf("is less than 1 + retry max %d: the retries would be cut short", j.Retry.Max))
+	case j.Retry.Max > 0 && j.Crash == CrashSkip:
+		return j, nil, bad("retry max", j.Retry.Max, `needs crash "retry": retrying failures is at-least-once, which crash "skip" (at-most-once) rules out`)
+	case j.Retry.Max > 0 && j.Mode == EveryInstance:
+		return j, nil, bad("retry max", j.Retry.Max, `needs claims: mode "every-instance" has none`)
 	case j.LeaseTTL < 100*time.Millisecond || j.LeaseTTL > backend.MaxTTL:
 		return j, nil, bad("lease ttl", j.LeaseTTL, fmt.Sprintf("is not in 100ms..%v", backend.MaxTTL))
 	}

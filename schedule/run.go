@@ -94,6 +94,10 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 		out.State, out.Error = backend.Failed, err.Error()
 	}
 	s.emitRun(r, took, err)
+	if err != nil && !lost && e.job.Retry.retries(r.Attempt) {
+		s.holdForRetry(e, r, owner, g, last, log.With("err", err))
+		return
+	}
 	switch ferr := finishRun(context.Background(), s.l, r.Job, r.ScheduledAt, owner, g.Token, out, last.Add(safeSpan(g.TTL)), g.TTL); {
 	case ferr == nil:
 		log.Info("run finished", "state", out.State, "took", took, "err", err)

@@ -40,6 +40,18 @@ func waitRun(t *testing.T, l backend.Ledger, job string, at time.Time, within ti
 	}
 }
 
+// waitCond polls cond until it holds; the test fails after within.
+func waitCond(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true within %v", what, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // TestTimeoutRecordedAsFailedTimeout (issue 15 item 2): a run stopped by
 // its Timeout is recorded as failed with an error that says it timed out —
 // also when the job returns its context's ctx.Err() ("context canceled"),
