@@ -55,9 +55,22 @@ type JobConfig struct {
 	LeaseTTL      Duration `yaml:"lease_ttl"`
 	MaxConcurrent int      `yaml:"max_concurrent"`
 	MaxAttempts   int      `yaml:"max_attempts"`
+	// Retry retries failed runs after a backoff (see schedule.RetryPolicy).
+	Retry RetryConfig `yaml:"retry"`
 
 	Command *CommandJob `yaml:"command"`
 	HTTP    *HTTPJob    `yaml:"http"`
+}
+
+// RetryConfig is a job's `retry: {max: 3, backoff: 10s, max_backoff: 10m}`:
+// a failed run is retried up to max times, the first after backoff
+// (default 10s), each later one after twice the wait before, up to
+// max_backoff (default 10m). Each retry is a new attempt with a greater
+// fencing token, run by whichever instance reclaims it first.
+type RetryConfig struct {
+	Max        int      `yaml:"max"`
+	Backoff    Duration `yaml:"backoff"`
+	MaxBackoff Duration `yaml:"max_backoff"`
 }
 
 // CommandJob runs a program directly (argv, no shell).
@@ -278,9 +291,11 @@ func (c *Config) validate() error {
 func fieldOf(err error) string {
 	msg := err.Error()
 	for _, p := range []struct{ needle, field string }{
+		{"max attempts", "max_attempts"}, // before "retry max": its message may name both
+		{"retry max backoff", "retry.max_backoff"}, {"retry backoff", "retry.backoff"}, {"retry max", "retry.max"},
 		{"time zone", "zone"}, {"job name", "name"}, {"invalid schedule", "schedule"}, {"mode", "mode"},
 		{"misfire", "misfire"}, {"crash", "crash"}, {"timeout", "timeout"}, {"jitter", "jitter"},
-		{"lease ttl", "lease_ttl"}, {"max concurrent", "max_concurrent"}, {"max attempts", "max_attempts"},
+		{"lease ttl", "lease_ttl"}, {"max concurrent", "max_concurrent"},
 	} {
 		if strings.Contains(msg, p.needle) {
 			return p.field
@@ -296,6 +311,7 @@ func (j *JobConfig) job(fn schedule.Func, retention time.Duration) (schedule.Job
 		Mode: schedule.Mode(j.Mode), Misfire: schedule.Misfire(j.Misfire), Crash: schedule.Crash(j.Crash),
 		Timeout: time.Duration(j.Timeout), Jitter: time.Duration(j.Jitter), LeaseTTL: time.Duration(j.LeaseTTL),
 		MaxConcurrent: j.MaxConcurrent, MaxAttempts: j.MaxAttempts,
+		Retry: schedule.RetryPolicy{Max: j.Retry.Max, Backoff: time.Duration(j.Retry.Backoff), MaxBackoff: time.Duration(j.Retry.MaxBackoff)},
 	}
 	if fn == nil {
 		sj.Func = func(context.Context, schedule.Run) error { return nil }
