@@ -166,9 +166,25 @@ func (c *capped) String() string {
 // identity so the endpoint can fence or de-duplicate its effects:
 // Idempotency-Key (job@instant), Leasehold-Token, Leasehold-Scheduled-At,
 // Leasehold-Attempt.
-func httpFunc(j *JobConfig, client *http.Client, scrub *redact.Scrubber) schedule.Func {
+//
+// A request unanswered after bound (httpTimeout) is abandoned and the run
+// fails with an error wrapping schedule.ErrTimeout.
+func httpFunc(j *JobConfig, client *http.Client, scrub *redact.Scrubber, bound time.Duration) schedule.Func {
 	h := j.HTTP
 	return func(ctx context.Context, r schedule.Run) error {
+		ctx, cancel := context.WithTimeoutCause(ctx, bound, fmt.Errorf("%w after %v", schedule.ErrTimeout, bound))
+		defer cancel()
+		// noAnswer names the bound when it is what stopped the request.
+		noAnswer := func(err error) error {
+			cause := context.Cause(ctx)
+			switch {
+			case ctx.Err() == nil || !errors.Is(cause, schedule.ErrTimeout):
+				return err
+			case errors.Is(err, schedule.ErrTimeout): // net/http reports the cause
+				return fmt.Errorf("no answer: %w", err)
+			}
+			return fmt.Errorf("no answer: %w: %w", cause, err)
+		}
 		var body io.Reader
 		if h.Body != "" {
 			body = strings.NewReader(h.Body)
@@ -191,13 +207,13 @@ func httpFunc(j *JobConfig, client *http.Client, scrub *redact.Scrubber) schedul
 			ue.URL = redactURL(ue.URL) // it repeats the URL, query included
 		}
 		if err != nil {
-			return fmt.Errorf("http job %q: %s %s: %w", j.Name, h.Method, redactURL(h.URL), err)
+			return fmt.Errorf("http job %q: %s %s: %w", j.Name, h.Method, redactURL(h.URL), noAnswer(err))
 		}
 		defer resp.Body.Close()
 		// The body's head and tail (of at most its first MiB), as text. An
 		// endpoint may echo its URL: secrets are scrubbed before the cut,
 		// which could otherwise leave a secret's first bytes in the head.
-		answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxHTTPRead))
+		answer, rerr := io.ReadAll(io.LimitReader(resp.Body, maxHTTPRead))
 		if len(answer) == maxHTTPRead {
 			answer = answer[:maxHTTPRead-maxHTTPSecret] // a secret may straddle the read limit
 		}
@@ -210,6 +226,24 @@ func httpFunc(j *JobConfig, client *http.Client, scrub *redact.Scrubber) schedul
 		if !ok {
 			return fmt.Errorf("http job %q: %s %s answered %s", j.Name, h.Method, redactURL(h.URL), resp.Status)
 		}
+		if rerr != nil && ctx.Err() != nil {
+			// The status came, the body stalled until the bound.
+			return fmt.Errorf("http job %q: %s %s answered %s, then its body stalled: %w", j.Name, h.Method, redactURL(h.URL), resp.Status, noAnswer(rerr))
+		}
 		return nil
 	}
+}
+
+// DefaultHTTPTimeout bounds an HTTP job that has no timeout: an endpoint
+// that never answers would otherwise keep the run open, holding its lease
+// and, under max_concurrent, the slots of later occurrences.
+const DefaultHTTPTimeout = 5 * time.Minute
+
+// httpTimeout is how long an HTTP job's request may take: the job's
+// timeout, else DefaultHTTPTimeout.
+func httpTimeout(j *JobConfig) time.Duration {
+	if j.Timeout > 0 {
+		return time.Duration(j.Timeout)
+	}
+	return DefaultHTTPTimeout
 }
