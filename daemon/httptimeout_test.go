@@ -96,7 +96,9 @@ func TestHTTPJobStalledBodyEnds(t *testing.T) {
 	t.Cleanup(srv.Close)
 	j := &JobConfig{Name: "hook", HTTP: &HTTPJob{Method: "GET", URL: srv.URL}}
 	done := make(chan error, 1)
-	go func() { done <- httpFunc(j, srv.Client(), redact.NewScrubber(), 200*time.Millisecond)(context.Background(), run) }()
+	go func() {
+		done <- httpFunc(j, srv.Client(), redact.NewScrubber(), 200*time.Millisecond)(context.Background(), run)
+	}()
 	select {
 	case err := <-done:
 		if !errors.Is(err, schedule.ErrTimeout) || !strings.Contains(err.Error(), "body stalled") {
