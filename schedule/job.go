@@ -53,7 +53,7 @@ const (
 type Run struct {
 	Job         string
 	ScheduledAt time.Time // the occurrence's instant: UTC, milliseconds; the same on every instance
-	Attempt     int       // 1, or more after a crash under CrashRetry
+	Attempt     int       // 1, or more after a crash under CrashRetry or a failure under Retry
 	// Token is the fencing token of this claim: greater than every token of
 	// earlier claims of the job. A sink that rejects lower tokens keeps a
 	// stale runner's late write out; effects are exactly-once only through
@@ -62,8 +62,18 @@ type Run struct {
 	Token    leasehold.Token
 	Instance string
 
-	result *string // set by Report, recorded by the scheduler
+	result    *string       // set by Report, recorded by the scheduler
+	leaseLost chan struct{} // closed when the run's lease is lost; nil without a lease
 }
+
+// LeaseLost returns a channel closed when the run's lease is lost, or its
+// deadline passed with no confirmed heartbeat: from then on another
+// instance may run the occurrence. Unlike the run's context, which may have
+// ended before for another reason (timeout, shutdown), it says when a job
+// still stopping must be gone at once — a command's grace between SIGTERM
+// and SIGKILL ends there. It is nil (never closed) for a run without a
+// lease (mode every-instance).
+func (r Run) LeaseLost() <-chan struct{} { return r.leaseLost }
 
 // Report sets a short text result for this run (command output, a response
 // status...) that the scheduler records in the run history with the outcome.

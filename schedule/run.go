@@ -65,6 +65,7 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	r.Token = leasehold.Token(g.Token)
 	var result string
 	r.result = &result
+	r.leaseLost = make(chan struct{})
 	log := s.cfg.logger.With("job", r.Job, "at", r.ScheduledAt, "token", g.Token, "attempt", r.Attempt)
 	ctx, cancel := s.runContext(e)
 	// Heartbeats go on until the job's function has returned — not until
@@ -79,7 +80,7 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	)
 	go func() {
 		defer close(hbDone)
-		last = heartbeat(hbCtx, func(cause error) { hbLost = true; cancel(cause) }, s.l, r, owner, g, sent)
+		last = heartbeat(hbCtx, func(cause error) { hbLost = true; close(r.leaseLost); cancel(cause) }, s.l, r, owner, g, sent)
 	}()
 	start := time.Now()
 	err := safeCall(ctx, e.job.Func, r)
@@ -139,7 +140,9 @@ func heartbeat(ctx context.Context, cancel context.CancelCauseFunc, b backend.Le
 		case <-next.C:
 		}
 		hsent := time.Now()
-		hctx, hcancel := context.WithTimeout(ctx, every)
+		// Bounded by the deadline too: a heartbeat left hanging must not
+		// hold off the cancellation the deadline owes the job.
+		hctx, hcancel := context.WithTimeout(ctx, min(every, time.Until(last.Add(safeSpan(ttl)))))
 		err := b.Heartbeat(hctx, r.Job, r.ScheduledAt, owner, g.Token, ttl)
 		hcancel()
 		switch {
