@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/schedule"
@@ -39,8 +40,24 @@ const (
 	maxHTTPSecret = 4096
 )
 
-// killGrace is how long a command gets between SIGTERM and SIGKILL.
+// killGrace is how long a command gets between SIGTERM and SIGKILL, at
+// most (see killGraceFor).
 const killGrace = 5 * time.Second
+
+// killGraceFor is a command job's grace between SIGTERM and SIGKILL:
+// killGrace, or a third of the job's lease TTL if that is shorter. While
+// the job stops, heartbeats keep its lease — renewed every TTL/3, so some
+// two thirds of a TTL are left when the grace starts — and the grace ends
+// well before the lease could. If the lease is lost all the same (the
+// heartbeats go unanswered), the command is SIGKILLed at once: from then
+// on another instance may run the occurrence.
+func killGraceFor(j *JobConfig) time.Duration {
+	ttl := time.Duration(j.LeaseTTL)
+	if ttl <= 0 {
+		ttl = 30 * time.Second // schedule's default lease
+	}
+	return min(killGrace, ttl/3)
+}
 
 // outputWait is how long a command's output is still read after it
 // exited: a process it left running in a session of its own (out of reach
@@ -48,10 +65,12 @@ const killGrace = 5 * time.Second
 const outputWait = 2 * time.Second
 
 // commandFunc runs a command job: argv without a shell, in its own process
-// group, killed (SIGTERM, then SIGKILL) when the run's context ends, and
-// killed by the kernel if the daemon dies (Pdeathsig).
+// group, killed (SIGTERM, then SIGKILL after killGraceFor) when the run's
+// context ends — SIGKILL at once when the run's lease is lost — and killed
+// by the kernel if the daemon dies (Pdeathsig).
 func commandFunc(j *JobConfig, instance string) schedule.Func {
 	c := j.Command
+	grace := killGraceFor(j)
 	max := c.MaxOutput
 	if max == 0 {
 		max = 4096
@@ -79,10 +98,19 @@ func commandFunc(j *JobConfig, instance string) schedule.Func {
 		case err = <-waited:
 		case <-ctx.Done():
 			pgid := cmd.Process.Pid
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			kill := time.NewTimer(grace)
+			defer kill.Stop()
+			if errors.Is(context.Cause(ctx), leasehold.ErrLeaseLost) {
+				kill.Reset(0) // the lease is ending: no grace
+			} else {
+				_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			}
 			select {
 			case err = <-waited:
-			case <-time.After(killGrace):
+			case <-kill.C:
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				err = <-waited
+			case <-r.LeaseLost(): // lost while the command was stopping
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
 				err = <-waited
 			}
