@@ -64,9 +64,22 @@ type JobConfig struct {
 	// Revision is part of the schedule version: set a new one to return to
 	// a schedule that was replaced (see schedule.Job.Revision).
 	Revision int `yaml:"revision"`
+	// Retry retries failed runs after a backoff (see schedule.RetryPolicy).
+	Retry RetryConfig `yaml:"retry"`
 
 	Command *CommandJob `yaml:"command"`
 	HTTP    *HTTPJob    `yaml:"http"`
+}
+
+// RetryConfig is a job's `retry: {max: 3, backoff: 10s, max_backoff: 10m}`:
+// a failed run is retried up to max times, the first after backoff
+// (default 10s), each later one after twice the wait before, up to
+// max_backoff (default 10m). Each retry is a new attempt with a greater
+// fencing token, run by whichever instance reclaims it first.
+type RetryConfig struct {
+	Max        int      `yaml:"max"`
+	Backoff    Duration `yaml:"backoff"`
+	MaxBackoff Duration `yaml:"max_backoff"`
 }
 
 // CommandJob runs a program directly (argv, no shell).
@@ -304,6 +317,7 @@ func jobKey(field string) string {
 		"Name": "name", "Schedule": "schedule", "Zone": "zone", "Mode": "mode", "Misfire": "misfire", "Crash": "crash",
 		"Timeout": "timeout", "Jitter": "jitter", "MaxConcurrent": "max_concurrent", "MisfireWindow": "misfire_window", "MisfireGrace": "misfire_grace",
 		"MaxCatchUp": "max_catch_up", "MaxAttempts": "max_attempts", "LeaseTTL": "lease_ttl", "Revision": "revision",
+		"Retry.Max": "retry.max", "Retry.Backoff": "retry.backoff", "Retry.MaxBackoff": "retry.max_backoff",
 	}[field]
 }
 
@@ -433,6 +447,7 @@ func (j *JobConfig) job(fn schedule.Func, retention time.Duration) (schedule.Job
 		Timeout: time.Duration(j.Timeout), Jitter: time.Duration(j.Jitter), LeaseTTL: time.Duration(j.LeaseTTL),
 		MaxConcurrent: j.MaxConcurrent, MaxAttempts: j.MaxAttempts, Revision: j.Revision,
 		MisfireWindow: time.Duration(j.MisfireWindow), MisfireGrace: time.Duration(j.MisfireGrace), MaxCatchUp: j.MaxCatchUp,
+		Retry: schedule.RetryPolicy{Max: j.Retry.Max, Backoff: time.Duration(j.Retry.Backoff), MaxBackoff: time.Duration(j.Retry.MaxBackoff)},
 	}
 	if fn == nil {
 		sj.Func = func(context.Context, schedule.Run) error { return nil }

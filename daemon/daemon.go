@@ -73,7 +73,7 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 	client := &http.Client{}
 	for i := range cfg.Jobs {
 		j := &cfg.Jobs[i]
-		fn := httpFunc(j, client, scrub)
+		fn := httpFunc(j, client, scrub, httpTimeout(j))
 		if j.Command != nil {
 			fn = commandFunc(j, cfg.Instance)
 		}

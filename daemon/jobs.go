@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/schedule"
@@ -39,8 +40,24 @@ const (
 	maxHTTPSecret = 4096
 )
 
-// killGrace is how long a command gets between SIGTERM and SIGKILL.
+// killGrace is how long a command gets between SIGTERM and SIGKILL, at
+// most (see killGraceFor).
 const killGrace = 5 * time.Second
+
+// killGraceFor is a command job's grace between SIGTERM and SIGKILL:
+// killGrace, or a third of the job's lease TTL if that is shorter. While
+// the job stops, heartbeats keep its lease — renewed every TTL/3, so some
+// two thirds of a TTL are left when the grace starts — and the grace ends
+// well before the lease could. If the lease is lost all the same (the
+// heartbeats go unanswered), the command is SIGKILLed at once: from then
+// on another instance may run the occurrence.
+func killGraceFor(j *JobConfig) time.Duration {
+	ttl := time.Duration(j.LeaseTTL)
+	if ttl <= 0 {
+		ttl = 30 * time.Second // schedule's default lease
+	}
+	return min(killGrace, ttl/3)
+}
 
 // outputWait is how long a command's output is still read after it
 // exited: a process it left running in a session of its own (out of reach
@@ -48,10 +65,12 @@ const killGrace = 5 * time.Second
 const outputWait = 2 * time.Second
 
 // commandFunc runs a command job: argv without a shell, in its own process
-// group, killed (SIGTERM, then SIGKILL) when the run's context ends, and
-// killed by the kernel if the daemon dies (Pdeathsig).
+// group, killed (SIGTERM, then SIGKILL after killGraceFor) when the run's
+// context ends — SIGKILL at once when the run's lease is lost — and killed
+// by the kernel if the daemon dies (Pdeathsig).
 func commandFunc(j *JobConfig, instance string) schedule.Func {
 	c := j.Command
+	grace := killGraceFor(j)
 	max := c.MaxOutput
 	if max == 0 {
 		max = 4096
@@ -79,10 +98,19 @@ func commandFunc(j *JobConfig, instance string) schedule.Func {
 		case err = <-waited:
 		case <-ctx.Done():
 			pgid := cmd.Process.Pid
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			kill := time.NewTimer(grace)
+			defer kill.Stop()
+			if errors.Is(context.Cause(ctx), leasehold.ErrLeaseLost) {
+				kill.Reset(0) // the lease is ending: no grace
+			} else {
+				_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			}
 			select {
 			case err = <-waited:
-			case <-time.After(killGrace):
+			case <-kill.C:
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				err = <-waited
+			case <-r.LeaseLost(): // lost while the command was stopping
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
 				err = <-waited
 			}
@@ -166,9 +194,25 @@ func (c *capped) String() string {
 // identity so the endpoint can fence or de-duplicate its effects:
 // Idempotency-Key (job@instant), Leasehold-Token, Leasehold-Scheduled-At,
 // Leasehold-Attempt.
-func httpFunc(j *JobConfig, client *http.Client, scrub *redact.Scrubber) schedule.Func {
+//
+// A request unanswered after bound (httpTimeout) is abandoned and the run
+// fails with an error wrapping schedule.ErrTimeout.
+func httpFunc(j *JobConfig, client *http.Client, scrub *redact.Scrubber, bound time.Duration) schedule.Func {
 	h := j.HTTP
 	return func(ctx context.Context, r schedule.Run) error {
+		ctx, cancel := context.WithTimeoutCause(ctx, bound, fmt.Errorf("%w after %v", schedule.ErrTimeout, bound))
+		defer cancel()
+		// noAnswer names the bound when it is what stopped the request.
+		noAnswer := func(err error) error {
+			cause := context.Cause(ctx)
+			switch {
+			case ctx.Err() == nil || !errors.Is(cause, schedule.ErrTimeout):
+				return err
+			case errors.Is(err, schedule.ErrTimeout): // net/http reports the cause
+				return fmt.Errorf("no answer: %w", err)
+			}
+			return fmt.Errorf("no answer: %w: %w", cause, err)
+		}
 		var body io.Reader
 		if h.Body != "" {
 			body = strings.NewReader(h.Body)
@@ -191,13 +235,13 @@ func httpFunc(j *JobConfig, client *http.Client, scrub *redact.Scrubber) schedul
 			ue.URL = redactURL(ue.URL) // it repeats the URL, query included
 		}
 		if err != nil {
-			return fmt.Errorf("http job %q: %s %s: %w", j.Name, h.Method, redactURL(h.URL), err)
+			return fmt.Errorf("http job %q: %s %s: %w", j.Name, h.Method, redactURL(h.URL), noAnswer(err))
 		}
 		defer resp.Body.Close()
 		// The body's head and tail (of at most its first MiB), as text. An
 		// endpoint may echo its URL: secrets are scrubbed before the cut,
 		// which could otherwise leave a secret's first bytes in the head.
-		answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxHTTPRead))
+		answer, rerr := io.ReadAll(io.LimitReader(resp.Body, maxHTTPRead))
 		if len(answer) == maxHTTPRead {
 			answer = answer[:maxHTTPRead-maxHTTPSecret] // a secret may straddle the read limit
 		}
@@ -210,6 +254,24 @@ func httpFunc(j *JobConfig, client *http.Client, scrub *redact.Scrubber) schedul
 		if !ok {
 			return fmt.Errorf("http job %q: %s %s answered %s", j.Name, h.Method, redactURL(h.URL), resp.Status)
 		}
+		if rerr != nil && ctx.Err() != nil {
+			// The status came, the body stalled until the bound.
+			return fmt.Errorf("http job %q: %s %s answered %s, then its body stalled: %w", j.Name, h.Method, redactURL(h.URL), resp.Status, noAnswer(rerr))
+		}
 		return nil
 	}
+}
+
+// DefaultHTTPTimeout bounds an HTTP job that has no timeout: an endpoint
+// that never answers would otherwise keep the run open, holding its lease
+// and, under max_concurrent, the slots of later occurrences.
+const DefaultHTTPTimeout = 5 * time.Minute
+
+// httpTimeout is how long an HTTP job's request may take: the job's
+// timeout, else DefaultHTTPTimeout.
+func httpTimeout(j *JobConfig) time.Duration {
+	if j.Timeout > 0 {
+		return time.Duration(j.Timeout)
+	}
+	return DefaultHTTPTimeout
 }

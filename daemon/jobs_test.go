@@ -81,14 +81,14 @@ func TestHTTPJobHeadersAndStatus(t *testing.T) {
 	}))
 	defer srv.Close()
 	j := &JobConfig{Name: "ping", HTTP: &HTTPJob{Method: "POST", URL: srv.URL, Headers: map[string]string{"X-A": "b"}, Expect: 202}}
-	if err := httpFunc(j, srv.Client(), nil)(context.Background(), run); err != nil {
+	if err := httpFunc(j, srv.Client(), nil, time.Minute)(context.Background(), run); err != nil {
 		t.Fatal(err)
 	}
 	if got.Get("Idempotency-Key") != "report@2026-11-30T02:30:00.000Z" || got.Get("Leasehold-Token") != "42" || got.Get("X-A") != "b" || got.Get("Leasehold-Attempt") != "2" {
 		t.Fatalf("headers %v", got)
 	}
 	j.HTTP.Expect = 200
-	if err := httpFunc(j, srv.Client(), nil)(context.Background(), run); err == nil || !strings.Contains(err.Error(), "202") {
+	if err := httpFunc(j, srv.Client(), nil, time.Minute)(context.Background(), run); err == nil || !strings.Contains(err.Error(), "202") {
 		t.Fatalf("unexpected status not reported: %v", err)
 	}
 }

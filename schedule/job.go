@@ -55,7 +55,7 @@ const (
 type Run struct {
 	Job         string
 	ScheduledAt time.Time // the occurrence's instant: UTC, milliseconds; the same on every instance
-	Attempt     int       // 1, or more after a crash under CrashRetry
+	Attempt     int       // 1, or more after a crash under CrashRetry or a failure under Retry
 	// Token is the fencing token of this claim: greater than every token of
 	// earlier claims of the job. A sink that rejects lower tokens keeps a
 	// stale runner's late write out; effects are exactly-once only through
@@ -64,8 +64,18 @@ type Run struct {
 	Token    leasehold.Token
 	Instance string
 
-	result *string // set by Report, recorded by the scheduler
+	result    *string       // set by Report, recorded by the scheduler
+	leaseLost chan struct{} // closed when the run's lease is lost; nil without a lease
 }
+
+// LeaseLost returns a channel closed when the run's lease is lost, or its
+// deadline passed with no confirmed heartbeat: from then on another
+// instance may run the occurrence. Unlike the run's context, which may have
+// ended before for another reason (timeout, shutdown), it says when a job
+// still stopping must be gone at once — a command's grace between SIGTERM
+// and SIGKILL ends there. It is nil (never closed) for a run without a
+// lease (mode every-instance).
+func (r Run) LeaseLost() <-chan struct{} { return r.leaseLost }
 
 // Report sets a short text result for this run (command output, a response
 // status...) that the scheduler records in the run history with the outcome.
@@ -120,9 +130,15 @@ type Job struct {
 	MisfireWindow time.Duration // how far back catch-up looks (default 1 h)
 	MaxCatchUp    int           // run-all: at most this many (default 10)
 
-	Crash       Crash
-	MaxAttempts int           // CrashRetry: at most this many attempts (default 3)
-	LeaseTTL    time.Duration // the runner's lease on a claim (default 30 s); heartbeats renew it
+	Crash Crash
+	// MaxAttempts bounds the attempts of one occurrence, whatever ended
+	// the earlier ones — a crash or, under Retry, a failure (default 3, or
+	// 1+Retry.Max if that is more; it may not be less).
+	MaxAttempts int
+	// Retry retries failed runs (the job returned an error, panicked or
+	// timed out), not only crashed ones. Zero: a failure is final.
+	Retry    RetryPolicy
+	LeaseTTL time.Duration // the runner's lease on a claim (default 30 s); heartbeats renew it
 
 	// OnLost is called when a run's lease is lost while it runs (its context
 	// is cancelled): the place for compensation.
@@ -208,8 +224,11 @@ func (j Job) withDefaults(retention time.Duration) (Job, *Spec, error) {
 	if j.MaxCatchUp == 0 {
 		j.MaxCatchUp = 10
 	}
+	if name, err := j.Retry.withDefaults(); err != nil {
+		field(name, fmt.Errorf("%w: job %q: %w", leasehold.ErrInvalid, j.Name, err))
+	}
 	if j.MaxAttempts == 0 {
-		j.MaxAttempts = 3
+		j.MaxAttempts = max(3, 1+j.Retry.Max)
 	}
 	bad := func(name, what string, v any, why string) {
 		field(name, fmt.Errorf("%w: job %q: %s %v %s", leasehold.ErrInvalid, j.Name, what, v, why))
@@ -247,6 +266,15 @@ func (j Job) withDefaults(retention time.Duration) (Job, *Spec, error) {
 	}
 	if j.MaxAttempts < 1 || j.MaxAttempts > 100 {
 		bad("MaxAttempts", "max attempts", j.MaxAttempts, "is not in 1..100")
+	}
+	if j.Retry.Max > 0 && j.MaxAttempts < 1+j.Retry.Max {
+		bad("MaxAttempts", "max attempts", j.MaxAttempts, fmt.Sprintf("is less than 1 + retry max %d: the retries would be cut short", j.Retry.Max))
+	}
+	if j.Retry.Max > 0 && j.Crash == CrashSkip {
+		bad("Retry.Max", "retry max", j.Retry.Max, `needs crash "retry": retrying failures is at-least-once, which crash "skip" (at-most-once) rules out`)
+	}
+	if j.Retry.Max > 0 && j.Mode == EveryInstance {
+		bad("Retry.Max", "retry max", j.Retry.Max, `needs claims: mode "every-instance" has none`)
 	}
 	if j.LeaseTTL < 100*time.Millisecond || j.LeaseTTL > backend.MaxTTL {
 		bad("LeaseTTL", "lease ttl", j.LeaseTTL, fmt.Sprintf("is not in 100ms..%v", backend.MaxTTL))

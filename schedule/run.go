@@ -10,7 +10,11 @@ import (
 	"github.com/leasehold/leasehold/backend"
 )
 
-// ErrTimeout is the cause of a run's context when the job's Timeout passed.
+// ErrTimeout is the cause of a run's context when the job's Timeout passed
+// (wrapped with the timeout: "job timed out after 30s"). A run that returns
+// an error after it is recorded as failed with an error that wraps it; a
+// run that returns nil after it did its work, late, and is recorded as
+// succeeded.
 var ErrTimeout = errors.New("leasehold/schedule: job timed out")
 
 // Heartbeat timing, as for locks: renew every TTL/3; the run's context is
@@ -25,20 +29,34 @@ func safeSpan(ttl time.Duration) time.Duration {
 func (s *Scheduler) runContext(e *entry) (context.Context, context.CancelCauseFunc) {
 	ctx, cancel := context.WithCancelCause(s.jobCtx)
 	if e.job.Timeout > 0 {
-		t := time.AfterFunc(e.job.Timeout, func() { cancel(ErrTimeout) })
+		cause := fmt.Errorf("%w after %v", ErrTimeout, e.job.Timeout)
+		t := time.AfterFunc(e.job.Timeout, func() { cancel(cause) })
 		context.AfterFunc(ctx, func() { t.Stop() })
 	}
 	return ctx, cancel
 }
 
-// safeCall runs fn, turning a panic into an error.
+// stoppedError is the error recorded for a run that returned err after
+// its context was cancelled by its timeout or by shutdown: err, wrapped
+// so that it says why (a job that returns ctx.Err() says only "context
+// canceled"). A nil err stays nil: the job did its work, late.
+func stoppedError(ctx context.Context, err error) error {
+	cause := context.Cause(ctx)
+	if err == nil || ctx.Err() == nil || !(errors.Is(cause, ErrTimeout) || errors.Is(cause, ErrShutdown)) || errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cause, err)
+}
+
+// safeCall runs fn, turning a panic into an error, and saying in its
+// error why its context ended (stoppedError).
 func safeCall(ctx context.Context, fn Func, r Run) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("job %q panicked: %v", r.Job, p)
 		}
 	}()
-	return fn(ctx, r)
+	return stoppedError(ctx, fn(ctx, r))
 }
 
 // execute runs a won claim: heartbeats keep its lease while the job runs,
@@ -47,6 +65,7 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	r.Token = leasehold.Token(g.Token)
 	var result string
 	r.result = &result
+	r.leaseLost = make(chan struct{})
 	log := s.cfg.logger.With("job", r.Job, "at", r.ScheduledAt, "token", g.Token, "attempt", r.Attempt)
 	ctx, cancel := s.runContext(e)
 	// Heartbeats go on until the job's function has returned — not until
@@ -61,7 +80,7 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	)
 	go func() {
 		defer close(hbDone)
-		last = heartbeat(hbCtx, func(cause error) { hbLost = true; cancel(cause) }, s.l, r, owner, g, sent)
+		last = heartbeat(hbCtx, func(cause error) { hbLost = true; close(r.leaseLost); cancel(cause) }, s.l, r, owner, g, sent)
 	}()
 	start := time.Now()
 	err := safeCall(ctx, e.job.Func, r)
@@ -76,6 +95,10 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 		out.State, out.Error = backend.Failed, err.Error()
 	}
 	s.emitRun(r, took, err)
+	if err != nil && !lost && e.job.Retry.retries(r.Attempt) {
+		s.holdForRetry(e, r, owner, g, last, log.With("err", err))
+		return
+	}
 	switch ferr := finishRun(context.Background(), s.l, r.Job, r.ScheduledAt, owner, g.Token, out, last.Add(safeSpan(g.TTL)), g.TTL); {
 	case ferr == nil:
 		log.Info("run finished", "state", out.State, "took", took, "err", err)
@@ -117,7 +140,9 @@ func heartbeat(ctx context.Context, cancel context.CancelCauseFunc, b backend.Le
 		case <-next.C:
 		}
 		hsent := time.Now()
-		hctx, hcancel := context.WithTimeout(ctx, every)
+		// Bounded by the deadline too: a heartbeat left hanging must not
+		// hold off the cancellation the deadline owes the job.
+		hctx, hcancel := context.WithTimeout(ctx, min(every, time.Until(last.Add(safeSpan(ttl)))))
 		err := b.Heartbeat(hctx, r.Job, r.ScheduledAt, owner, g.Token, ttl)
 		hcancel()
 		switch {

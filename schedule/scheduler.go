@@ -6,7 +6,9 @@
 // first claim wins; every later one is told who holds it). Execution is
 // at-least-once under CrashRetry (a runner that dies is replaced, with a
 // greater token and attempt+1) or at-most-once under CrashSkip (the
-// occurrence is marked abandoned). A job's effects are exactly-once only when
+// occurrence is marked abandoned). A Retry policy retries failed runs too,
+// after a backoff, each retry a reclaim with a greater token and
+// attempt+1 (at-least-once). A job's effects are exactly-once only when
 // it writes them through a sink that is idempotent by Job+ScheduledAt (a
 // unique key, an upsert): under CrashRetry a runner that wrote its effect
 // and died before recording the finish is run again, with a greater token,

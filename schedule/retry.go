@@ -1,0 +1,100 @@
+package schedule
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// RetryPolicy retries an occurrence whose run failed. Each retry is a new
+// attempt of the same occurrence: a Reclaim in the ledger, so it carries a
+// greater fencing token and Attempt+1, and any instance may run it. Like a
+// crash under CrashRetry, a retry makes execution at-least-once: a failed
+// attempt may have done part of its effects.
+type RetryPolicy struct {
+	// Max is how many times a failed occurrence is retried (0..100; 0 = a
+	// failure is final). An occurrence runs at most 1+Max attempts, and
+	// crash recoveries count among them (Job.MaxAttempts).
+	Max int
+	// Backoff is the wait before the first retry (default 10 s); it
+	// doubles after each failed retry, up to MaxBackoff (default 10 min, or
+	// Backoff if that is more; at most 24 h).
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+}
+
+// maxRetryBackoff bounds RetryPolicy.MaxBackoff.
+const maxRetryBackoff = 24 * time.Hour
+
+// withDefaults fills the defaults of a policy with Max > 0 and validates
+// it; the error names the field and the value.
+func (p *RetryPolicy) withDefaults() (field string, err error) {
+	switch {
+	case p.Max < 0 || p.Max > 100:
+		return "Retry.Max", fmt.Errorf("retry max %d is not in 0..100", p.Max)
+	case p.Backoff < 0:
+		return "Retry.Backoff", fmt.Errorf("retry backoff %v is negative", p.Backoff)
+	case p.MaxBackoff < 0:
+		return "Retry.MaxBackoff", fmt.Errorf("retry max backoff %v is negative", p.MaxBackoff)
+	case p.Max == 0:
+		return "", nil
+	}
+	if p.Backoff == 0 {
+		p.Backoff = 10 * time.Second
+	}
+	if p.MaxBackoff == 0 {
+		p.MaxBackoff = max(10*time.Minute, p.Backoff)
+	}
+	switch {
+	case p.MaxBackoff < p.Backoff:
+		return "Retry.MaxBackoff", fmt.Errorf("retry max backoff %v is less than the backoff %v", p.MaxBackoff, p.Backoff)
+	case p.MaxBackoff > maxRetryBackoff:
+		return "Retry.MaxBackoff", fmt.Errorf("retry max backoff %v is more than %v", p.MaxBackoff, maxRetryBackoff)
+	}
+	return "", nil
+}
+
+// wait returns the backoff after the failure of attempt n (1-based).
+func (p RetryPolicy) wait(n int) time.Duration {
+	d := p.Backoff
+	for i := 1; i < n && d < p.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, p.MaxBackoff)
+}
+
+// retries reports whether a failure of attempt n is retried.
+func (p RetryPolicy) retries(n int) bool { return n < 1+p.Max }
+
+// holdForRetry is what a failed attempt with retries left does instead of
+// recording its failure: it keeps the occurrence running in the ledger,
+// heartbeating its lease until one lease TTL before the retry is due, then
+// lets the lease lapse. Once it has, the sweep of any instance reclaims
+// the occurrence — greater token, attempt+1 — and runs the retry. If this
+// instance stops or dies during the backoff, the lease lapses sooner and
+// the retry comes sooner. last is the send time of the last confirmed
+// claim or heartbeat.
+func (s *Scheduler) holdForRetry(e *entry, r Run, owner backend.Owner, g backend.Grant, last time.Time, log *slog.Logger) {
+	wait := e.job.Retry.wait(r.Attempt)
+	due := time.Now().Add(wait)
+	log.Warn("run failed; it is retried after the backoff, by whichever instance reclaims it first", "backoff", wait, "next attempt", r.Attempt+1)
+	if time.Until(due.Add(-g.TTL)) <= 0 {
+		return // the lease lapses within a TTL: no sooner than it must
+	}
+	hold, cancel := context.WithDeadline(s.loopCtx, due.Add(-g.TTL))
+	defer cancel()
+	lost := false
+	last = heartbeat(hold, func(error) { lost = true; cancel() }, s.l, r, owner, g, last)
+	if lost || s.loopCtx.Err() != nil || time.Until(last.Add(safeSpan(g.TTL))) <= 0 {
+		return // lost, stopping, or lapsing already: the retry comes sooner
+	}
+	// One last heartbeat one TTL before the retry is due, so the lease
+	// lapses then rather than up to a heartbeat interval earlier. If it
+	// fails, the lease lapses at the earlier time.
+	hctx, hcancel := context.WithTimeout(s.loopCtx, g.TTL/3)
+	defer hcancel()
+	_ = s.l.Heartbeat(hctx, r.Job, r.ScheduledAt, owner, g.Token, g.TTL)
+}
