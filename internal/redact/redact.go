@@ -264,6 +264,9 @@ func (s *Scrubber) Grow(secrets ...string) {
 	}
 }
 
+// Merge adds o's secrets to s itself, as Grow does.
+func (s *Scrubber) Merge(o *Scrubber) { s.Grow(o.secrets()...) }
+
 // Text returns text with every secret masked.
 func (s *Scrubber) Text(text string) string {
 	if s == nil {
