@@ -36,7 +36,6 @@ type Daemon struct {
 	b     backend.Backend
 	log   *slog.Logger
 	sched *schedule.Scheduler
-	lk    *leasehold.Locker
 	idlk  *leasehold.Locker // holds the instance id; its owner name says which process (instance.go)
 	admin *admin.Server     // nil when http.listen is off
 
@@ -87,18 +86,13 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 			return nil, err
 		}
 	}
-	lk, err := leasehold.NewLocker(b, leasehold.WithInstance(cfg.Instance), leasehold.WithNamespace(cfg.Namespace), leasehold.WithLogger(log),
-		leasehold.WithObserver(m))
-	if err != nil {
-		return nil, err
-	}
 	self, known := selfProc()
 	idlk, err := leasehold.NewLocker(b, leasehold.WithInstance(ownerName(cfg.Instance, self, known)), leasehold.WithNamespace(cfg.Namespace),
 		leasehold.WithLogger(log), leasehold.WithObserver(m))
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, b: b, log: log, sched: sched, lk: lk, idlk: idlk, client: client, scrub: scrub,
+	d := &Daemon{cfg: cfg, b: b, log: log, sched: sched, idlk: idlk, client: client, scrub: scrub,
 		jobs: jobs, holding: true, ready: make(chan struct{})}
 	if cfg.HTTP.Listen != HTTPOff {
 		// /metrics behind the API's read scope (job names, instance names

@@ -15,24 +15,26 @@ import (
 // The instance id. A running daemon holds the lock "instances/<instance>"
 // of its namespace, so that a second daemon started with the same id does
 // not run beside it. The lease's owner name carries who holds it —
-// "<instance>@<host>:<pid>:<start>:<boot id>", where start is the process's
-// start time in clock ticks since boot (which tells a reused pid from the
-// holder) — because a lease has no other room for it (backend.Owner is a
+// "<instance>@<host>:<pid>:<start>:<pid namespace>:<boot id>", where start
+// is the process's start time in clock ticks since boot (which tells a
+// reused pid from the holder) and the pid namespace tells containers that
+// share a kernel (and perhaps a host name) apart — because a lease has no other room for it (backend.Owner is a
 // name and a nonce) and instance ids cannot contain '@'. An owner name
 // longer than backend.MaxInstanceLen is cut back to the instance id, and
 // such a holder is never taken over.
 
-// proc identifies a process: the host, its pid, its start time and the
-// host's boot id.
+// proc identifies a process: the host, its pid, its start time, its pid
+// namespace and the host's boot id.
 type proc struct {
 	host  string
 	pid   int
 	start uint64
+	pidns uint64
 	boot  string
 }
 
 func (p proc) String() string {
-	return fmt.Sprintf("%s:%d:%d:%s", p.host, p.pid, p.start, p.boot)
+	return fmt.Sprintf("%s:%d:%d:%d:%s", p.host, p.pid, p.start, p.pidns, p.boot)
 }
 
 // ownerName is the owner name of the instance lease for instance, run by
@@ -54,16 +56,17 @@ func parseOwner(name string) (proc, bool) {
 		return proc{}, false
 	}
 	f := strings.Split(meta, ":")
-	if len(f) < 4 {
+	if len(f) < 5 {
 		return proc{}, false
 	}
 	n := len(f)
-	pid, err1 := strconv.Atoi(f[n-3])
-	start, err2 := strconv.ParseUint(f[n-2], 10, 64)
-	if err1 != nil || err2 != nil || pid <= 0 || f[n-1] == "" {
+	pid, err1 := strconv.Atoi(f[n-4])
+	start, err2 := strconv.ParseUint(f[n-3], 10, 64)
+	pidns, err3 := strconv.ParseUint(f[n-2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || pid <= 0 || f[n-1] == "" {
 		return proc{}, false
 	}
-	return proc{host: strings.Join(f[:n-3], ":"), pid: pid, start: start, boot: f[n-1]}, true
+	return proc{host: strings.Join(f[:n-4], ":"), pid: pid, start: start, pidns: pidns, boot: f[n-1]}, true
 }
 
 // provablyGone reports whether the holder named in owner is a process of
@@ -81,6 +84,8 @@ func provablyGone(owner string) (bool, string) {
 		return false, fmt.Sprintf("the holder runs on host %q, not here", p.host)
 	case p.boot != self.boot:
 		return false, "the holder ran on this host under another boot (boot id), so its pid says nothing"
+	case p.pidns != self.pidns:
+		return false, "the holder runs in another pid namespace (container), where its pid says nothing here"
 	case p.pid == self.pid && p.start == self.start:
 		return false, "the holder is this process"
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -130,6 +131,7 @@ func TestProvablyGone(t *testing.T) {
 		{"a live process", with(func(p *proc) { p.pid, p.start = parent, pstart }), false},
 		{"another host", with(func(p *proc) { p.pid, p.host = deadPid(t), "elsewhere" }), false},
 		{"another boot", with(func(p *proc) { p.pid, p.boot = deadPid(t), "0123456789abcdef0123456789abcdef" }), false},
+		{"another pid namespace", with(func(p *proc) { p.pid, p.pidns = deadPid(t), p.pidns+1 }), false},
 		{"no process named", "d1", false},
 		{"this process", with(func(*proc) {}), false},
 	} {
@@ -137,7 +139,7 @@ func TestProvablyGone(t *testing.T) {
 			t.Errorf("%s (%s): gone = %v (%s), want %v", c.name, c.owner, gone, why, c.gone)
 		}
 	}
-	if p, ok := parseOwner(ownerName("a/b", proc{host: "h:x", pid: 7, start: 9, boot: "bb"}, true)); !ok || p.host != "h:x" || p.pid != 7 || p.start != 9 || p.boot != "bb" {
+	if p, ok := parseOwner(ownerName("a/b", proc{host: "h:x", pid: 7, start: 9, pidns: 11, boot: "bb"}, true)); !ok || p != (proc{host: "h:x", pid: 7, start: 9, pidns: 11, boot: "bb"}) {
 		t.Fatalf("parseOwner round trip: %+v %v", p, ok)
 	}
 }
@@ -194,15 +196,22 @@ func TestInstanceTakeover(t *testing.T) {
 		dead.pid = deadPid(t)
 		old := holdAs(t, db, ownerName("d1", dead, true))
 		var log syncLog
-		d, done := startWith(t, lifeYAML, db, &log)
-		select {
-		case <-d.Ready():
-		case err := <-done:
-			t.Fatalf("Run returned %v\n%s", err, log.String())
-		case <-time.After(10 * time.Second): // well within the 15 s TTL the dead holder's lease has left
-			t.Fatalf("not ready: the dead holder was not taken over\n%s", log.String())
+		_, done := startWith(t, lifeYAML, db, &log)
+		running := "msg=\"leasehold daemon running\" instance=d1 namespace=life"
+		deadline := time.Now().Add(10 * time.Second) // well within the 15 s TTL the dead holder's lease has left
+		for !strings.Contains(log.String(), running) {
+			select {
+			case err := <-done:
+				t.Fatalf("Run returned %v\n%s", err, log.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not running: the dead holder was not taken over\n%s", log.String())
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		if s := log.String(); !strings.Contains(s, "taking the instance id over") || !strings.Contains(s, fmt.Sprintf("token=%d", old+1)) {
+		s := log.String()
+		if !strings.Contains(s, "taking the instance id over") || !regexp.MustCompile(running+`.* token=`+fmt.Sprint(old+1)+`\b`).MatchString(s) {
 			t.Fatalf("no takeover with a greater token than %d in the log:\n%s", old, s)
 		}
 	})

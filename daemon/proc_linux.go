@@ -23,7 +23,12 @@ func selfProc() (proc, bool) {
 	if err != nil {
 		return proc{}, false
 	}
-	return proc{host: host, pid: os.Getpid(), start: start, boot: strings.ReplaceAll(strings.TrimSpace(string(boot)), "-", "")}, true
+	var ns syscall.Stat_t // the pid namespace's inode: /proc/self/ns/pid -> "pid:[4026531836]"
+	if err := syscall.Stat("/proc/self/ns/pid", &ns); err != nil {
+		return proc{}, false
+	}
+	return proc{host: host, pid: os.Getpid(), start: start, pidns: ns.Ino,
+		boot: strings.ReplaceAll(strings.TrimSpace(string(boot)), "-", "")}, true
 }
 
 // procStat reads a process's start time (clock ticks since boot) and state
