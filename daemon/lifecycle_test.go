@@ -241,3 +241,34 @@ func TestInstanceTakeover(t *testing.T) {
 		}
 	})
 }
+
+// A job added by Reload has its secrets masked in the log like the jobs of
+// the first config. (Its errors are scrubbed by its own scrubber; the
+// daemon's logger also learns the new secrets, Scrubber.Grow, for whatever
+// else could repeat them — redact's TestGrowReachesExistingHolders.)
+func TestReloadedJobSecretsAreMasked(t *testing.T) {
+	const secret = "reloaded-api-key-0123456789"
+	db := filepath.Join(t.TempDir(), "d.db")
+	var log syncLog
+	d, _ := startWith(t, lifeYAML, db, &log)
+	<-d.Ready()
+	withHTTP := lifeYAML + `
+  - name: call
+    schedule: "@every 100ms"
+    http: {url: "http://127.0.0.1:1/hook?api_key=` + secret + `"}
+`
+	cfg := parseYAML(t, filepath.Dir(d.cfg.path), withHTTP) // the same (default) backend URL
+	if err := d.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !regexp.MustCompile(`job=call .*127\.0\.0\.1:1`).MatchString(log.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the added job's failed call is not in the log:\n%s", log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := log.String(); strings.Contains(s, secret) {
+		t.Fatalf("the reloaded job's api_key reached the log:\n%s", s)
+	}
+}
