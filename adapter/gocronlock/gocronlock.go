@@ -10,10 +10,12 @@
 // by job name and the occurrence's scheduled instant, and an occurrence once
 // claimed is never claimed again, however late the other timers fire.
 //
-// Naming the occurrence. gocron tells a Locker neither the instant a timer
-// was set for nor the job's schedule (Lock gets the job's name and context;
-// Job.NextRun is already the *next* instant by then), so the Locker works
-// the instant out from the time it is called:
+// Naming the occurrence. gocron (v2.21) tells a Locker neither the instant
+// a timer was set for nor the job's schedule: Lock gets the job's name and
+// the job's long-lived context, and Job.NextRun read from inside Lock races
+// with gocron's rescheduling, which appends the next instant and prunes past
+// ones concurrently (it may answer the due instant or the next one). So the
+// Locker works the instant out from the time it is called:
 //
 //   - NewJobLocker knows the job's own cron spec (the one given to
 //     gocron.CronJob) and names the latest scheduled instant at or before
