@@ -28,19 +28,19 @@
 //
 // Either way the call may come a little early too (a timer counts on the
 // monotonic clock, the wall clock can be slewed meanwhile): a call within
-// E = min(G/10, 1 s) before an instant names that instant, where G is the
-// gap between that instant and the one before it (Q for NewLocker).
+// E(t) = min(G/10, 1 s) before an instant t names t, where G is the gap
+// between t and the instant before it (Q for NewLocker).
 //
 // The exact bound: every instance names occurrence s alike — so it runs
 // once — if each instance's timer for s fires, by that instance's wall
-// clock, no earlier than E before s and earlier than E before the next
+// clock, no earlier than E(s) before s and earlier than E(s') before the next
 // instant s'. Rounding to the nearest multiple of Q (what this package
 // did before) put the boundary at s + Q/2, where a 2 ms skew between two
-// late timers gave two keys and both ran. A timer later than s' − E names
+// late timers gave two keys and both ran. A timer later than s' − E(s') names
 // s' instead: it does not run s, and claims s' before s' is due (then the
 // on-time timers of s' are refused). A clock that is off by more than these
 // bounds names the wrong occurrence the same way. The backend also refuses
-// a claim for an instant more than E + 1 s ahead of its own clock.
+// a claim for an instant t more than E(t) + 1 s ahead of its own clock.
 //
 // Use cron-spec jobs (all instances fire at the same instants); a gocron
 // DurationJob counts from each scheduler's start, so its instances have no
