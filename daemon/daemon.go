@@ -10,7 +10,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -28,7 +27,7 @@ import (
 )
 
 // ErrDuplicateInstance: another daemon with the same instance id holds the
-// backend.
+// backend. Run does not return it: it logs it and waits (see Run).
 var ErrDuplicateInstance = errors.New("leasehold/daemon: instance id already running")
 
 // Daemon runs the jobs of one Config.
@@ -37,8 +36,15 @@ type Daemon struct {
 	b     backend.Backend
 	log   *slog.Logger
 	sched *schedule.Scheduler
-	lk    *leasehold.Locker
-	admin *admin.Server // nil when http.listen is off
+	idlk  *leasehold.Locker // holds the instance id; its owner name says which process (instance.go)
+	admin *admin.Server     // nil when http.listen is off
+
+	client *http.Client
+	scrub  *redact.Scrubber // grows with the secrets of reloaded jobs
+
+	mu      sync.Mutex     // guards cfg.Jobs, jobs and holding (Reload, suspendJobs, resumeJobs)
+	jobs    []schedule.Job // cfg.Jobs, built
+	holding bool           // jobs are registered with sched (false while the instance id is lost)
 
 	tokenFile, tokenSecret string // the generated admin token, if used
 	tokenCreated           bool
@@ -71,27 +77,23 @@ func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Op
 		return nil, err
 	}
 	client := &http.Client{}
-	for i := range cfg.Jobs {
-		j := &cfg.Jobs[i]
-		fn := httpFunc(j, client, scrub, httpTimeout(j))
-		if j.Command != nil {
-			fn = commandFunc(j, cfg.Instance)
-		}
-		fn = scrubErrors(fn, scrub) // run errors are stored, logged and served
-		sj, err := j.job(fn, time.Duration(cfg.Retention))
-		if err != nil {
-			return nil, cfg.errf(fmt.Sprintf("jobs[%d]", i), "%v", err)
-		}
+	jobs, err := buildJobs(cfg, client, scrub)
+	if err != nil {
+		return nil, err
+	}
+	for _, sj := range jobs {
 		if err := sched.Register(sj); err != nil {
 			return nil, err
 		}
 	}
-	lk, err := leasehold.NewLocker(b, leasehold.WithInstance(cfg.Instance), leasehold.WithNamespace(cfg.Namespace), leasehold.WithLogger(log),
-		leasehold.WithObserver(m))
+	self, known := selfProc()
+	idlk, err := leasehold.NewLocker(b, leasehold.WithInstance(ownerName(cfg.Instance, self, known)), leasehold.WithNamespace(cfg.Namespace),
+		leasehold.WithLogger(log), leasehold.WithObserver(m))
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, b: b, log: log, sched: sched, lk: lk, ready: make(chan struct{})}
+	d := &Daemon{cfg: cfg, b: b, log: log, sched: sched, idlk: idlk, client: client, scrub: scrub,
+		jobs: jobs, holding: true, ready: make(chan struct{})}
 	if cfg.HTTP.Listen != HTTPOff {
 		// /metrics behind the API's read scope (job names, instance names
 		// and counts are not for everyone once the listener needs tokens);
@@ -122,17 +124,23 @@ func instanceKey(instance string) string { return "instances/" + instance }
 // Scheduler returns the daemon's scheduler (for triggers and status).
 func (d *Daemon) Scheduler() *schedule.Scheduler { return d.sched }
 
-// Run claims the instance id, runs the jobs until ctx ends, then shuts down
+// Run takes the instance id, runs the jobs until ctx ends, then shuts down
 // gracefully: stop claiming, let running jobs finish within the grace
-// period, release leases. A second daemon with the same instance id on the
-// same backend gets ErrDuplicateInstance and starts nothing.
+// period, release leases. It returns nil when ctx ended it.
+//
+// The instance id is a lease that only one daemon holds at a time. If
+// another process holds it, Run logs who (ErrDuplicateInstance) and waits
+// until the lease is released or expires — unless the holder is a previous
+// process on this host, same boot, whose pid is gone (a kill -9 leaves
+// its lease behind): then Run takes the id over at once. If the lease is
+// lost while running (the process was paused past the lease's TTL, or the
+// backend was unreachable), the daemon stops claiming — its job timers are
+// stopped; runs already started go on under their own leases — takes the
+// id again the same way, and resumes.
 func (d *Daemon) Run(ctx context.Context) error {
-	id, err := d.lk.TryAcquire(ctx, instanceKey(d.cfg.Instance))
-	if errors.Is(err, leasehold.ErrNotAcquired) {
-		return fmt.Errorf("%w: %q on %s: %v", ErrDuplicateInstance, d.cfg.Instance, redactURL(d.cfg.Backend), err)
-	}
+	id, err := d.holdInstance(ctx)
 	if err != nil {
-		return fmt.Errorf("claiming instance id %q: %w", d.cfg.Instance, err)
+		return nil // ctx ended while waiting for the id: nothing started
 	}
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -151,21 +159,31 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	defer stopAdmin()
 	close(d.ready)
+	d.mu.Lock()
+	njobs := len(d.jobs)
+	d.mu.Unlock()
 	d.log.Info("leasehold daemon running", "namespace", d.cfg.Namespace,
-		"backend", redactURL(d.cfg.Backend), "jobs", len(d.cfg.Jobs))
-	var runErr error
-	select {
-	case <-ctx.Done():
-		d.log.Info("shutting down: no new claims; running jobs get the grace period", "grace", time.Duration(d.cfg.Grace))
-	case <-id.Done():
-		runErr = fmt.Errorf("instance id lease lost (backend unreachable?): %w", context.Cause(id.Context()))
-		d.log.Error("stopping", "err", runErr)
+		"backend", redactURL(d.cfg.Backend), "jobs", njobs, "token", id.Token())
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-id.Done():
+			d.log.Error("instance id lease lost (paused past its TTL, or the backend unreachable?): claiming nothing until it is held again",
+				"err", context.Cause(id.Context()))
+			d.suspendJobs()
+			next, err := d.holdInstance(ctx)
+			if err != nil {
+				break // ctx ended
+			}
+			id = next
+			d.resumeJobs()
+			d.log.Info("instance id held again: claiming resumed", "token", id.Token())
+		}
 	}
+	d.log.Info("shutting down: no new claims; running jobs get the grace period", "grace", time.Duration(d.cfg.Grace))
 	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.cfg.Grace)+10*time.Second)
 	defer cancel()
-	if err := d.sched.Shutdown(sctx); err != nil && runErr == nil {
-		runErr = err
-	}
+	runErr := d.sched.Shutdown(sctx)
 	d.log.Info("stopped")
 	return runErr
 }

@@ -44,8 +44,10 @@ func (r release) Unlock(ctx context.Context) error { return r.l.Release(ctx) }
 
 // runCluster runs 3 gocron schedulers, started 170 ms apart, each firing a
 // fast per-second cron job; the third scheduler's timer is 300 ms late. It
-// returns how many times each second's occurrence ran.
-func runCluster(t *testing.T, locker func(i int) gocron.Locker) map[int64]int {
+// returns how many times each second's occurrence ran. perJob gives the
+// locker to the job (gocron.WithDistributedJobLocker) instead of the
+// scheduler (gocron.WithDistributedLocker).
+func runCluster(t *testing.T, perJob bool, locker func(i int) gocron.Locker) map[int64]int {
 	t.Helper()
 	var mu sync.Mutex
 	ran := map[int64]int{}
@@ -55,7 +57,14 @@ func runCluster(t *testing.T, locker func(i int) gocron.Locker) map[int64]int {
 		if i == 2 {
 			l = slow{l, 300 * time.Millisecond}
 		}
-		s, err := gocron.NewScheduler(gocron.WithDistributedLocker(l))
+		var sopts []gocron.SchedulerOption
+		jopts := []gocron.JobOption{gocron.WithName("report")}
+		if perJob {
+			jopts = append(jopts, gocron.WithDistributedJobLocker(l))
+		} else {
+			sopts = append(sopts, gocron.WithDistributedLocker(l))
+		}
+		s, err := gocron.NewScheduler(sopts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +72,7 @@ func runCluster(t *testing.T, locker func(i int) gocron.Locker) map[int64]int {
 			mu.Lock()
 			ran[time.Now().Add(-400*time.Millisecond).Round(time.Second).Unix()]++
 			mu.Unlock()
-		}), gocron.WithName("report"))
+		}), jopts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,8 +100,27 @@ func runCluster(t *testing.T, locker func(i int) gocron.Locker) map[int64]int {
 
 func TestOccurrenceLockerRunsEachOnce(t *testing.T) {
 	b := memory.New()
-	ran := runCluster(t, func(i int) gocron.Locker {
+	ran := runCluster(t, false, func(i int) gocron.Locker {
 		l, err := gocronlock.NewLocker(b, "node"+string(rune('a'+i)), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	})
+	if len(ran) < 5 {
+		t.Fatalf("only %d occurrences ran", len(ran))
+	}
+	for sec, n := range ran {
+		if n != 1 {
+			t.Fatalf("occurrence %v ran %d times", time.Unix(sec, 0).UTC(), n)
+		}
+	}
+}
+
+func TestJobLockerRunsEachOnce(t *testing.T) {
+	b := memory.New()
+	ran := runCluster(t, true, func(i int) gocron.Locker {
+		l, err := gocronlock.NewJobLocker(b, "node"+string(rune('a'+i)), "* * * * * *", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +138,7 @@ func TestOccurrenceLockerRunsEachOnce(t *testing.T) {
 
 func TestNameLockerRunsTwice(t *testing.T) {
 	b := memory.New()
-	ran := runCluster(t, func(i int) gocron.Locker {
+	ran := runCluster(t, false, func(i int) gocron.Locker {
 		lk, err := leasehold.NewLocker(b, leasehold.WithInstance("node"+string(rune('a'+i))))
 		if err != nil {
 			t.Fatal(err)
@@ -164,6 +192,19 @@ func ExampleNewLocker() {
 	l, _ := gocronlock.NewLocker(b, "web-1", time.Minute)
 	s, _ := gocron.NewScheduler(gocron.WithDistributedLocker(l))
 	j, err := s.NewJob(gocron.CronJob("0 2 * * *", false), gocron.NewTask(func() { /* the 2 a.m. report */ }), gocron.WithName("report"))
+	fmt.Println(j.Name(), err)
+	s.Start()
+	_ = s.Shutdown()
+	// Output: report <nil>
+}
+
+func ExampleNewJobLocker() {
+	b := memory.New() // in production: a backend the instances share (sqlite, redis, ...)
+	const spec = "0 2 * * *"
+	l, _ := gocronlock.NewJobLocker(b, "web-1", spec, "")
+	s, _ := gocron.NewScheduler()
+	j, err := s.NewJob(gocron.CronJob(spec, false), gocron.NewTask(func() { /* the 2 a.m. report */ }),
+		gocron.WithName("report"), gocron.WithDistributedJobLocker(l))
 	fmt.Println(j.Name(), err)
 	s.Start()
 	_ = s.Shutdown()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"sort"
@@ -71,8 +72,18 @@ A job's effects are exactly-once only if it fences them with LEASEHOLD_TOKEN
 or de-duplicates them by LEASEHOLD_JOB + LEASEHOLD_SCHEDULED_AT.
 
 SIGTERM or SIGINT stops claiming, lets running jobs finish within the grace
-period, then stops them. A second daemon with the same instance id on the
-same backend refuses to start.
+period, then stops them. SIGHUP reloads the config file: jobs added, removed
+or changed take effect at once (a changed job's old timer stops before its
+new one starts); a config with an error, or one that changes anything but the
+jobs (backend, instance, namespace, grace, retention, http, log: restart to
+apply those), is refused with every reason logged, and the running config
+goes on.
+
+Only one daemon holds an instance id at a time. A second daemon with the same
+instance id on the same backend logs who holds it and waits until it is
+released or its lease expires; a restart after a kill -9 on the same host
+(same boot, the old pid gone) takes the id over at once. A daemon paused past
+its instance lease's TTL stops claiming, takes the id again and resumes.
 
 The admin API (--http) needs a bearer token. With no admin token configured,
 the first daemon generates one into a file of mode 0600 next to the SQLite
@@ -81,18 +92,30 @@ config), prints it once if standard output is a terminal, and reads it from
 there later; "leasehold status" finds it from --config or the backend.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := a.loadConfig(cmd, config)
+			// The config file with the command line's overrides: at start,
+			// and again on SIGHUP.
+			load := func() (*daemon.Config, error) {
+				cfg, err := a.loadConfig(cmd, config)
+				if err != nil {
+					return nil, err
+				}
+				if cmd.Flags().Changed("http") {
+					cfg.SetListen(httpAddr)
+				}
+				if cmd.Flags().Changed("log-format") {
+					cfg.Log.Format = logFormat
+				}
+				if cmd.Flags().Changed("log-level") {
+					cfg.Log.Level = logLevel
+				}
+				return cfg, nil
+			}
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP) // from here on SIGHUP reloads instead of killing
+			defer signal.Stop(hup)
+			cfg, err := load()
 			if err != nil {
 				return err
-			}
-			if cmd.Flags().Changed("http") {
-				cfg.SetListen(httpAddr)
-			}
-			if cmd.Flags().Changed("log-format") {
-				cfg.Log.Format = logFormat
-			}
-			if cmd.Flags().Changed("log-level") {
-				cfg.Log.Level = logLevel
 			}
 			log, err := daemon.NewLogger(a.stderr, cfg.Log.Format, cfg.Log.Level)
 			if err != nil {
@@ -110,6 +133,7 @@ there later; "leasehold status" finds it from --config or the backend.`,
 				return &exitError{code: ExitUsage, err: err}
 			}
 			announceToken(a, d)
+			go reloadOnHUP(ctx, hup, d, log, load)
 			return d.Run(ctx)
 		},
 	}
@@ -118,6 +142,28 @@ there later; "leasehold status" finds it from --config or the backend.`,
 	cmd.Flags().StringVar(&logFormat, "log-format", "text", "log `format`: text or json; overrides log.format")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn or error; overrides log.level")
 	return cmd
+}
+
+// reloadOnHUP reloads the daemon's config on every signal from hup until
+// ctx ends. A config that cannot be loaded or applied is logged with every
+// reason, and the running config goes on.
+func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon, log *slog.Logger, load func() (*daemon.Config, error)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		cfg, err := load()
+		if err == nil {
+			err = d.Reload(cfg)
+		} else {
+			err = fmt.Errorf("%w: %w", daemon.ErrNotReloaded, err)
+		}
+		if err != nil {
+			log.Error("SIGHUP: config not applied; the running config goes on", "err", err)
+		}
+	}
 }
 
 // announceToken prints an admin token the daemon has just generated, once,

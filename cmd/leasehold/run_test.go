@@ -148,19 +148,6 @@ func sortTimes(a []time.Time) {
 	}
 }
 
-func TestSecondDaemonWithTheSameInstanceRefuses(t *testing.T) {
-	e := newEnv(t)
-	srv := httptest.NewServer(&calls{keys: map[string][]string{}})
-	defer srv.Close()
-	conf := daemonConfig(e, srv.URL)
-	first := e.start("run", "--config", conf, "--instance", "same")
-	waitFor(t, 20*time.Second, "the first daemon runs", func() bool { return strings.Contains(first.stderr.String(), "daemon running") })
-	r := e.run("run", "--config", conf, "--instance", "same")
-	if r.code == 0 || !strings.Contains(r.stderr, `instance id already running: "same"`) {
-		t.Fatalf("second daemon: exit %d, stderr %s", r.code, r.stderr)
-	}
-}
-
 func TestRunConfigErrors(t *testing.T) {
 	e := newEnv(t)
 	conf := e.path("bad.yaml")

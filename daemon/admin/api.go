@@ -217,8 +217,15 @@ func (s *Server) locks(ctx context.Context, p string, limit int) ([]Lock, error)
 	now := time.Now()
 	out := make([]Lock, 0, len(leases))
 	for _, l := range leases {
-		out = append(out, Lock{Key: strings.TrimPrefix(l.Key, prefix), Instance: l.Owner.Instance, Token: leasehold.Token(l.Token),
-			RemainingMS: l.Remaining.Milliseconds(), ExpiresAt: ts(now.Add(l.Remaining))})
+		k := Lock{Key: strings.TrimPrefix(l.Key, prefix), Instance: l.Owner.Instance, Token: leasehold.Token(l.Token),
+			RemainingMS: l.Remaining.Milliseconds(), ExpiresAt: ts(now.Add(l.Remaining))}
+		if strings.HasPrefix(k.Key, instanceKeyPrefix) {
+			// A daemon's instance lock is held under "<instance>@<process>".
+			if name, proc, ok := strings.Cut(k.Instance, "@"); ok {
+				k.Instance, k.Process = name, proc
+			}
+		}
+		out = append(out, k)
 	}
 	return out, nil
 }

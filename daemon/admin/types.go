@@ -37,8 +37,11 @@ type Leader struct {
 
 // Lock is one held lease of the namespace.
 type Lock struct {
-	Key         string          `json:"key"`
-	Instance    string          `json:"instance"`
+	Key      string `json:"key"`
+	Instance string `json:"instance"`
+	// Process is, for a daemon's instance lock ("instances/<id>"), the
+	// holding process as "host:pid:start ticks:boot id".
+	Process     string          `json:"process,omitempty"`
 	Token       leasehold.Token `json:"token"`
 	RemainingMS int64           `json:"remaining_ms"`
 	ExpiresAt   string          `json:"expires_at"`

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync/atomic"
 )
 
 // Mask replaces every redacted value.
@@ -197,8 +198,13 @@ func Secrets(s string) []string {
 	return out
 }
 
-// Scrubber replaces known secret values in text.
+// Scrubber replaces known secret values in text. It is safe for concurrent
+// use, Grow included.
 type Scrubber struct {
+	st atomic.Pointer[scrubState]
+}
+
+type scrubState struct {
 	list []string
 	r    *strings.Replacer
 }
@@ -206,6 +212,12 @@ type Scrubber struct {
 // NewScrubber returns a Scrubber of the secrets given; values shorter than
 // 4 bytes are ignored (they would mask ordinary words).
 func NewScrubber(secrets ...string) *Scrubber {
+	s := &Scrubber{}
+	s.st.Store(newScrubState(secrets))
+	return s
+}
+
+func newScrubState(secrets []string) *scrubState {
 	seen := map[string]bool{}
 	var list []string
 	for _, s := range secrets {
@@ -219,23 +231,52 @@ func NewScrubber(secrets ...string) *Scrubber {
 	for _, s := range list {
 		pairs = append(pairs, s, Mask)
 	}
-	return &Scrubber{list: list, r: strings.NewReplacer(pairs...)}
+	return &scrubState{list: list, r: strings.NewReplacer(pairs...)}
+}
+
+func (s *Scrubber) secrets() []string {
+	if s == nil {
+		return nil
+	}
+	if st := s.st.Load(); st != nil {
+		return st.list
+	}
+	return nil
 }
 
 // Add returns a Scrubber that scrubs s's secrets and these.
 func (s *Scrubber) Add(secrets ...string) *Scrubber {
-	if s == nil {
-		return NewScrubber(secrets...)
-	}
-	return NewScrubber(append(append([]string(nil), s.list...), secrets...)...)
+	return NewScrubber(append(append([]string(nil), s.secrets()...), secrets...)...)
 }
+
+// Grow adds secrets to s itself, so that every holder of s (a log handler,
+// an error wrapper) masks them from now on. Secrets are never removed.
+func (s *Scrubber) Grow(secrets ...string) {
+	for {
+		old := s.st.Load()
+		var have []string
+		if old != nil {
+			have = old.list
+		}
+		if s.st.CompareAndSwap(old, newScrubState(append(append([]string(nil), have...), secrets...))) {
+			return
+		}
+	}
+}
+
+// Merge adds o's secrets to s itself, as Grow does.
+func (s *Scrubber) Merge(o *Scrubber) { s.Grow(o.secrets()...) }
 
 // Text returns text with every secret masked.
 func (s *Scrubber) Text(text string) string {
-	if s == nil || s.r == nil {
+	if s == nil {
 		return text
 	}
-	return s.r.Replace(text)
+	st := s.st.Load()
+	if st == nil || st.r == nil {
+		return text
+	}
+	return st.r.Replace(text)
 }
 
 // Handler wraps h so that every record's message and attribute values
