@@ -63,8 +63,13 @@ func processGone(pid int, start uint64) (bool, string) {
 	if err != nil && !errors.Is(err, syscall.EPERM) {
 		return false, fmt.Sprintf("cannot tell whether pid %d is alive: %v", pid, err)
 	}
+	hidden := err != nil // EPERM: the pid exists, another user's
 	now, state, err := procStat(pid)
 	switch {
+	case errors.Is(err, os.ErrNotExist) && hidden:
+		// A live process /proc does not show (mounted hidepid=2, systemd
+		// ProtectProc=invisible): nothing proves it is gone.
+		return false, fmt.Sprintf("pid %d is alive (another user's, hidden from /proc)", pid)
 	case errors.Is(err, os.ErrNotExist):
 		return true, fmt.Sprintf("pid %d no longer exists on this boot", pid)
 	case err != nil:

@@ -42,6 +42,7 @@ type Spec struct {
 	allHours bool
 	canon    string // what the version hashes, apart from the zone
 	version  string
+	legacy   string // the version releases before the canonical hash gave this spec ("" with a revision)
 }
 
 // Parse parses spec in the time zone zone (an IANA name; "" means UTC). A
@@ -64,6 +65,9 @@ func Parse(spec, zone string) (*Spec, error) {
 			zone, s = name, strings.TrimSpace(tail)
 		}
 	}
+	if strings.HasPrefix(s, "CRON_TZ=") || strings.HasPrefix(s, "TZ=") {
+		return nil, fmt.Errorf("%w: schedule %q names a zone twice", ErrInvalidSpec, spec)
+	}
 	loc := time.UTC
 	if zone != "" {
 		l, err := loadZone(zone)
@@ -72,8 +76,12 @@ func Parse(spec, zone string) (*Spec, error) {
 		}
 		loc = l
 	}
+	// The hash of releases before the canonical one: the spec's text and
+	// zone. An instance of such a release, restarted during a rolling
+	// upgrade, records it; it names this same schedule (see Legacy).
+	legacy := sha256.Sum256([]byte(s + "\x00" + loc.String()))
 	s = strings.Join(strings.Fields(s), " ")
-	out := &Spec{raw: s, zone: loc}
+	out := &Spec{raw: s, zone: loc, legacy: hex.EncodeToString(legacy[:8])}
 	if rest, ok := strings.CutPrefix(s, "@every "); ok {
 		d, err := time.ParseDuration(strings.TrimSpace(rest))
 		switch {
@@ -154,8 +162,21 @@ func (s *Spec) WithRevision(n int) *Spec {
 	}
 	c := *s
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00revision %d", s.version, n)))
-	c.version = hex.EncodeToString(sum[:8])
+	c.version, c.legacy = hex.EncodeToString(sum[:8]), ""
 	return &c
+}
+
+// Legacy is the version that releases before the canonical hash recorded
+// for this very spec text and zone ("" for a spec with a revision, which
+// those releases did not have). A version history that holds it holds this
+// schedule: it is taken as s's own version, so that an old instance
+// restarted during a rolling upgrade neither switches the job nor gets the
+// new version refused as superseded.
+func (s *Spec) Legacy() string { return s.legacy }
+
+// same reports whether version names s's schedule.
+func (s *Spec) same(version string) bool {
+	return version == s.version || (s.legacy != "" && version == s.legacy)
 }
 
 // maxShift bounds how far a zone's offset changes at one transition (the

@@ -50,8 +50,9 @@ type span struct {
 
 // spans returns the version switches of a job, oldest first, with runs of
 // one version collapsed to their first record.
-func (s *Scheduler) spans(ctx context.Context, job string) ([]span, error) {
-	return readSpans(ctx, s.l, job)
+func (s *Scheduler) spans(ctx context.Context, e *entry) ([]span, error) {
+	sp, err := readSpans(ctx, s.l, e.job.Name)
+	return asSpec(sp, e.spec), err
 }
 
 func readSpans(ctx context.Context, l backend.Ledger, job string) ([]span, error) {
@@ -75,6 +76,22 @@ func readSpans(ctx context.Context, l backend.Ledger, job string) ([]span, error
 		out = append(out, span{r.ScheduledAt, r.SpecVersion})
 	}
 	return out, nil
+}
+
+// asSpec returns sp with the versions that name spec's schedule (its
+// legacy hash) written as spec's version, and runs of one version merged.
+func asSpec(sp []span, spec *Spec) []span {
+	var out []span
+	for _, x := range sp {
+		if spec.same(x.version) {
+			x.version = spec.Version()
+		}
+		if len(out) > 0 && out[len(out)-1].version == x.version {
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
 }
 
 // superseded reports whether version was once job's and a later version
@@ -105,16 +122,17 @@ type VersionState struct {
 	Superseded bool
 }
 
-// ReadVersionState reports how version stands among job's recorded
+// ReadVersionState reports how spec's version stands among job's recorded
 // versions in l, which must be confined to the job's namespace (see
 // NamespaceLedger). Tools use it to show a refused version without running
-// a Scheduler.
-func ReadVersionState(ctx context.Context, l backend.Ledger, job, version string) (VersionState, error) {
+// a Scheduler. A record of spec's legacy version counts as spec's.
+func ReadVersionState(ctx context.Context, l backend.Ledger, job string, spec *Spec) (VersionState, error) {
 	sp, err := readSpans(ctx, l, job)
 	if err != nil || len(sp) == 0 {
 		return VersionState{}, err
 	}
-	sup, err := superseded(ctx, l, job, version, sp)
+	sp = asSpec(sp, spec)
+	sup, err := superseded(ctx, l, job, spec.Version(), sp)
 	if err != nil {
 		return VersionState{}, err
 	}
@@ -131,9 +149,10 @@ func ReadVersionState(ctx context.Context, l backend.Ledger, job, version string
 type versionCache struct {
 	mu       sync.Mutex
 	spans    []span
-	fetched  time.Time // local monotonic
-	recorded bool      // this entry's version is recorded (ensureVersion succeeded), or refused
-	refused  bool      // this entry's version was superseded; ensureVersion refused to record it
+	fetched  time.Time       // local monotonic
+	recorded bool            // this entry's version is recorded (ensureVersion succeeded), or refused
+	refused  bool            // this entry's version was superseded; ensureVersion refused to record it
+	marked   map[string]bool // versions this entry marked superseded (or found marked)
 }
 
 func (s *Scheduler) refreshEvery() time.Duration { return (s.cfg.settle - s.cfg.tolerance) / 2 }
@@ -144,7 +163,7 @@ func (s *Scheduler) refreshEvery() time.Duration { return (s.cfg.settle - s.cfg.
 // superseded is refused (see the top of this file): an instance started
 // with an old config must not take the job back.
 func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
-	sp, err := s.spans(ctx, e.job.Name)
+	sp, err := s.spans(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -153,6 +172,9 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		return nil
 	}
 	sup, err := superseded(ctx, s.l, e.job.Name, e.spec.Version(), sp)
+	if err == nil && !sup && e.spec.Legacy() != "" {
+		sup, err = superseded(ctx, s.l, e.job.Name, e.spec.Legacy(), sp)
+	}
 	if err != nil {
 		return err
 	}
@@ -192,9 +214,21 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		}
 		s.markSuperseded(ctx, e, sp, from)
 	}
-	sp, err = s.spans(ctx, e.job.Name)
+	sp, err = s.spans(ctx, e)
 	if err != nil {
 		return err
+	}
+	// Another instance may have recorded a version in a race with this one
+	// (two deploys at once). Whoever reads both marks the one that lost —
+	// the winner its rival, the loser itself — so the mark outlives the
+	// history that shows it.
+	if n := len(sp); n > 1 {
+		last := sp[n-1]
+		if last.version == e.spec.Version() {
+			s.markSuperseded(ctx, e, sp[:n-1], last.from)
+		} else {
+			s.markVersions(ctx, e, []string{e.spec.Version()}, last.version, last.from)
+		}
 	}
 	e.vc.set(sp, true)
 	return nil
@@ -204,28 +238,43 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 // e's from instant from. A mark that fails is logged: until prune removes
 // the version history, superseded finds the version there too.
 func (s *Scheduler) markSuperseded(ctx context.Context, e *entry, sp []span, from time.Time) {
-	done := map[string]bool{e.spec.Version(): true}
+	var vs []string
 	for _, x := range sp {
-		if done[x.version] {
+		vs = append(vs, x.version)
+	}
+	s.markVersions(ctx, e, vs, e.spec.Version(), from)
+}
+
+// markVersions marks each of versions (but by) superseded by version by
+// from instant from, once per entry.
+func (s *Scheduler) markVersions(ctx context.Context, e *entry, versions []string, by string, from time.Time) {
+	for _, v := range versions {
+		e.vc.mu.Lock()
+		skip := v == by || e.vc.marked[v]
+		e.vc.mu.Unlock()
+		if skip {
 			continue
 		}
-		done[x.version] = true
 		owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
 		req := backend.ClaimRequest{
-			Job: supersededKey(e.job.Name, x.version), ScheduledAt: from, SpecVersion: e.spec.Version(),
+			Job: supersededKey(e.job.Name, v), ScheduledAt: from, SpecVersion: by,
 			Owner: owner, TTL: time.Minute, MaxEarly: 100 * 365 * 24 * time.Hour,
 		}
 		g, err := s.l.Claim(ctx, req)
-		if errors.Is(err, backend.ErrClaimed) {
-			continue // marked before
-		}
 		if err == nil {
-			err = s.l.Finish(ctx, req.Job, from, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: "superseded by " + e.spec.Version()})
+			err = s.l.Finish(ctx, req.Job, from, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: "superseded by " + by})
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, backend.ErrClaimed) { // claimed: marked before
 			s.cfg.logger.Warn("marking the replaced schedule version as superseded failed; the version history still shows it until it is pruned",
-				"job", e.job.Name, "version", x.version, "err", err)
+				"job", e.job.Name, "version", v, "err", err)
+			continue
 		}
+		e.vc.mu.Lock()
+		if e.vc.marked == nil {
+			e.vc.marked = map[string]bool{}
+		}
+		e.vc.marked[v] = true
+		e.vc.mu.Unlock()
 	}
 }
 
@@ -270,7 +319,7 @@ func (s *Scheduler) versionAllows(ctx context.Context, e *entry, at time.Time) (
 	}
 	if !fresh {
 		var err error
-		if sp, err = s.spans(ctx, e.job.Name); err != nil {
+		if sp, err = s.spans(ctx, e); err != nil {
 			return false, err
 		}
 		if len(sp) == 0 {
@@ -287,6 +336,13 @@ func (s *Scheduler) versionAllows(ctx context.Context, e *entry, at time.Time) (
 			e.vc.mu.Unlock()
 		} else {
 			e.vc.set(sp, false)
+			if last := sp[len(sp)-1]; last.version == e.spec.Version() && len(sp) > 1 {
+				// The current version marks every one before it, also those
+				// another instance recorded in a race with it (two deploys
+				// at once): the history that says they were replaced is
+				// pruned one day, the marks are not.
+				s.markSuperseded(ctx, e, sp[:len(sp)-1], last.from)
+			}
 		}
 	}
 	at = backend.Instant(at)

@@ -212,7 +212,7 @@ func newJobsCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				vs, err := schedule.ReadVersionState(ctx, l, j.Name, spec.Version())
+				vs, err := schedule.ReadVersionState(ctx, l, j.Name, spec)
 				if err != nil {
 					return err
 				}

@@ -1,0 +1,185 @@
+package schedule_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// oldBinaryVersion is how leasehold before wt15-a hashed a spec: the raw
+// text and the zone name.
+func oldBinaryVersion(raw, zone string) string {
+	sum := sha256.Sum256([]byte(raw + "\x00" + zone))
+	return hex.EncodeToString(sum[:8])
+}
+
+// recordLikeOldBinary does what ensureVersion of leasehold before wt15-a did
+// when its version was not the newest: record it from its next instant past
+// the settle time (and never refuse).
+func recordLikeOldBinary(t *testing.T, l backend.Ledger, job, version string, from time.Time) {
+	t.Helper()
+	owner := backend.Owner{Instance: "old-binary", Nonce: backend.NewNonce()}
+	req := backend.ClaimRequest{Job: job + "!version", ScheduledAt: from, SpecVersion: version,
+		Owner: owner, TTL: time.Minute, MaxEarly: 100 * 365 * 24 * time.Hour}
+	g, err := l.Claim(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Finish(context.Background(), req.Job, from, owner, g.Token, backend.Outcome{State: backend.Succeeded}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReview3RollingUpgradeOldBinaryGetsNewerRefused: the upgrade to the
+// canonical hash changes every job's version although no config changed.
+// During a rolling upgrade an old-binary instance that restarts (it has no
+// forward-only rule) records the old hash again after a new-binary
+// instance recorded the new one. From then on every new-binary instance
+// that starts - with the very same config - is REFUSED, so once the
+// rollout is complete no instance claims the job at all.
+func TestReview3RollingUpgradeOldBinaryGetsNewerRefused(t *testing.T) {
+	const spec = "@every 100ms"
+	b := memory.New()
+	l := schedule.NamespaceLedger(b, "default")
+	oldV := oldBinaryVersion(spec, "UTC")
+	// The fleet ran the old binary: its version applies from the epoch.
+	recordLikeOldBinary(t, l, "job", oldV, time.UnixMilli(1).UTC())
+
+	fx := newEffects()
+	mk := func(instance string) *schedule.Scheduler {
+		s := newScheduler(t, b, instance)
+		if err := s.Register(schedule.Job{Name: "job", Schedule: spec,
+			Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// Host 1 is upgraded first.
+	n1 := mk("host1-new")
+	start(t, n1)
+	waitFor(t, 10*time.Second, "the new binary's version recorded", func() bool {
+		js := n1.JobStatuses(0)
+		return len(js) == 1 && js[0].CurrentVersion == js[0].Version
+	})
+	// Host 2, still on the old binary, restarts (crash, node drain) before
+	// its upgrade and records its hash again, as the old code did.
+	sp, _ := schedule.Parse(spec, "")
+	recordLikeOldBinary(t, l, "job", oldV, sp.Next(time.Now().Add(2*time.Second)))
+	// Host 2 is then upgraded: same config, new binary.
+	n2 := mk("host2-new")
+	start(t, n2)
+	time.Sleep(500 * time.Millisecond)
+	js := n2.JobStatuses(0)
+	if len(js) == 1 && js[0].VersionRefused {
+		t.Fatalf("a new-binary instance with an unchanged config is REFUSED (version %s, current %s = the old binary's hash): "+
+			"once every host runs the new binary no instance will claim the job; versions recorded %v",
+			js[0].Version, js[0].CurrentVersion, versionRecords(t, l, "job"))
+	}
+}
+
+// barrierLedger makes the first two reads of a job's version history wait
+// for each other, as two instances deploying at the same moment do.
+type barrierLedger struct {
+	backend.Backend
+	mu      sync.Mutex
+	armed   bool
+	n       int
+	release chan struct{}
+}
+
+func (b *barrierLedger) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
+	recs, err := b.Backend.ListRuns(ctx, f)
+	if strings.HasSuffix(f.Job, "!version") {
+		b.mu.Lock()
+		wait := b.armed && b.n < 2
+		if wait {
+			b.n++
+			if b.n == 2 {
+				close(b.release)
+			}
+		}
+		b.mu.Unlock()
+		if wait {
+			select {
+			case <-b.release:
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}
+	return recs, err
+}
+
+// TestReview3ConcurrentDeploysThenPruneLetsLoserTakeBack: two instances
+// deploy different new specs at once (A->B on one, A->C on the other).
+// Both read the history [A], both record their version, both mark only A
+// superseded. C's switch comes later, so C is current and B superseded -
+// but only the history says so: no "job!superseded!B" mark exists. Once
+// prune removes the history, an instance restarted with B records B again
+// and takes the job back from C, which the forward-only rule forbids.
+func TestReview3ConcurrentDeploysThenPruneLetsLoserTakeBack(t *testing.T) {
+	mem := memory.New()
+	bl := &barrierLedger{Backend: mem, release: make(chan struct{})}
+	l := schedule.NamespaceLedger(mem, "default")
+	fx := newEffects()
+	mk := func(instance, spec string) *schedule.Scheduler {
+		s := newScheduler(t, bl, instance)
+		if err := s.Register(schedule.Job{Name: "job", Schedule: spec,
+			Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a := mk("a", "@every 100ms")
+	start(t, a)
+	waitFor(t, 10*time.Second, "A recorded", func() bool { return len(versionRecords(t, l, "job")) == 1 })
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	bSpec, _ := schedule.Parse("@every 130ms", "")
+	cSpec, _ := schedule.Parse("@every 170ms", "")
+	bl.mu.Lock()
+	bl.armed = true
+	bl.mu.Unlock()
+	x := mk("x", "@every 130ms")
+	y := mk("y", "@every 170ms")
+	start(t, x)
+	start(t, y)
+	waitFor(t, 10*time.Second, "both new versions recorded", func() bool { return len(versionRecords(t, l, "job")) == 3 })
+	got := versionRecords(t, l, "job")
+	loser, loserSpec := bSpec, "@every 130ms"
+	if got[2] == bSpec.Version() {
+		loser, loserSpec = cSpec, "@every 170ms"
+	}
+	winner := got[2]
+	if err := x.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := y.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // past both switches
+	if _, err := mem.Prune(context.Background(), time.Now().Add(time.Hour), 10000); err != nil {
+		t.Fatal(err)
+	}
+	st, err := schedule.ReadVersionState(context.Background(), l, "job", loser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Superseded {
+		t.Errorf("after prune, version %s (replaced by %s) is no longer superseded: ReadVersionState %+v", loser.Version(), winner, st)
+	}
+	again := mk("loser-again", loserSpec)
+	start(t, again)
+	time.Sleep(500 * time.Millisecond)
+	if got := versionRecords(t, l, "job"); len(got) > 0 && got[len(got)-1] != winner {
+		t.Fatalf("the replaced version %s took the job back from %s after prune: recorded %v", loser.Version(), winner, got)
+	}
+}
