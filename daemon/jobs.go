@@ -258,6 +258,11 @@ func httpFunc(j *JobConfig, client *http.Client, scrub *redact.Scrubber, bound t
 			// The status came, the body stalled until the bound.
 			return fmt.Errorf("http job %q: %s %s answered %s, then its body stalled: %w", j.Name, h.Method, redactURL(h.URL), resp.Status, noAnswer(rerr))
 		}
+		if rerr != nil {
+			// The answer was cut off (connection dropped mid-body): the
+			// endpoint may not have done what its status says.
+			return fmt.Errorf("http job %q: %s %s answered %s, then its body was cut off: %w", j.Name, h.Method, redactURL(h.URL), resp.Status, rerr)
+		}
 		return nil
 	}
 }

@@ -56,24 +56,37 @@ func procStat(pid int) (start uint64, state string, err error) {
 // now another process (another start time: the pid was reused), or a
 // zombie (it exited and holds nothing).
 func processGone(pid int, start uint64) (bool, string) {
-	err := syscall.Kill(pid, 0)
-	if errors.Is(err, syscall.ESRCH) {
-		return true, fmt.Sprintf("pid %d no longer exists on this boot", pid)
+	kerr := syscall.Kill(pid, 0)
+	if kerr != nil && !errors.Is(kerr, syscall.ESRCH) && !errors.Is(kerr, syscall.EPERM) {
+		return false, fmt.Sprintf("cannot tell whether pid %d is alive: %v", pid, kerr)
 	}
-	if err != nil && !errors.Is(err, syscall.EPERM) {
-		return false, fmt.Sprintf("cannot tell whether pid %d is alive: %v", pid, err)
+	var (
+		now   uint64
+		state string
+		serr  error
+	)
+	if kerr == nil || errors.Is(kerr, syscall.EPERM) {
+		now, state, serr = procStat(pid)
 	}
-	hidden := err != nil // EPERM: the pid exists, another user's
-	now, state, err := procStat(pid)
+	return judgeGone(pid, start, kerr, now, state, serr)
+}
+
+// judgeGone decides from kill(pid, 0)'s error and /proc/<pid>/stat (its
+// start ticks and state, or the error reading it) whether the holder that
+// started at tick start is provably gone.
+func judgeGone(pid int, start uint64, kerr error, now uint64, state string, serr error) (bool, string) {
 	switch {
-	case errors.Is(err, os.ErrNotExist) && hidden:
-		// A live process /proc does not show (mounted hidepid=2, systemd
-		// ProtectProc=invisible): nothing proves it is gone.
-		return false, fmt.Sprintf("pid %d is alive (another user's, hidden from /proc)", pid)
-	case errors.Is(err, os.ErrNotExist):
+	case errors.Is(kerr, syscall.ESRCH):
 		return true, fmt.Sprintf("pid %d no longer exists on this boot", pid)
-	case err != nil:
-		return false, fmt.Sprintf("cannot tell whether pid %d is the holder: %v", pid, err)
+	case errors.Is(serr, os.ErrNotExist) && kerr != nil:
+		// EPERM said it exists (another user's); /proc does not show it
+		// (mounted hidepid=2, systemd ProtectProc=invisible): nothing
+		// proves it gone.
+		return false, fmt.Sprintf("pid %d is alive (another user's, hidden from /proc)", pid)
+	case errors.Is(serr, os.ErrNotExist):
+		return true, fmt.Sprintf("pid %d no longer exists on this boot", pid)
+	case serr != nil:
+		return false, fmt.Sprintf("cannot tell whether pid %d is the holder: %v", pid, serr)
 	case now != start:
 		return true, fmt.Sprintf("pid %d is now another process (started at tick %d, the holder at %d)", pid, now, start)
 	case state == "Z" || state == "X":

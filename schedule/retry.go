@@ -81,20 +81,32 @@ func (s *Scheduler) holdForRetry(e *entry, r Run, owner backend.Owner, g backend
 	wait := e.job.Retry.wait(r.Attempt)
 	due := time.Now().Add(wait)
 	log.Warn("run failed; it is retried after the backoff, by whichever instance reclaims it first", "backoff", wait, "next attempt", r.Attempt+1)
-	if time.Until(due.Add(-g.TTL)) <= 0 {
-		return // the lease lapses within a TTL: no sooner than it must
+	if until := time.Until(due); until <= g.TTL {
+		// The lease may lapse before the retry is due: extend it to the
+		// due time (a backend never moves an expiry back, so this only
+		// ever makes the retry later, never sooner).
+		hctx, hcancel := context.WithTimeout(s.loopCtx, g.TTL/3)
+		defer hcancel()
+		_ = s.l.Heartbeat(hctx, r.Job, r.ScheduledAt, owner, g.Token, max(until, 100*time.Millisecond))
+		return
 	}
-	hold, cancel := context.WithDeadline(s.loopCtx, due.Add(-g.TTL))
-	defer cancel()
-	lost := false
-	last = heartbeat(hold, func(error) { lost = true; cancel() }, s.l, r, owner, g, last)
-	if lost || s.loopCtx.Err() != nil || time.Until(last.Add(safeSpan(g.TTL))) <= 0 {
-		return // lost, stopping, or lapsing already: the retry comes sooner
-	}
-	// One last heartbeat one TTL before the retry is due, so the lease
-	// lapses then rather than up to a heartbeat interval earlier. If it
-	// fails, the lease lapses at the earlier time.
-	hctx, hcancel := context.WithTimeout(s.loopCtx, g.TTL/3)
-	defer hcancel()
-	_ = s.l.Heartbeat(hctx, r.Job, r.ScheduledAt, owner, g.Token, g.TTL)
+	// Hold the lease through the backoff on a goroutine of its own, so the
+	// occurrence's claim slot (256 per job in flight) is free meanwhile.
+	s.runs.Add(1)
+	go func() {
+		defer s.runs.Done()
+		hold, cancel := context.WithDeadline(s.loopCtx, due.Add(-g.TTL))
+		defer cancel()
+		lost := false
+		last := heartbeat(hold, func(error) { lost = true; cancel() }, s.l, r, owner, g, last)
+		if lost || s.loopCtx.Err() != nil || time.Until(last.Add(safeSpan(g.TTL))) <= 0 {
+			return // lost, stopping, or lapsing already: the retry comes sooner
+		}
+		// One last heartbeat one TTL before the retry is due, so the lease
+		// lapses then rather than up to a heartbeat interval earlier. If it
+		// fails, the lease lapses at the earlier time.
+		hctx, hcancel := context.WithTimeout(s.loopCtx, g.TTL/3)
+		defer hcancel()
+		_ = s.l.Heartbeat(hctx, r.Job, r.ScheduledAt, owner, g.Token, g.TTL)
+	}()
 }

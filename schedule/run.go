@@ -247,6 +247,13 @@ func sleep(ctx context.Context, d time.Duration) error {
 // runner's lease expired.
 func (s *Scheduler) recoverRun(ctx context.Context, e *entry, r backend.Run) {
 	log := s.cfg.logger.With("job", r.Job, "at", r.ScheduledAt, "attempt", r.Attempt, "dead runner", r.Owner.Instance)
+	if s.claimsPaused(ctx, r.Job) {
+		log.Debug("not recovered while the job is paused")
+		return // nothing of a paused job runs; a later sweep recovers it after Resume
+	}
+	if _, _, refused := e.vc.state(); refused {
+		return // this instance's spec was superseded: current instances recover it
+	}
 	if e.job.Crash == CrashSkip || r.Attempt >= e.job.MaxAttempts {
 		if _, err := s.l.Abandon(ctx, r.Job, r.ScheduledAt); err == nil {
 			log.Warn("occurrence abandoned: its runner died", "policy", e.job.Crash)
@@ -337,15 +344,25 @@ func (s *Scheduler) sweepLoop(ctx context.Context) {
 		}
 		s.mu.Unlock()
 		for _, e := range entries {
-			runs, err := s.l.ListRuns(ctx, backend.RunFilter{Job: e.job.Name, State: backend.Running, Limit: 100})
-			if err != nil {
-				continue
-			}
-			for _, r := range runs {
-				if r.Expired {
-					s.runs.Add(1)
-					go func() { defer s.runs.Done(); s.recoverRun(ctx, e, r) }()
+			// Every running record, a page at a time: runs held for a
+			// retry stay running through their backoff, and more than a
+			// page of them must not hide the oldest from recovery.
+			f := backend.RunFilter{Job: e.job.Name, State: backend.Running, Limit: 100}
+			for page := 0; page < 100 && ctx.Err() == nil; page++ {
+				runs, err := s.l.ListRuns(ctx, f)
+				if err != nil {
+					break
 				}
+				for _, r := range runs {
+					if r.Expired {
+						s.runs.Add(1)
+						go func() { defer s.runs.Done(); s.recoverRun(ctx, e, r) }()
+					}
+				}
+				if len(runs) < f.Limit {
+					break
+				}
+				f.Before = runs[len(runs)-1].ScheduledAt
 			}
 		}
 	}

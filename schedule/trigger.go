@@ -27,7 +27,9 @@ import (
 // retry with the same key tries again under the next marker. A marker still
 // running belongs to a Trigger in progress, or to one that died between
 // the marker and the run's claim: the key counts as used (at most one run
-// per key, never two).
+// per key, never two). Markers are history: once the retention prunes them
+// the key is free again, so keys are unique within the retention (default
+// 7 days), not forever.
 
 const (
 	triggerInfix = "!trigger!"
@@ -93,7 +95,14 @@ func (s *Scheduler) TriggerRun(ctx context.Context, job, key string) (Run, error
 	if !started {
 		return Run{}, fmt.Errorf("%w: scheduler not started", leasehold.ErrInvalid)
 	}
+	if s.loopCtx.Err() != nil {
+		return Run{}, fmt.Errorf("%w: scheduler shut down", leasehold.ErrInvalid)
+	}
 	what := fmt.Sprintf("trigger %q of job %q", key, job)
+	if _, _, refused := e.vc.state(); refused {
+		return Run{}, fmt.Errorf("%w: %s refused: this instance's schedule version of the job was superseded (see the log); trigger it on an instance with the current config",
+			leasehold.ErrInvalid, what)
+	}
 	if paused, err := s.readPaused(ctx, job); err != nil {
 		return Run{}, fmt.Errorf("%s: %w", what, err)
 	} else if paused {
@@ -148,6 +157,9 @@ func (m triggerMarker) finish(ctx context.Context, s *Scheduler, out backend.Out
 	}
 }
 
+// markerTTL is the least lease of a trigger key's marker.
+const markerTTL = 5 * time.Minute
+
 // claimTriggerKey claims the next free marker of key: the first marker not
 // ending in a refusal. ErrClaimed (wrapped) if the key was used, or is
 // being used right now.
@@ -156,7 +168,10 @@ func (s *Scheduler) claimTriggerKey(ctx context.Context, e *entry, key, what str
 	for n := range maxTriggerRefusals {
 		at := epochStart.Add(time.Duration(n) * time.Millisecond)
 		owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
-		g, _, err := claimGrant(ctx, s.l, backend.ClaimRequest{Job: name, ScheduledAt: at, Owner: owner, TTL: e.job.LeaseTTL, MaxEarly: s.cfg.tolerance})
+		// The marker is never heartbeated: its lease must outlast the run's
+		// claim, however slow, or a refusal could not be recorded on it.
+		g, _, err := claimGrant(ctx, s.l, backend.ClaimRequest{Job: name, ScheduledAt: at, Owner: owner,
+			TTL: max(e.job.LeaseTTL, markerTTL), MaxEarly: s.cfg.tolerance})
 		var claimed *backend.ClaimedError
 		switch {
 		case err == nil:
@@ -197,7 +212,7 @@ func (s *Scheduler) claimTriggered(ctx context.Context, e *entry, key string) (R
 		}
 		return Run{Job: e.job.Name, ScheduledAt: at, Attempt: 1, Instance: s.cfg.instance}, owner, g, sent, nil
 	}
-	return Run{}, backend.Owner{}, backend.Grant{}, time.Time{}, fmt.Errorf("no free instant near %s", at.Format(time.RFC3339Nano))
+	return Run{}, backend.Owner{}, backend.Grant{}, time.Time{}, fmt.Errorf("%w: no free instant near %s (too many triggers in one millisecond)", backend.ErrOverlap, at.Format(time.RFC3339Nano))
 }
 
 // lastScheduled returns, for catch-up, the instant of the job's latest run

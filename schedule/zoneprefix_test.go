@@ -6,13 +6,13 @@ import (
 	"github.com/leasehold/leasehold/schedule"
 )
 
-// TestReview3TwoZonePrefixesConflict: Parse refuses a spec whose CRON_TZ=
+// TestTwoZonePrefixesConflict: Parse refuses a spec whose CRON_TZ=
 // and the job's zone disagree, but "TZ=A CRON_TZ=B spec" passes the inner
 // CRON_TZ=B to robfig, which loads B from the host's zoneinfo (the very
 // thing zones.go promises never to read), and then the zone is dropped:
 // the spec runs in A with A's version, B silently ignored. A bad B is
 // refused or not depending on the host's zone files.
-func TestReview3TwoZonePrefixesConflict(t *testing.T) {
+func TestTwoZonePrefixesConflict(t *testing.T) {
 	s, err := schedule.Parse("TZ=America/New_York CRON_TZ=Asia/Tokyo 0 9 * * *", "")
 	if err == nil {
 		ny, _ := schedule.Parse("0 9 * * *", "America/New_York")

@@ -1,0 +1,69 @@
+package schedule_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// TestRefusedVersionStillRunsTheJob: an instance restarted with an
+// old config is refused ("claims nothing for the job once the newer
+// version applies", README) — yet it still runs the job with its old
+// function through two doors that skip versionAllows: a Trigger sent to it
+// (the admin API may route to any instance), and the sweeper's reclaim of
+// an occurrence of the new version whose runner died (and with Retry,
+// every retry of a failed run is such a reclaim). The reclaim even records
+// the refused version on the occurrence.
+func TestRefusedVersionStillRunsTheJob(t *testing.T) {
+	b := memory.New()
+	t.Cleanup(func() { b.Close() })
+	l := schedule.NamespaceLedger(b, "default")
+	fx := newEffects()
+	mk := func(instance, spec string) *schedule.Scheduler {
+		s := newScheduler(t, b, instance)
+		if err := s.Register(schedule.Job{Name: "job", Schedule: spec, LeaseTTL: 200 * time.Millisecond,
+			Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
+			t.Fatal(err)
+		}
+		start(t, s)
+		return s
+	}
+	oldSpec, _ := schedule.Parse("@every 1h", "")
+	newSpec, _ := schedule.Parse("@every 2h", "")
+	old := mk("old", "@every 1h")
+	waitFor(t, 5*time.Second, "old version recorded", func() bool { return len(versionRecords(t, l, "job")) == 1 })
+	newer := mk("new", "@every 2h")
+	waitFor(t, 5*time.Second, "new version recorded", func() bool { return len(versionRecords(t, l, "job")) == 2 })
+	time.Sleep(1500 * time.Millisecond) // past the settle: the new version applies
+	_ = old.Shutdown(context.Background())
+	_ = newer.Shutdown(context.Background())
+	restarted := mk("old-again", "@every 1h")
+	waitFor(t, 10*time.Second, "the restarted old instance reports the refusal", func() bool {
+		js := restarted.JobStatuses(0)
+		return len(js) == 1 && js[0].VersionRefused
+	})
+
+	// 1. A trigger on the refused instance.
+	if r, err := restarted.TriggerRun(context.Background(), "job", "k1"); err == nil {
+		waitFor(t, 5*time.Second, "triggered run ran", func() bool { return len(fx.get(r.ScheduledAt)) > 0 })
+		t.Errorf("the refused instance (old spec %s, current %s) ran a triggered run of the job with its old function: %+v",
+			oldSpec.Version(), newSpec.Version(), fx.get(r.ScheduledAt)[0])
+	}
+
+	// 2. An occurrence of the new version whose runner died.
+	x := newSpec.Next(time.Now())
+	if _, err := l.Claim(context.Background(), backend.ClaimRequest{Job: "job", ScheduledAt: x, SpecVersion: newSpec.Version(),
+		Owner: backend.Owner{Instance: "dead", Nonce: backend.NewNonce()}, TTL: 50 * time.Millisecond, MaxEarly: 3 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // expired; the refused instance sweeps every 50 ms
+	if got := fx.get(x); len(got) > 0 {
+		rec, _ := l.GetRun(context.Background(), "job", x)
+		t.Errorf("the refused instance reclaimed occurrence %s of the new version and ran its old function (attempt %d on %s); the ledger now records version %q (refused is %q)",
+			x.Format(time.RFC3339), got[0].Attempt, got[0].Instance, rec.SpecVersion, oldSpec.Version())
+	}
+}

@@ -1,0 +1,314 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/memory"
+)
+
+// perInstant records, per occurrence, the attempts the job itself saw.
+type perInstant struct {
+	mu sync.Mutex
+	m  map[int64][]attemptSeen
+}
+
+func (p *perInstant) add(r Run) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[int64][]attemptSeen{}
+	}
+	k := r.ScheduledAt.UnixMilli()
+	p.m[k] = append(p.m[k], attemptSeen{attempt: r.Attempt, token: uint64(r.Token), instance: r.Instance, start: time.Now()})
+}
+
+func (p *perInstant) get(at time.Time) []attemptSeen {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]attemptSeen(nil), p.m[at.UnixMilli()]...)
+}
+
+func (p *perInstant) total() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, v := range p.m {
+		n += len(v)
+	}
+	return n
+}
+
+// TestRetryStarvedBehindHundredHeldRuns: a failed attempt waiting
+// for its retry stays "running" in the ledger for the whole backoff. The
+// sweeper reads only the 100 newest running records of a job, so once 100
+// newer occurrences are held for their own retries, an older occurrence
+// whose backoff is over (its lease lapsed) is never seen, and its retry
+// does not come — not after the backoff, not for as long as the newer
+// ones keep failing.
+func TestRetryStarvedBehindHundredHeldRuns(t *testing.T) {
+	b := memory.New()
+	t.Cleanup(func() { b.Close() })
+	var seen perInstant
+	p := RetryPolicy{Max: 3, Backoff: 1500 * time.Millisecond, MaxBackoff: 10 * time.Second}
+	s := startJob(t, b, "a", Job{Name: "flaky", Schedule: "0 0 1 1 *", LeaseTTL: 300 * time.Millisecond, Retry: p,
+		Func: func(_ context.Context, r Run) error { seen.add(r); return errFlaky }})
+	e := s.jobs["flaky"]
+	occur := func(at time.Time) {
+		s.runs.Add(1)
+		go func() { defer s.runs.Done(); s.occur(s.loopCtx, e, at) }()
+	}
+	base := backend.Instant(time.Now()).Add(-time.Second)
+	occur(base)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(seen.get(base)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first occurrence never ran")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	failedAt := time.Now()
+	time.Sleep(400 * time.Millisecond)
+	for i := 1; i <= 120; i++ { // newer occurrences, failing too
+		occur(base.Add(time.Duration(i) * time.Millisecond))
+	}
+	// The retry is due 1.5 s after the failure; the lease lapses then and
+	// the sweep (every 20 ms) reclaims. 4 s is generous.
+	for time.Since(failedAt) < 4*time.Second {
+		if len(seen.get(base)) >= 2 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r, _ := b.GetRun(context.Background(), LedgerJob(s.cfg.namespace, "flaky"), base)
+	t.Fatalf("occurrence %s: its retry was due %v after its failure, and %v later it has not run (attempts seen %d; ledger: %s attempt %d expired %v): the sweeper sees only the 100 newest running records",
+		base.Format(time.RFC3339Nano), p.Backoff, time.Since(failedAt).Round(time.Millisecond), len(seen.get(base)), r.State, r.Attempt, r.Expired)
+}
+
+// TestHeldRetriesSkipNewOccurrences: a failed attempt held for its
+// retry counts as "in flight" on its instance until its lease lapses, so
+// maxInflight (256) held failures make the scheduler skip every new
+// occurrence as "claims are falling behind the schedule" — although the
+// backend is fast and the job would now succeed — for up to the whole
+// backoff.
+func TestHeldRetriesSkipNewOccurrences(t *testing.T) {
+	b := memory.New()
+	t.Cleanup(func() { b.Close() })
+	var seen perInstant
+	var mu sync.Mutex
+	healthy := false
+	p := RetryPolicy{Max: 1, Backoff: time.Hour}
+	s := startJob(t, b, "a", Job{Name: "flaky", Schedule: "0 0 1 1 *", LeaseTTL: time.Second, Retry: p,
+		Func: func(_ context.Context, r Run) error {
+			seen.add(r)
+			mu.Lock()
+			defer mu.Unlock()
+			if !healthy {
+				return errFlaky
+			}
+			return nil
+		}})
+	e := s.jobs["flaky"]
+	base := backend.Instant(time.Now()).Add(-2 * time.Second)
+	for i := range maxInflight {
+		s.due(s.loopCtx, e, base.Add(time.Duration(i)*time.Millisecond))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for seen.total() < maxInflight {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d failing occurrences ran", seen.total(), maxInflight)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	healthy = true // the dependency is back
+	mu.Unlock()
+	next := backend.Instant(time.Now())
+	s.due(s.loopCtx, e, next)
+	deadline = time.Now().Add(2 * time.Second)
+	for len(seen.get(next)) == 0 {
+		if time.Now().After(deadline) {
+			r, err := b.GetRun(context.Background(), LedgerJob(s.cfg.namespace, "flaky"), next)
+			t.Fatalf("a new on-time occurrence was not run while %d failed attempts wait for their retry (ledger: %v %v): held retries count as claims in flight",
+				e.inflight.Load(), r.State, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPausedJobKeepsRetrying: a pause "stops claims" and the README
+// calls every retry a new attempt, a reclaim "run by whichever instance
+// reclaims it first" — but the sweeper ignores a pause, so a paused job's
+// failed occurrence goes on starting fresh attempts after the pause, up
+// to Retry.Max of them (100 × up to 24 h of backoff), which is what an
+// operator pausing a failing job wants to stop.
+func TestPausedJobKeepsRetrying(t *testing.T) {
+	b := memory.New()
+	t.Cleanup(func() { b.Close() })
+	var l attemptLog
+	p := RetryPolicy{Max: 3, Backoff: 300 * time.Millisecond, MaxBackoff: 300 * time.Millisecond}
+	s := startJob(t, b, "a", Job{Name: "flaky", Schedule: "0 0 1 1 *", LeaseTTL: 100 * time.Millisecond, Retry: p, Func: l.job(-1)})
+	at := backend.Instant(time.Now())
+	s.runs.Add(1)
+	go func() { defer s.runs.Done(); s.occur(s.loopCtx, s.jobs["flaky"], at) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if seen, _ := l.snapshot(); len(seen) > 0 && !seen[0].end.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("attempt 1 never ended")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := s.Pause(context.Background(), "flaky"); err != nil {
+		t.Fatal(err)
+	}
+	pausedAt := time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	seen, _ := l.snapshot()
+	var after []int
+	for _, a := range seen {
+		if a.start.After(pausedAt) {
+			after = append(after, a.attempt)
+		}
+	}
+	if len(after) > 0 {
+		t.Fatalf("job paused after attempt 1 failed; attempts %v of the occurrence started after the pause", after)
+	}
+}
+
+// frozenClock reads one instant; its timers run in real time.
+type frozenClock struct{ t time.Time }
+
+func (c frozenClock) Now() time.Time                         { return c.t }
+func (c frozenClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// TestTriggerBurstInOneMillisecond: triggers that read the same
+// millisecond move on by 1 ms per collision, at most 10 times; past that
+// the trigger is refused with ErrOverlap, a documented refusal that frees
+// its key (it runs when retried).
+func TestTriggerBurstInOneMillisecond(t *testing.T) {
+	b := memory.New()
+	t.Cleanup(func() { b.Close() })
+	s, err := New(b, WithInstance("a"), WithClock(frozenClock{time.Now()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Register(Job{Name: "j", Schedule: "0 0 1 1 *", Func: func(context.Context, Run) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	for i := range 12 {
+		if _, err := s.TriggerRun(context.Background(), "j", "key-"+string(rune('a'+i))); err != nil && (i < 10 || !errors.Is(err, backend.ErrOverlap)) {
+			t.Fatalf("trigger %d of an unlimited job, with its own key, in one millisecond: %v", i+1, err)
+		}
+	}
+}
+
+// TestRetryBeforeItsBackoff: with a backoff shorter than the lease
+// TTL, holdForRetry returns at once and the lease lapses when the last
+// heartbeat's lease ends — which may be well before the backoff is over
+// (the last heartbeat was up to TTL/3 before the failure). The retry then
+// starts before its backoff, which the package's own checkAttempts rules
+// out ("after the previous one's backoff").
+func TestRetryBeforeItsBackoff(t *testing.T) {
+	b := memory.New()
+	t.Cleanup(func() { b.Close() })
+	var l attemptLog
+	p := RetryPolicy{Max: 1, Backoff: 900 * time.Millisecond, MaxBackoff: 900 * time.Millisecond}
+	inner := l.job(1)
+	s := startJob(t, b, "a", Job{Name: "flaky", Schedule: "0 0 1 1 *", LeaseTTL: time.Second, Retry: p,
+		Func: func(ctx context.Context, r Run) error {
+			if r.Attempt == 1 {
+				time.Sleep(600 * time.Millisecond) // fails after its first heartbeat (at 333 ms), before its second
+			}
+			return inner(ctx, r)
+		}})
+	at := backend.Instant(time.Now())
+	s.occur(s.loopCtx, s.jobs["flaky"], at)
+	waitRun(t, b, LedgerJob(s.cfg.namespace, "flaky"), at, 10*time.Second, "the occurrence finished", func(r backend.Run) bool { return r.State.Finished() })
+	checkAttempts(t, &l, 2, p)
+}
+
+// TestTriggerAfterShutdown: Shutdown "stops claiming" and waits for
+// the runs; TriggerRun checks only that the scheduler was started, so a
+// trigger that arrives during or after Shutdown (an admin request racing
+// the daemon's stop) claims and starts a run that Shutdown no longer waits
+// for — the process exits under it, and the occurrence is left to the
+// crash policy. (s.runs.Add after s.runs.Wait returned is also a misuse
+// of sync.WaitGroup.)
+func TestTriggerAfterShutdown(t *testing.T) {
+	b := memory.New()
+	t.Cleanup(func() { b.Close() })
+	ran := make(chan Run, 1)
+	s := startJob(t, b, "a", Job{Name: "j", Schedule: "0 0 1 1 *",
+		Func: func(_ context.Context, r Run) error { ran <- r; return nil }})
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.TriggerRun(context.Background(), "j", "late")
+	if err == nil {
+		select {
+		case <-ran:
+			t.Fatalf("a trigger after Shutdown returned claimed and ran the job (at %s token %d)", r.ScheduledAt.Format(time.RFC3339Nano), r.Token)
+		case <-time.After(time.Second):
+			t.Fatalf("a trigger after Shutdown returned was accepted (at %s token %d)", r.ScheduledAt.Format(time.RFC3339Nano), r.Token)
+		}
+	}
+}
+
+// slowTriggerClaim delays the claims of triggered runs (not of the key
+// markers): a loaded backend.
+type slowTriggerClaim struct {
+	backend.Backend
+	delay time.Duration
+}
+
+func (b *slowTriggerClaim) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	if strings.HasPrefix(req.SpecVersion, TriggerVersionPrefix) {
+		time.Sleep(b.delay)
+	}
+	return b.Backend.Claim(ctx, req)
+}
+
+// TestRefusedTriggerBurnsKeyOnSlowClaim: "one at its MaxConcurrent
+// (ErrOverlap) refuses the trigger, runs nothing, and leaves the key free
+// to retry" (README). The key's marker is claimed with the job's LeaseTTL
+// and never heartbeated, so when the run's claim takes longer than the
+// TTL the refusal cannot be recorded (the marker's lease is gone) and the
+// key is burned: the retry with it is refused as "used before", though
+// nothing ever ran under it.
+func TestRefusedTriggerBurnsKeyOnSlowClaim(t *testing.T) {
+	m := memory.New()
+	t.Cleanup(func() { m.Close() })
+	b := &slowTriggerClaim{Backend: m, delay: 250 * time.Millisecond}
+	release := make(chan struct{})
+	var once sync.Once
+	s := startJob(t, b, "a", Job{Name: "j", Schedule: "0 0 1 1 *", LeaseTTL: 150 * time.Millisecond, MaxConcurrent: 1,
+		Func: func(ctx context.Context, r Run) error {
+			<-release
+			return nil
+		}})
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	if _, err := s.TriggerRun(context.Background(), "j", "first"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.TriggerRun(context.Background(), "j", "second")
+	if !errors.Is(err, backend.ErrOverlap) {
+		t.Fatalf("trigger at the limit: %v, want ErrOverlap", err)
+	}
+	once.Do(func() { close(release) })
+	time.Sleep(300 * time.Millisecond) // the first run finished
+	if _, err := s.TriggerRun(context.Background(), "j", "second"); err != nil {
+		t.Fatalf("retrying a key whose trigger was refused at the limit (nothing ran under it): %v", err)
+	}
+}
