@@ -4,8 +4,10 @@ package schedule_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -103,7 +105,18 @@ func readLog(t *testing.T, path string) []line {
 	}
 	defer f.Close()
 	var out []line
-	sc := bufio.NewScanner(f)
+	raw, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A worker may be appending right now: a last line without its newline
+	// is not written yet.
+	if i := bytes.LastIndexByte(raw, '\n'); i >= 0 {
+		raw = raw[:i+1]
+	} else {
+		raw = nil
+	}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
 		if len(fs) != 4 {

@@ -31,9 +31,10 @@ type Exec struct {
 	Late    time.Duration `json:"late"`
 	Ended   bool          `json:"ended"` // its End event was recorded
 	// Disturbed: a fault could have cost its lease while it ran (its worker
-	// paused or partitioned, every worker paused, the backend restarted),
-	// which no lock service can stop: a later execution beside it is then
-	// explained.
+	// paused or partitioned, every worker paused, the backend restarted, or
+	// one of its heartbeats failed or timed out), which no lock service can
+	// stop: a later execution beside it is then explained. A scheduler
+	// that stops heartbeating a run still running is not disturbed.
 	Disturbed bool `json:"disturbed"`
 }
 
@@ -75,11 +76,27 @@ func (c *check) executions() []Exec {
 			}
 		}
 	}
-	for i := range out {
-		if !out[i].Ended {
-			out[i].End = last[out[i].PID]
+	// Heartbeats of a run that did not succeed: the backend, not the
+	// scheduler, put its lease at risk (a slow or failed reply), and a job
+	// that does not watch its context goes on after losing it.
+	failedBeats := map[string][]int64{}
+	for _, op := range c.ops {
+		if op.Kind == history.Heartbeat && op.Result != history.OK {
+			k := op.Key + "#" + strconv.FormatUint(op.Token, 10) + "#" + strconv.Itoa(op.PID)
+			failedBeats[k] = append(failedBeats[k], op.Call)
 		}
-		out[i].Disturbed = c.disturbed(out[i])
+	}
+	for i := range out {
+		x := &out[i]
+		if !x.Ended {
+			x.End = last[x.PID]
+		}
+		x.Disturbed = c.disturbed(*x)
+		for _, t := range failedBeats[x.Key+"#"+strconv.FormatUint(x.Token, 10)+"#"+strconv.Itoa(x.PID)] {
+			if t >= x.Start && t <= x.End {
+				x.Disturbed = true
+			}
+		}
 	}
 	return out
 }

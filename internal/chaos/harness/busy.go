@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,7 +50,8 @@ func (bt *busyTracker) follow(ctx context.Context, path string) {
 		line = append(partial, line...)
 		partial = nil
 		var e history.Event
-		if json.Unmarshal(line, &e) != nil || (e.Kind != history.Start && e.Kind != history.End) {
+		if json.Unmarshal(line, &e) != nil || (e.Kind != history.Start && e.Kind != history.End) ||
+			!strings.HasPrefix(e.Key, JobName+"@") { // runs that write effects: a pause there is what the controls need
 			continue
 		}
 		id := e.Key + "#" + strconv.FormatUint(e.Token, 10)
