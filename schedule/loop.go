@@ -131,9 +131,15 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		Job: e.job.Name, ScheduledAt: at, SpecVersion: e.spec.Version(), Owner: owner,
 		TTL: e.job.LeaseTTL, MaxEarly: s.cfg.tolerance, MaxRunning: e.job.MaxConcurrent,
 		// The ledger refuses an instant older than the misfire window by
-		// its clock: a process that woke that late never claims it.
-		// Jitter delays the send, not the instant.
+		// its clock: a process that woke that late never claims it. Under
+		// policy skip an on-time claim may not be later than the grace by
+		// the ledger's clock either: a host whose clock runs behind (or
+		// was stepped back) thinks a late instant on time. Jitter delays
+		// the send, not the instant.
 		MaxLate: e.job.MisfireWindow + s.cfg.tolerance + e.job.Jitter,
+	}
+	if e.job.Misfire == MisfireSkip && !isCatchUp(ctx) {
+		req.MaxLate = e.job.MisfireGrace + s.cfg.tolerance + e.job.Jitter
 	}
 	backoff := 10 * time.Millisecond
 	// firstUnknown is the send time of the oldest attempt whose outcome is
@@ -188,7 +194,7 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 			log.Info("occurrence skipped: the job is already running at its concurrency limit", "err", err)
 			return
 		case errors.Is(err, backend.ErrTooLate):
-			log.Warn("occurrence misfired: the backend's clock says it is older than the misfire window; not claimed", "err", err)
+			log.Warn("occurrence misfired: by the backend's clock it is later than the misfire grace (skip) or window; not claimed", "err", err)
 			s.emit(Event{Kind: EventMisfire, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Count: 1, Result: string(e.job.Misfire), Err: err})
 			return
 		case errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):

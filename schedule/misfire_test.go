@@ -285,3 +285,42 @@ func TestLedgerRefusesClaimOlderThanMisfireWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestClockBehindSkipsByTheLedgersClock steps the scheduler's clock 2 s
+// back: by its own clock each instant comes due on time, but by the
+// ledger's it is 2 s late. Under policy skip the ledger refuses such
+// claims (MaxLate is the grace), so nothing starts later than its grace in
+// real time. Before, each ran 2 s late.
+func TestClockBehindSkipsByTheLedgersClock(t *testing.T) {
+	const grace = 200 * time.Millisecond
+	clock := newStallClock()
+	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
+	var log startLog
+	err := s.Register(schedule.Job{Name: "tick", Schedule: "@every 100ms", MisfireGrace: grace,
+		Func: func(ctx context.Context, r schedule.Run) error {
+			log.add(started{at: r.ScheduledAt, late: time.Since(r.ScheduledAt), from: time.Now()})
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	waitFor(t, 5*time.Second, "runs before the step", func() bool { return len(log.all()) >= 3 })
+	clock.Step(-2 * time.Second)
+	stepped := time.Now()
+	time.Sleep(3 * time.Second)
+	clock.Step(2 * time.Second)
+	waitFor(t, 5*time.Second, "runs after the clock is right again", func() bool {
+		for _, r := range log.all() {
+			if r.from.After(stepped.Add(3 * time.Second)) {
+				return true
+			}
+		}
+		return false
+	})
+	for _, r := range log.all() {
+		if r.late > grace+100*time.Millisecond {
+			t.Errorf("instant %v started %v late in real time (grace %v)", r.at, r.late, grace)
+		}
+	}
+}
