@@ -91,6 +91,7 @@ func (c *check) executions() []Exec {
 		if !x.Ended {
 			x.End = last[x.PID]
 		}
+		x.End = max(x.End, x.Start+1) // killed right after its start: it still ends
 		x.Disturbed = c.disturbed(*x)
 		for _, t := range failedBeats[x.Key+"#"+strconv.FormatUint(x.Token, 10)+"#"+strconv.Itoa(x.PID)] {
 			if t >= x.Start && t <= x.End {

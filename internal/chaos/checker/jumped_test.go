@@ -32,3 +32,19 @@ func TestJumpedOverBackStepShorterThanStep(t *testing.T) {
 		t.Errorf("an occurrence that ran on time before any clock step is reported jumped over: %v", c.r.JumpedOverRan)
 	}
 }
+
+// TestKilledRightAfterStartIsNoOverlap: a worker killed right after its
+// start event (its last event) ran for no time; a reclaim a second later
+// is not beside it. Its end once equalled its start, and the sweep left it
+// running for ever (seed 2 on Redis failed so).
+func TestKilledRightAfterStartIsNoOverlap(t *testing.T) {
+	c := &check{run: &harness.Run{TTL: time.Second}, r: &Report{}, events: []history.Event{
+		{T: 100, Process: "w1", PID: 1, Phase: history.Point, Kind: history.Start, Key: "chaos@5", Token: 20, Attempt: 1, Op: 1},
+		{T: 2000, Process: "w3", PID: 3, Phase: history.Point, Kind: history.Start, Key: "chaos@5", Token: 32, Attempt: 2, Op: 1},
+		{T: 3000, Process: "w3", PID: 3, Phase: history.Point, Kind: history.End, Key: "chaos@5", Token: 32, Attempt: 2, Op: 1},
+	}}
+	c.execRules()
+	if len(c.r.ExecOverlaps) != 0 {
+		t.Fatalf("overlaps %+v", c.r.ExecOverlaps)
+	}
+}
