@@ -10,13 +10,13 @@ import (
 	"github.com/leasehold/leasehold/internal/redact"
 )
 
-// TestHTTPTruncatedBodySucceeds: TestHTTPJobStalledBodyEnds says a
+// TestHTTPTruncatedBodyFails (found by review; the bug it shows): TestHTTPJobStalledBodyEnds says a
 // run whose answer is incomplete fails. An endpoint that sends 200 with
 // Content-Length 100, 7 bytes of body and then drops the connection (a
 // crash or proxy reset mid-answer) gives an incomplete answer too — but
 // httpFunc only fails a body read error when its context ended, so this
 // run is recorded succeeded.
-func TestHTTPTruncatedBodySucceeds(t *testing.T) {
+func TestHTTPTruncatedBodyFails(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, buf, err := w.(http.Hijacker).Hijack()
 		if err != nil {

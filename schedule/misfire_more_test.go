@@ -134,12 +134,12 @@ func TestRunAllCatchUpKeepsOrderAcrossLoop(t *testing.T) {
 	}
 }
 
-// TestJitterBeyondMisfireWindowIsRefused: Jitter "delays the run,
+// TestJitterBeyondMisfireWindowStillRuns (found by review; the bug it shows): Jitter "delays the run,
 // never the key" and "Jitter is not counted as lateness". But occur()
 // sends MaxLate = MisfireWindow + tolerance after the jitter delay, so any
 // jitter drawn above that is refused by the ledger as ErrTooLate and the
 // occurrence never runs. Validation accepts Jitter > MisfireWindow.
-func TestJitterBeyondMisfireWindowIsRefused(t *testing.T) {
+func TestJitterBeyondMisfireWindowStillRuns(t *testing.T) {
 	var tooLate atomic.Int64
 	var ran atomic.Int64
 	s := newScheduler(t, memory.New(), "a", schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
@@ -159,12 +159,12 @@ func TestJitterBeyondMisfireWindowIsRefused(t *testing.T) {
 	}
 }
 
-// TestTriggerIgnoresMaxConcurrent: the new chaos fault "trigger"
+// TestTriggerHeldToMaxConcurrentAtOnce (found by review; the bug it shows): the new chaos fault "trigger"
 // fires a burst of Trigger calls at a MaxConcurrent 1 job and the new
 // checker rule fails a run where the job exceeds its max_concurrent. But
 // Trigger claims under its own key with ClaimOccurrence, which sends no
 // MaxRunning: every triggered run starts at once.
-func TestTriggerIgnoresMaxConcurrent(t *testing.T) {
+func TestTriggerHeldToMaxConcurrentAtOnce(t *testing.T) {
 	s := newScheduler(t, memory.New(), "a")
 	var conc concurrency
 	var ran atomic.Int64
@@ -209,13 +209,13 @@ func (b *slowHighWater) HighWater(ctx context.Context, job string) (time.Time, s
 	return b.Backend.HighWater(ctx, job)
 }
 
-// TestStartupCatchUpAndLoopMisfireBothRun: catchUp() at start-up
+// TestStartupCatchUpAndLoopMisfireShareTheBound (found by review; the bug it shows): catchUp() at start-up
 // covers instants up to the cursor taken before it read the high-water
 // mark; if that read (or ensureVersion) is slow, the loop's first wake-up
 // finds the instants since then late and misfire() starts a second
 // catch-up goroutine beside the first: under run-all, up to 2×MaxCatchUp
 // late runs, two at once.
-func TestStartupCatchUpAndLoopMisfireBothRun(t *testing.T) {
+func TestStartupCatchUpAndLoopMisfireShareTheBound(t *testing.T) {
 	mem := memory.New()
 	job := func(log *startLog, conc *concurrency) schedule.Job {
 		return schedule.Job{Name: "tick", Schedule: "@every 1s", Misfire: schedule.MisfireRunAll, MisfireGrace: 200 * time.Millisecond, MaxCatchUp: 2,
@@ -294,11 +294,11 @@ func (b *misfireFinishFails) Finish(ctx context.Context, job string, at time.Tim
 	return b.Backend.Finish(ctx, job, at, o, token, out)
 }
 
-// TestEveryInstanceLateWakeUpIsSilent: for an every-instance job the
+// TestEveryInstanceLateWakeUpIsReported (found by review; the bug it shows): for an every-instance job the
 // loop skips misfire() altogether and runs only the on-time instants: a
 // late wake-up drops the late ones whatever the policy (run-once here),
 // with no log line at Warn and no EventMisfire — misfires_total stays 0.
-func TestEveryInstanceLateWakeUpIsSilent(t *testing.T) {
+func TestEveryInstanceLateWakeUpIsReported(t *testing.T) {
 	const period = time.Second
 	clock := newStallClock()
 	var misfires atomic.Int64

@@ -10,7 +10,7 @@ import (
 	"github.com/leasehold/leasehold/schedule"
 )
 
-// TestRefusedVersionStillRunsTheJob: an instance restarted with an
+// TestRefusedVersionRunsNothing (found by review; the bug it shows): an instance restarted with an
 // old config is refused ("claims nothing for the job once the newer
 // version applies", README) — yet it still runs the job with its old
 // function through two doors that skip versionAllows: a Trigger sent to it
@@ -18,7 +18,7 @@ import (
 // an occurrence of the new version whose runner died (and with Retry,
 // every retry of a failed run is such a reclaim). The reclaim even records
 // the refused version on the occurrence.
-func TestRefusedVersionStillRunsTheJob(t *testing.T) {
+func TestRefusedVersionRunsNothing(t *testing.T) {
 	b := memory.New()
 	t.Cleanup(func() { b.Close() })
 	l := schedule.NamespaceLedger(b, "default")

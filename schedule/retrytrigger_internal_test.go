@@ -44,14 +44,14 @@ func (p *perInstant) total() int {
 	return n
 }
 
-// TestRetryStarvedBehindHundredHeldRuns: a failed attempt waiting
+// TestRetryNotStarvedBehindHundredHeldRuns (found by review; the bug it shows): a failed attempt waiting
 // for its retry stays "running" in the ledger for the whole backoff. The
 // sweeper reads only the 100 newest running records of a job, so once 100
 // newer occurrences are held for their own retries, an older occurrence
 // whose backoff is over (its lease lapsed) is never seen, and its retry
 // does not come — not after the backoff, not for as long as the newer
 // ones keep failing.
-func TestRetryStarvedBehindHundredHeldRuns(t *testing.T) {
+func TestRetryNotStarvedBehindHundredHeldRuns(t *testing.T) {
 	b := memory.New()
 	t.Cleanup(func() { b.Close() })
 	var seen perInstant
@@ -90,13 +90,13 @@ func TestRetryStarvedBehindHundredHeldRuns(t *testing.T) {
 		base.Format(time.RFC3339Nano), p.Backoff, time.Since(failedAt).Round(time.Millisecond), len(seen.get(base)), r.State, r.Attempt, r.Expired)
 }
 
-// TestHeldRetriesSkipNewOccurrences: a failed attempt held for its
+// TestHeldRetriesLeaveClaimSlots (found by review; the bug it shows): a failed attempt held for its
 // retry counts as "in flight" on its instance until its lease lapses, so
 // maxInflight (256) held failures make the scheduler skip every new
 // occurrence as "claims are falling behind the schedule" — although the
 // backend is fast and the job would now succeed — for up to the whole
 // backoff.
-func TestHeldRetriesSkipNewOccurrences(t *testing.T) {
+func TestHeldRetriesLeaveClaimSlots(t *testing.T) {
 	b := memory.New()
 	t.Cleanup(func() { b.Close() })
 	var seen perInstant
@@ -141,13 +141,13 @@ func TestHeldRetriesSkipNewOccurrences(t *testing.T) {
 	}
 }
 
-// TestPausedJobKeepsRetrying: a pause "stops claims" and the README
+// TestPausedJobIsNotRetried (found by review; the bug it shows): a pause "stops claims" and the README
 // calls every retry a new attempt, a reclaim "run by whichever instance
 // reclaims it first" — but the sweeper ignores a pause, so a paused job's
 // failed occurrence goes on starting fresh attempts after the pause, up
 // to Retry.Max of them (100 × up to 24 h of backoff), which is what an
 // operator pausing a failing job wants to stop.
-func TestPausedJobKeepsRetrying(t *testing.T) {
+func TestPausedJobIsNotRetried(t *testing.T) {
 	b := memory.New()
 	t.Cleanup(func() { b.Close() })
 	var l attemptLog
@@ -214,13 +214,13 @@ func TestTriggerBurstInOneMillisecond(t *testing.T) {
 	}
 }
 
-// TestRetryBeforeItsBackoff: with a backoff shorter than the lease
+// TestRetryNotBeforeItsBackoff (found by review; the bug it shows): with a backoff shorter than the lease
 // TTL, holdForRetry returns at once and the lease lapses when the last
 // heartbeat's lease ends — which may be well before the backoff is over
 // (the last heartbeat was up to TTL/3 before the failure). The retry then
 // starts before its backoff, which the package's own checkAttempts rules
 // out ("after the previous one's backoff").
-func TestRetryBeforeItsBackoff(t *testing.T) {
+func TestRetryNotBeforeItsBackoff(t *testing.T) {
 	b := memory.New()
 	t.Cleanup(func() { b.Close() })
 	var l attemptLog
@@ -239,14 +239,14 @@ func TestRetryBeforeItsBackoff(t *testing.T) {
 	checkAttempts(t, &l, 2, p)
 }
 
-// TestTriggerAfterShutdown: Shutdown "stops claiming" and waits for
+// TestTriggerAfterShutdownRefused (found by review; the bug it shows): Shutdown "stops claiming" and waits for
 // the runs; TriggerRun checks only that the scheduler was started, so a
 // trigger that arrives during or after Shutdown (an admin request racing
 // the daemon's stop) claims and starts a run that Shutdown no longer waits
 // for — the process exits under it, and the occurrence is left to the
 // crash policy. (s.runs.Add after s.runs.Wait returned is also a misuse
 // of sync.WaitGroup.)
-func TestTriggerAfterShutdown(t *testing.T) {
+func TestTriggerAfterShutdownRefused(t *testing.T) {
 	b := memory.New()
 	t.Cleanup(func() { b.Close() })
 	ran := make(chan Run, 1)
@@ -280,14 +280,14 @@ func (b *slowTriggerClaim) Claim(ctx context.Context, req backend.ClaimRequest) 
 	return b.Backend.Claim(ctx, req)
 }
 
-// TestRefusedTriggerBurnsKeyOnSlowClaim: "one at its MaxConcurrent
+// TestRefusedTriggerKeepsKeyOnSlowClaim (found by review; the bug it shows): "one at its MaxConcurrent
 // (ErrOverlap) refuses the trigger, runs nothing, and leaves the key free
 // to retry" (README). The key's marker is claimed with the job's LeaseTTL
 // and never heartbeated, so when the run's claim takes longer than the
 // TTL the refusal cannot be recorded (the marker's lease is gone) and the
 // key is burned: the retry with it is refused as "used before", though
 // nothing ever ran under it.
-func TestRefusedTriggerBurnsKeyOnSlowClaim(t *testing.T) {
+func TestRefusedTriggerKeepsKeyOnSlowClaim(t *testing.T) {
 	m := memory.New()
 	t.Cleanup(func() { m.Close() })
 	b := &slowTriggerClaim{Backend: m, delay: 250 * time.Millisecond}

@@ -38,14 +38,14 @@ func recordLikeOldBinary(t *testing.T, l backend.Ledger, job, version string, fr
 	}
 }
 
-// TestRollingUpgradeOldBinaryGetsNewerRefused: the upgrade to the
+// TestRollingUpgradeWithOldBinaryKeepsNewVersion (found by review; the bug it shows): the upgrade to the
 // canonical hash changes every job's version although no config changed.
 // During a rolling upgrade an old-binary instance that restarts (it has no
 // forward-only rule) records the old hash again after a new-binary
 // instance recorded the new one. From then on every new-binary instance
 // that starts - with the very same config - is REFUSED, so once the
 // rollout is complete no instance claims the job at all.
-func TestRollingUpgradeOldBinaryGetsNewerRefused(t *testing.T) {
+func TestRollingUpgradeWithOldBinaryKeepsNewVersion(t *testing.T) {
 	const spec = "@every 100ms"
 	b := memory.New()
 	l := schedule.NamespaceLedger(b, "default")
@@ -117,14 +117,14 @@ func (b *barrierLedger) ListRuns(ctx context.Context, f backend.RunFilter) ([]ba
 	return recs, err
 }
 
-// TestConcurrentDeploysThenPruneLetsLoserTakeBack: two instances
+// TestConcurrentDeploysThenPruneLoserStaysRefused (found by review; the bug it shows): two instances
 // deploy different new specs at once (A->B on one, A->C on the other).
 // Both read the history [A], both record their version, both mark only A
 // superseded. C's switch comes later, so C is current and B superseded -
 // but only the history says so: no "job!superseded!B" mark exists. Once
 // prune removes the history, an instance restarted with B records B again
 // and takes the job back from C, which the forward-only rule forbids.
-func TestConcurrentDeploysThenPruneLetsLoserTakeBack(t *testing.T) {
+func TestConcurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
 	mem := memory.New()
 	bl := &barrierLedger{Backend: mem, release: make(chan struct{})}
 	l := schedule.NamespaceLedger(mem, "default")
