@@ -75,6 +75,21 @@ func (c *stallClock) Step(d time.Duration) {
 	c.offset += d
 }
 
+// stallAcross stalls clock from 300 ms past an instant of a period-long
+// schedule for n periods, and resumes it 600 ms past an instant, so that
+// every instant in between is late by more than a 200 ms grace. It
+// returns when it stalled and resumed.
+func stallAcross(clock *stallClock, period time.Duration, n int) (stalledAt, resumed time.Time) {
+	untilPhase(period, 300*time.Millisecond)
+	stalledAt = time.Now()
+	clock.Stall()
+	time.Sleep(time.Duration(n) * period)
+	untilPhase(period, 600*time.Millisecond)
+	resumed = time.Now()
+	clock.Resume()
+	return stalledAt, resumed
+}
+
 // started is one run's instant and how late it started, on the job's clock.
 type started struct {
 	at       time.Time
@@ -135,13 +150,7 @@ func TestPauseAppliesMisfirePolicy(t *testing.T) {
 				t.Fatal(err)
 			}
 			start(t, s)
-			untilPhase(period, 300*time.Millisecond)
-			stalledAt := time.Now()
-			clock.Stall()
-			time.Sleep(3 * period)
-			untilPhase(period, 600*time.Millisecond)
-			resumed := time.Now()
-			clock.Resume()
+			stalledAt, resumed := stallAcross(clock, period, 3)
 			// Two more instants on time after the resume.
 			waitFor(t, 5*time.Second, "two on-time runs after the resume", func() bool {
 				n := 0

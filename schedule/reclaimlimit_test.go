@@ -1,11 +1,9 @@
 package schedule_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,24 +11,6 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/schedule"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestSweeperReclaimHonoursMaxConcurrent: with MaxConcurrent 1, an
 // occurrence whose runner died is not reclaimed while another occurrence of
@@ -53,7 +33,7 @@ func TestSweeperReclaimHonoursMaxConcurrent(t *testing.T) {
 			return err == nil && r.Expired
 		})
 		fx := newEffects()
-		logs := &syncBuffer{}
+		logs := &lockedBuffer{}
 		s := newScheduler(t, b, "survivor", schedule.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 		if err := s.Register(schedule.Job{Name: "job", Schedule: "@yearly", MaxConcurrent: 1,
 			Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
