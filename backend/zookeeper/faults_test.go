@@ -133,3 +133,95 @@ func TestSessionExpiry(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// slowReplies returns a backend that reaches a fresh server through a proxy
+// (10 s sessions, so slow replies do not end the session) and one on the
+// same prefix that reaches it directly.
+func slowReplies(t *testing.T) (p *chaos.Proxy, proxied, direct *zookeeper.Backend) {
+	t.Helper()
+	srv := testserver.ZooKeeper(t)
+	p, err := chaos.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	proxied = open(t, p.Addr(), 10*time.Second)
+	direct = open(t, srv.Addr(), 10*time.Second, proxied.Prefix())
+	return p, proxied, direct
+}
+
+// keptUntil fails the test if key's node is not owner's at any poll from
+// now until deadline (by the direct backend, which is not slowed).
+func keptUntil(t *testing.T, direct *zookeeper.Backend, key string, owner backend.Owner, token uint64, deadline time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	for time.Now().Before(deadline) {
+		l, err := direct.Get(ctx, key)
+		if err != nil || l.Owner != owner || l.Token != token {
+			t.Fatalf("%v before the renewed lease's deadline (send time + TTL), key %q reads %+v, %v: its node was deleted under a grant the holder was told it has",
+				time.Until(deadline).Round(time.Millisecond), key, l, err)
+		}
+		time.Sleep(50 * time.Millisecond) // the poll interval of a check that runs until a deadline
+	}
+}
+
+// TestRenewInFlightWhenTheOldTimerFires: a renewal is sent before the
+// lease's TTL timer fires, and its reply comes after. The timer must not
+// delete the node the renewal kept: the holder is told its lease runs to
+// the renewal's send time + TTL. (The chaos checker caught this on a
+// ZooKeeper restart: a grant answered "ok", then lost 20 ms later.)
+func TestRenewInFlightWhenTheOldTimerFires(t *testing.T) {
+	p, b, direct := slowReplies(t)
+	ctx := context.Background()
+	const ttl = 6 * time.Second
+	owner := backend.Owner{Instance: "w", Nonce: backend.NewNonce()}
+	t0 := time.Now()
+	g, err := b.Acquire(ctx, "svc/renew-late", owner, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Renew at t0+2s with 1.5 s per reply: its two reads end at ≈5 s, its
+	// write is sent before the timer fires at 6 s and answered at ≈6.5 s;
+	// a timer left to fire deletes the node at ≈7.5 s, before 8 s.
+	time.Sleep(time.Until(t0.Add(2 * time.Second)))
+	p.SetDelay(1500 * time.Millisecond)
+	sent := time.Now()
+	_, err = b.Renew(ctx, "svc/renew-late", owner, g.Token, ttl)
+	p.SetDelay(0)
+	if errors.Is(err, backend.ErrLeaseLost) {
+		t.Logf("the renewal came too late for this host's timing (%v): lost, as it must be; nothing to check", time.Since(t0))
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	keptUntil(t, direct, "svc/renew-late", owner, g.Token, sent.Add(ttl-300*time.Millisecond))
+}
+
+// TestRetryInFlightWhenTheOldTimerFires: the same for an Acquire retried
+// with the holder's nonce, answered "yours" (a renewing write).
+func TestRetryInFlightWhenTheOldTimerFires(t *testing.T) {
+	p, b, direct := slowReplies(t)
+	ctx := context.Background()
+	const ttl = 2 * time.Second
+	owner := backend.Owner{Instance: "w", Nonce: backend.NewNonce()}
+	t0 := time.Now()
+	g, err := b.Acquire(ctx, "svc/retry-late", owner, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Retry at t0+1.5s with 1 s per reply: answered at 2.5 s, after the
+	// timer fires at 2 s; a timer left to fire deletes at ≈3 s, before 3.5 s.
+	time.Sleep(time.Until(t0.Add(1500 * time.Millisecond)))
+	p.SetDelay(time.Second)
+	sent := time.Now()
+	g2, err := b.Acquire(ctx, "svc/retry-late", owner, ttl)
+	p.SetDelay(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.Token != g.Token {
+		t.Fatalf("retry answered token %d, want the grant's %d", g2.Token, g.Token)
+	}
+	keptUntil(t, direct, "svc/retry-late", owner, g.Token, sent.Add(ttl-300*time.Millisecond))
+}

@@ -105,6 +105,9 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		// answer from state older than the retry; it proves the session
 		// alive after this call's send time; and its mtime restarts the TTL
 		// that Get reports, as the timer restarts from the send time.
+		if !b.extend(path, nil, sent.Add(g)) {
+			return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: its TTL ran out before the retry", backend.ErrLeaseLost, key, token)
+		}
 		st, err := b.conn.Set(path, nodeData(owner, g), -1)
 		if err == zk.ErrNoNode {
 			b.disarm(path, nil)
@@ -117,7 +120,6 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 			b.disarm(path, nil)
 			return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: gone before the retry", backend.ErrLeaseLost, key, token)
 		}
-		b.armAt(path, nil, sent.Add(g))
 		return backend.Grant{Token: token, TTL: g}, nil
 	}
 	mine, found, st, q, err := b.enter(key, owner, g, sent)
@@ -158,17 +160,20 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	}
 	if found {
 		// An earlier attempt's node: this answer is "yours", which renews
-		// it — a write, so that Get's remaining time restarts too.
+		// it — a write, so that Get's remaining time restarts too. Timed
+		// from this send time before the write is sent (see extend): the
+		// earlier attempt's timer must not fire under it.
+		b.armAt(path, nil, sent.Add(g))
 		if _, err := b.conn.Set(path, nodeData(owner, g), st.Version); err != nil {
 			if err == zk.ErrNoNode || err == zk.ErrBadVersion {
 				return backend.Grant{}, fmt.Errorf("%w: key %q: the earlier attempt's node went before the retry", backend.ErrLeaseLost, key)
 			}
-			b.armIfUnarmed(path, nil, sent.Add(g)) // still untimed: time it
 			return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
 		}
+	} else {
+		b.armAt(path, nil, sent.Add(g))
 	}
 	b.clearUnsure(owner.Nonce)
-	b.armAt(path, nil, sent.Add(g))
 	b.track(key, uint64(st.Czxid), path, owner)
 	return backend.Grant{Token: uint64(st.Czxid), TTL: g}, nil
 }
@@ -274,18 +279,19 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 	if err != nil {
 		return backend.Grant{}, err
 	}
-	if st.EphemeralOwner != b.conn.SessionID() || !b.armed(path, nil) {
+	g := b.grantTTL(ttl)
+	if st.EphemeralOwner != b.conn.SessionID() || !b.extend(path, nil, sent.Add(g)) {
 		return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: not kept alive by this session", backend.ErrLeaseLost, key, token)
 	}
-	g := b.grantTTL(ttl)
 	_, err = b.conn.Set(path, nodeData(owner, g), st.Version)
 	switch {
 	case err == zk.ErrNoNode || err == zk.ErrBadVersion:
+		// Gone or rewritten: the timer stays, and deletes a node that is
+		// still there at the deadline.
 		return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: deleted while renewing", backend.ErrLeaseLost, key, token)
 	case err != nil:
 		return backend.Grant{}, b.wrap(err, fmt.Sprintf("renew key %q", key))
 	}
-	b.armAt(path, nil, sent.Add(g))
 	return backend.Grant{Token: token, TTL: g}, nil
 }
 

@@ -20,7 +20,9 @@ func (b *Backend) yours(o occ, job string, at time.Time, ttl time.Duration) (bac
 	sent := time.Now()
 	r := o.run
 	path := b.alivePath(job, at)
-	if o.alive == nil || string(o.alive) != string(aliveValue(r.owner(), r.Token)) || !b.armed(path, o.alive) {
+	g := b.grantTTL(ttl)
+	// Timed from this send time before the write is sent (see extend).
+	if o.alive == nil || string(o.alive) != string(aliveValue(r.owner(), r.Token)) || !b.extend(path, o.alive, sent.Add(g)) {
 		return backend.Grant{}, fmt.Errorf("%w: %s, token %d: the runner's lease expired", backend.ErrLeaseLost, occurrence(job, at), r.Token)
 	}
 	if _, err := b.conn.Set(path, o.alive, o.aliveVer); err != nil {
@@ -29,8 +31,6 @@ func (b *Backend) yours(o occ, job string, at time.Time, ttl time.Duration) (bac
 		}
 		return backend.Grant{}, b.wrap(err, "renew the runner's lease of "+occurrence(job, at))
 	}
-	g := b.grantTTL(ttl)
-	b.armAt(path, o.alive, sent.Add(g))
 	return backend.Grant{Token: r.Token, TTL: g}, nil
 }
 

@@ -31,6 +31,24 @@ func (b *Backend) armAt(path string, want []byte, deadline time.Time) {
 	b.armLocked(timerKey{path, string(want)}, deadline)
 }
 
+// extend moves the TTL deletion of path (holding want) to deadline if a
+// timer still keeps it alive, and reports whether one did. A request that
+// renews a node calls it before it is sent, not after its reply: a timer
+// left to fire while the renewal is in flight would delete the node the
+// renewal kept, under a holder told its lease runs to the renewal's send
+// time + TTL. A renewal that then fails leaves the node timed later than
+// the holder counts, which delays the next holder and never overlaps it.
+func (b *Backend) extend(path string, want []byte, deadline time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := timerKey{path, string(want)}
+	if b.timers[k] == nil {
+		return false
+	}
+	b.armLocked(k, deadline)
+	return true
+}
+
 // armIfUnarmed is armAt unless a timer already keeps path alive.
 func (b *Backend) armIfUnarmed(path string, want []byte, deadline time.Time) {
 	b.mu.Lock()
