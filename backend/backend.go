@@ -1,7 +1,8 @@
 // Package backend defines the small contract every leasehold backend
 // implements: leases with fencing tokens (Leases), an optional push of
 // release events (Notifier), an optional server-side line of waiters
-// (Queue) and the run ledger used by the scheduler (Ledger).
+// (Queue) and the optional run ledger used by the scheduler (Ledger; see
+// LedgerOf).
 //
 // The package holds interfaces and plain data only. Implementations live in
 // backend/<name>; backend/conformance is the one test suite every
@@ -236,8 +237,25 @@ type Queue interface {
 	AcquireQueued(ctx context.Context, key string, owner Owner, ttl time.Duration) (Grant, time.Time, error)
 }
 
-// Backend is a full backend: leases plus the run ledger.
+// Backend is a full backend: leases plus the run ledger. The ledger is
+// optional at the seam: a backend that can only keep leases (redlock)
+// implements Leases alone, and whoever needs a ledger (the scheduler, the
+// daemon, "leasehold runs") asks for one with LedgerOf.
 type Backend interface {
 	Leases
 	Ledger
+}
+
+// ErrNoLedger: the backend implements Leases but not Ledger, so it cannot
+// keep the scheduler's run ledger.
+var ErrNoLedger = errors.New("leasehold/backend: the backend keeps no run ledger")
+
+// LedgerOf returns l as a full Backend when it implements Ledger, and
+// otherwise an error wrapping ErrNoLedger that names the backend.
+func LedgerOf(l Leases) (Backend, error) {
+	if b, ok := l.(Backend); ok {
+		return b, nil
+	}
+	return nil, fmt.Errorf("%w: backend %q implements backend.Leases but not backend.Ledger (jobs and runs need a backend that keeps a run ledger)",
+		ErrNoLedger, l.Capabilities().Name)
 }

@@ -10,6 +10,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -54,10 +55,16 @@ type Daemon struct {
 	ready     chan struct{} // closed once Run holds the instance id and the API listens
 }
 
-// New prepares a daemon for cfg over b. It does not start anything.
-// adminOpts are passed to the admin API server (admin.WithHandler mounts
-// more handlers); the config's http section sets its address, tokens and TLS.
-func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Option) (*Daemon, error) {
+// New prepares a daemon for cfg over l, which must keep a run ledger
+// (implement backend.Ledger; otherwise the error wraps backend.ErrNoLedger
+// and names the backend). It does not start anything. adminOpts are passed
+// to the admin API server (admin.WithHandler mounts more handlers); the
+// config's http section sets its address, tokens and TLS.
+func New(cfg *Config, l backend.Leases, log *slog.Logger, adminOpts ...admin.Option) (*Daemon, error) {
+	b, err := backend.LedgerOf(l)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
 	if log == nil {
 		log = slog.Default()
 	}

@@ -36,21 +36,19 @@
 // the redis backend (one node, noeviction, appendfsync always) or a
 // consensus backend when a resource must reject stale holders by token.
 //
-// # The run ledger
+// # No run ledger
 //
 // A run ledger needs a per-job counter that strictly increases, claims that
 // are never lost once finished, and compare-and-set transitions; a majority
 // of independent Redis nodes without consensus cannot provide any of them
-// (a restarted node loses records, split votes leave no winner). The ledger
-// methods therefore return an error wrapping errors.ErrUnsupported, unless
-// WithLedger delegates the ledger to a backend that can keep one (for
-// example the redis backend on one node); its guarantees are then that
-// backend's.
+// (a restarted node loses records, split votes leave no winner). So the
+// backend implements backend.Leases and backend.Notifier, not
+// backend.Ledger: the scheduler refuses it (backend.LedgerOf names it), and
+// the conformance suite skips its ledger checks by that declaration.
 package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -70,16 +68,12 @@ const MinTTL = 50 * time.Millisecond
 // release, which is not racing a validity, gets 10× as long, at least 1 s).
 const DefaultNodeTimeout = 100 * time.Millisecond
 
-// ErrUnsupported is wrapped by the ledger methods when no ledger was given.
-var ErrUnsupported = fmt.Errorf("leasehold/redlock: the run ledger cannot be kept on a Redlock quorum: %w", errors.ErrUnsupported)
-
 // Backend is the Redlock backend. Create it with New or Open.
 type Backend struct {
 	nodes       []*node
 	quorum      int
 	prefix      string
 	nodeTimeout time.Duration
-	ledger      backend.Ledger
 	closed      atomic.Bool
 }
 
@@ -90,7 +84,7 @@ type node struct {
 }
 
 var (
-	_ backend.Backend  = (*Backend)(nil)
+	_ backend.Leases   = (*Backend)(nil)
 	_ backend.Notifier = (*Backend)(nil)
 )
 
@@ -100,7 +94,6 @@ type Option func(*config)
 type config struct {
 	prefix      string
 	nodeTimeout time.Duration
-	ledger      backend.Ledger
 }
 
 // WithPrefix sets the key prefix on every node (default "leasehold:").
@@ -109,9 +102,6 @@ func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 // WithNodeTimeout bounds each node's reply (default 100 ms). Use clients
 // with ContextTimeoutEnabled so that the bound applies to reads.
 func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
-
-// WithLedger delegates the run ledger to l (see the package doc).
-func WithLedger(l backend.Ledger) Option { return func(c *config) { c.ledger = l } }
 
 // New returns a backend over clients, one per independent node (an odd
 // number, at least 3). The caller keeps owning the clients.
@@ -126,7 +116,7 @@ func New(clients []goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	if cfg.nodeTimeout <= 0 {
 		return nil, fmt.Errorf("%w: node timeout %v is not positive", backend.ErrInvalid, cfg.nodeTimeout)
 	}
-	b := &Backend{quorum: len(clients)/2 + 1, prefix: cfg.prefix, nodeTimeout: cfg.nodeTimeout, ledger: cfg.ledger}
+	b := &Backend{quorum: len(clients)/2 + 1, prefix: cfg.prefix, nodeTimeout: cfg.nodeTimeout}
 	for i, c := range clients {
 		w, err := rb.New(c, rb.WithPrefix(cfg.prefix))
 		if err != nil {

@@ -45,9 +45,9 @@ func want() backend.Capabilities {
 func TestConformance(t *testing.T) {
 	srv := testserver.ZooKeeper(t)
 	conformance.Run(t, conformance.Harness{
-		New:  func(t testing.TB) backend.Backend { return open(t, srv.Addr(), 40*time.Second) },
+		New:  func(t testing.TB) backend.Leases { return open(t, srv.Addr(), 40*time.Second) },
 		Want: want(),
-		Reopen: func(t testing.TB, b backend.Backend) backend.Backend {
+		Reopen: func(t testing.TB, b backend.Leases) backend.Leases {
 			p := b.(*zookeeper.Backend).Prefix()
 			b.Close()
 			srv.Restart()

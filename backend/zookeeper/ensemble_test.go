@@ -78,7 +78,7 @@ func TestEnsembleRetryReadsNoStaleFollower(t *testing.T) {
 func TestEnsembleConformanceLeases(t *testing.T) {
 	e := testserver.ZooKeeperEnsemble3(t)
 	h := conformance.Harness{
-		New: func(t testing.TB) backend.Backend {
+		New: func(t testing.TB) backend.Leases {
 			b, err := zookeeper.OpenConfig(zookeeper.Config{Servers: e.Addrs(), Prefix: fmt.Sprintf("/t%d", prefixes.Add(1)),
 				SessionTimeout: 40 * time.Second, ConnectTimeout: 30 * time.Second})
 			if err != nil {
