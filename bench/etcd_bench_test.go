@@ -221,7 +221,7 @@ func BenchmarkEtcdAcquireReleaseMid(b *testing.B) {
 
 // BenchmarkZooKeeperAcquireRelease: the same on one ZooKeeper server.
 func BenchmarkZooKeeperAcquireRelease(b *testing.B) {
-	be, err := zookeeper.OpenConfig(zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench", SessionTimeout: 2 * ttl})
+	be, err := zookeeper.OpenConfig(context.Background(), zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench", SessionTimeout: 2 * ttl})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func BenchmarkEtcdHandover(b *testing.B) {
 	be, _ := etcd.New(c, etcd.Config{Prefix: "bench/handover/"})
 	b.Run("leasehold-etcd", func(b *testing.B) { handover(b, be, "handover/k") })
 	b.Run("mutex-etcd", func(b *testing.B) { handoverMutex(b, c, "mutexh/k") })
-	zb, err := zookeeper.OpenConfig(zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench-handover", SessionTimeout: 2 * ttl})
+	zb, err := zookeeper.OpenConfig(context.Background(), zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench-handover", SessionTimeout: 2 * ttl})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -369,7 +369,7 @@ func BenchmarkHandoverParts(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run("etcd", func(b *testing.B) { handoverParts(b, be, "parts/k") })
-	zb, err := zookeeper.OpenConfig(zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench-parts", SessionTimeout: 2 * ttl})
+	zb, err := zookeeper.OpenConfig(context.Background(), zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench-parts", SessionTimeout: 2 * ttl})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -49,7 +49,11 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,9 +131,75 @@ func New(clients []goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	return b, nil
 }
 
-// Open connects to every URL (see the redis backend's Open for the form)
-// and returns a backend that owns the connections.
-func Open(ctx context.Context, urls []string, opts ...Option) (*Backend, error) {
+// Open connects to the nodes a redlock URL names and returns a backend that
+// owns the connections:
+//
+//	redlock://[user:password@]host1:6379,host2:6379,host3:6379[/db][?params]
+//	redlocks://...   the same over TLS (each node as rediss://)
+//
+// Every node gets the same user, password, database and parameters. The
+// parameters are those of the redis backend's URL (go-redis's dial_timeout,
+// pool_size, skip_verify, …, and prefix), plus node_timeout (a Go duration,
+// see WithNodeTimeout). Options given to Open override the URL's. Errors
+// name the field and value, and never show the password.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
+	nodes, urlOpts, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return openNodes(ctx, nodes, append(urlOpts, opts...)...)
+}
+
+// parseURL splits a redlock URL into one redis URL per node and the
+// options its redlock parameters set.
+func parseURL(rawURL string) ([]string, []Option, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the URL, password included
+		}
+		return nil, nil, fmt.Errorf("%w: redlock URL: %v", backend.ErrInvalid, err)
+	}
+	nodeScheme := map[string]string{"redlock": "redis", "redlocks": "rediss"}[strings.ToLower(u.Scheme)]
+	if nodeScheme == "" {
+		return nil, nil, fmt.Errorf("%w: redlock URL %q: scheme %q is not redlock or redlocks", backend.ErrInvalid, u.Redacted(), u.Scheme)
+	}
+	if u.Opaque != "" || u.Fragment != "" {
+		return nil, nil, fmt.Errorf("%w: redlock URL %q: want redlock://host1:port,host2:port,host3:port[/db]", backend.ErrInvalid, u.Redacted())
+	}
+	var opts []Option
+	q := u.Query()
+	if q.Has("node_timeout") {
+		v := q.Get("node_timeout")
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, nil, fmt.Errorf("%w: redlock URL %q: node_timeout %q is not a positive duration", backend.ErrInvalid, u.Redacted(), v)
+		}
+		opts = append(opts, WithNodeTimeout(d))
+		q.Del("node_timeout")
+	}
+	if q.Has("prefix") {
+		opts = append(opts, WithPrefix(q.Get("prefix")))
+		q.Del("prefix")
+	}
+	var nodes []string
+	for i, h := range strings.Split(u.Host, ",") {
+		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
+			return nil, nil, fmt.Errorf("%w: redlock URL %q: node %d host %q is not host:port", backend.ErrInvalid, u.Redacted(), i, h)
+		}
+		n := url.URL{Scheme: nodeScheme, User: u.User, Host: h, Path: u.Path, RawQuery: q.Encode()}
+		nodes = append(nodes, n.String())
+	}
+	if n := len(nodes); n < 3 || n%2 == 0 {
+		return nil, nil, fmt.Errorf("%w: redlock URL %q: %d nodes given, need an odd number ≥ 3", backend.ErrInvalid, u.Redacted(), n)
+	}
+	return nodes, opts, nil
+}
+
+// openNodes connects to every redis URL and returns a backend that owns
+// the connections.
+func openNodes(ctx context.Context, urls []string, opts ...Option) (*Backend, error) {
 	var ws []*rb.Backend
 	fail := func(err error) (*Backend, error) {
 		for _, w := range ws {

@@ -1,6 +1,7 @@
 package zookeeper_test
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -24,7 +25,7 @@ func open(t testing.TB, addr string, session time.Duration, prefix ...string) *z
 	}
 	// A generous connect bound: on a loaded 2-core host a fresh JVM server
 	// can take over 10 s to open its first sessions.
-	b, err := zookeeper.OpenConfig(zookeeper.Config{Servers: []string{addr}, Prefix: p, SessionTimeout: session, ConnectTimeout: 30 * time.Second})
+	b, err := zookeeper.OpenConfig(context.Background(), zookeeper.Config{Servers: []string{addr}, Prefix: p, SessionTimeout: session, ConnectTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("zookeeper.OpenConfig: %v", err)
 	}
