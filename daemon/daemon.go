@@ -22,6 +22,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/doctor"
 	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/schedule"
@@ -145,6 +146,7 @@ func (d *Daemon) Scheduler() *schedule.Scheduler { return d.sched }
 // stopped; runs already started go on under their own leases — takes the
 // id again the same way, and resumes.
 func (d *Daemon) Run(ctx context.Context) error {
+	d.warnGuarantees(ctx)
 	id, err := d.holdInstance(ctx)
 	if err != nil {
 		return nil // ctx ended while waiting for the id: nothing started
@@ -193,4 +195,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 	runErr := d.sched.Shutdown(sctx)
 	d.log.Info("stopped")
 	return runErr
+}
+
+// warnGuarantees logs each guarantee the backend does not give, with its
+// reason: the warnings "leasehold doctor" prints (internal/doctor), from
+// the same function.
+func (d *Daemon) warnGuarantees(ctx context.Context) {
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	name := d.b.Capabilities().Name
+	for _, w := range doctor.Warnings(wctx, d.b) {
+		d.log.Warn("backend guarantee not given", "backend", name, "warning", w)
+	}
 }
