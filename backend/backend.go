@@ -22,6 +22,28 @@
 //     TTL from now).
 //   - Bad input is rejected with an error wrapping ErrInvalid that names the
 //     field and the value, before anything is changed.
+//
+// # Adding a backend
+//
+// Four places, each checked by a test that fails when one is missing:
+//
+//  1. the package backend/<name>: New(client, ...Option) over a client the
+//     application owns and Open(ctx, url, ...Option), as redis, redlock,
+//     etcd, postgres and mysql have (memory has New only; SQLite and
+//     ZooKeeper, whose connections need settings of their own, Open only);
+//     it implements Leases,
+//     and Ledger only if it can keep a run ledger (optionally Notifier,
+//     Queue, Explainer and ServerClock);
+//  2. one row in backend/open's table (name, schemes, URL form, summary,
+//     open): Open, "leasehold --help" and "leasehold doctor" read it;
+//  3. one row in internal/chaos/harness's server table (how to start a
+//     private server for it, and whether chaos runs and the bench matrix
+//     can use it); backend/open's TestOpenEveryBackend fails unless the two
+//     tables have the same rows, and opens every scheme against that server;
+//  4. one conformance_test.go calling conformance.Run.
+//
+// A backend whose server is a new kind of program also needs its starter in
+// internal/testserver, which the row in 3 calls.
 package backend
 
 import (

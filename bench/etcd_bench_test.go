@@ -172,7 +172,7 @@ func BenchmarkEtcdAcquireRelease(b *testing.B) {
 			eps := etcdTargets(b)[target]
 			c := etcdClient(b, eps)
 			defer c.Close()
-			be, err := etcd.New(c, etcd.Config{Prefix: "bench/" + target + "/"})
+			be, err := etcd.New(c, etcd.WithPrefix("bench/"+target+"/"))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -203,7 +203,7 @@ func BenchmarkEtcdAcquireReleaseMid(b *testing.B) {
 	eps := etcdTargets(b)["node1"]
 	c := etcdClient(b, eps)
 	defer c.Close()
-	be, err := etcd.New(c, etcd.Config{Prefix: "bench/mid/"})
+	be, err := etcd.New(c, etcd.WithPrefix("bench/mid/"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func BenchmarkEtcdHandover(b *testing.B) {
 	eps := etcdTargets(b)["node1"]
 	c := etcdClient(b, eps)
 	defer c.Close()
-	be, _ := etcd.New(c, etcd.Config{Prefix: "bench/handover/"})
+	be, _ := etcd.New(c, etcd.WithPrefix("bench/handover/"))
 	b.Run("leasehold-etcd", func(b *testing.B) { handover(b, be, "handover/k") })
 	b.Run("mutex-etcd", func(b *testing.B) { handoverMutex(b, c, "mutexh/k") })
 	zb, err := zookeeper.OpenConfig(context.Background(), zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench-handover", SessionTimeout: 2 * ttl})
@@ -364,7 +364,7 @@ func handoverParts(b *testing.B, be interface {
 func BenchmarkHandoverParts(b *testing.B) {
 	c := etcdClient(b, etcdTargets(b)["node1"])
 	defer c.Close()
-	be, err := etcd.New(c, etcd.Config{Prefix: "bench/parts/"})
+	be, err := etcd.New(c, etcd.WithPrefix("bench/parts/"))
 	if err != nil {
 		b.Fatal(err)
 	}
