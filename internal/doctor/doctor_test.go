@@ -6,11 +6,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/backend/open"
 	"github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/chaos/harness"
 	"github.com/leasehold/leasehold/internal/doctor"
 	"github.com/leasehold/leasehold/internal/testserver"
 )
@@ -81,5 +84,40 @@ func TestCheckUnreachable(t *testing.T) {
 	srv.Kill()
 	if _, err := doctor.Check(ctx, b, 1); !errors.Is(err, doctor.ErrUnreachable) {
 		t.Fatalf("Check after the server died = %v, want ErrUnreachable", err)
+	}
+}
+
+// TestCheckDatabases: PostgreSQL and MariaDB explain durability by the
+// setting that decides it and report their clocks; the offset from this
+// host (same machine) is far below an hour, which a time-zone mistake in
+// reading the server's clock would not be.
+func TestCheckDatabases(t *testing.T) {
+	for name, setting := range map[string]string{"postgres": "synchronous_commit", "mysql": "innodb_flush_log_at_trx_commit"} {
+		t.Run(name, func(t *testing.T) {
+			raw, err := harness.StartURL(t, name, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			b, err := open.Open(ctx, raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			r, err := doctor.Check(ctx, b, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := line(t, r, "DurableFencing"); !strings.Contains(d.Why, setting) {
+				t.Errorf("DurableFencing line %+v does not name %s", d, setting)
+			}
+			if r.ExplainErr != nil {
+				t.Errorf("Explain: %v", r.ExplainErr)
+			}
+			t.Logf("%s: round trip %v, clock offset %v ±%v", name, r.RTT, r.Offset, r.OffsetBound)
+			if !r.ClockKnown || r.Offset > time.Hour || r.Offset < -time.Hour {
+				t.Errorf("clock known %v, offset %v: want the server's clock, read in UTC", r.ClockKnown, r.Offset)
+			}
+		})
 	}
 }
