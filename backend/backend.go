@@ -1,7 +1,8 @@
 // Package backend defines the small contract every leasehold backend
 // implements: leases with fencing tokens (Leases), an optional push of
 // release events (Notifier), an optional server-side line of waiters
-// (Queue) and the run ledger used by the scheduler (Ledger).
+// (Queue) and the optional run ledger used by the scheduler (Ledger; see
+// LedgerOf).
 //
 // The package holds interfaces and plain data only. Implementations live in
 // backend/<name>; backend/conformance is the one test suite every
@@ -21,6 +22,28 @@
 //     TTL from now).
 //   - Bad input is rejected with an error wrapping ErrInvalid that names the
 //     field and the value, before anything is changed.
+//
+// # Adding a backend
+//
+// Four places, each checked by a test that fails when one is missing:
+//
+//  1. the package backend/<name>: New(client, ...Option) over a client the
+//     application owns and Open(ctx, url, ...Option), as redis, redlock,
+//     etcd, postgres and mysql have (memory has New only; SQLite and
+//     ZooKeeper, whose connections need settings of their own, Open only);
+//     it implements Leases,
+//     and Ledger only if it can keep a run ledger (optionally Notifier,
+//     Queue, Explainer and ServerClock);
+//  2. one row in backend/open's table (name, schemes, URL form, summary,
+//     open): Open, "leasehold --help" and "leasehold doctor" read it;
+//  3. one row in internal/chaos/harness's server table (how to start a
+//     private server for it, and whether chaos runs and the bench matrix
+//     can use it); backend/open's TestOpenEveryBackend fails unless the two
+//     tables have the same rows, and opens every scheme against that server;
+//  4. one conformance_test.go calling conformance.Run.
+//
+// A backend whose server is a new kind of program also needs its starter in
+// internal/testserver, which the row in 3 calls.
 package backend
 
 import (
@@ -236,8 +259,25 @@ type Queue interface {
 	AcquireQueued(ctx context.Context, key string, owner Owner, ttl time.Duration) (Grant, time.Time, error)
 }
 
-// Backend is a full backend: leases plus the run ledger.
+// Backend is a full backend: leases plus the run ledger. The ledger is
+// optional at the seam: a backend that can only keep leases (redlock)
+// implements Leases alone, and whoever needs a ledger (the scheduler, the
+// daemon, "leasehold runs") asks for one with LedgerOf.
 type Backend interface {
 	Leases
 	Ledger
+}
+
+// ErrNoLedger: the backend implements Leases but not Ledger, so it cannot
+// keep the scheduler's run ledger.
+var ErrNoLedger = errors.New("leasehold/backend: the backend keeps no run ledger")
+
+// LedgerOf returns l as a full Backend when it implements Ledger, and
+// otherwise an error wrapping ErrNoLedger that names the backend.
+func LedgerOf(l Leases) (Backend, error) {
+	if b, ok := l.(Backend); ok {
+		return b, nil
+	}
+	return nil, fmt.Errorf("%w: backend %q implements backend.Leases but not backend.Ledger (jobs and runs need a backend that keeps a run ledger)",
+		ErrNoLedger, l.Capabilities().Name)
 }

@@ -172,7 +172,7 @@ func BenchmarkEtcdAcquireRelease(b *testing.B) {
 			eps := etcdTargets(b)[target]
 			c := etcdClient(b, eps)
 			defer c.Close()
-			be, err := etcd.New(c, etcd.Config{Prefix: "bench/" + target + "/"})
+			be, err := etcd.New(c, etcd.WithPrefix("bench/"+target+"/"))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -203,7 +203,7 @@ func BenchmarkEtcdAcquireReleaseMid(b *testing.B) {
 	eps := etcdTargets(b)["node1"]
 	c := etcdClient(b, eps)
 	defer c.Close()
-	be, err := etcd.New(c, etcd.Config{Prefix: "bench/mid/"})
+	be, err := etcd.New(c, etcd.WithPrefix("bench/mid/"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func BenchmarkEtcdAcquireReleaseMid(b *testing.B) {
 
 // BenchmarkZooKeeperAcquireRelease: the same on one ZooKeeper server.
 func BenchmarkZooKeeperAcquireRelease(b *testing.B) {
-	be, err := zookeeper.OpenConfig(zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench", SessionTimeout: 2 * ttl})
+	be, err := zookeeper.OpenConfig(context.Background(), zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench", SessionTimeout: 2 * ttl})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -300,10 +300,10 @@ func BenchmarkEtcdHandover(b *testing.B) {
 	eps := etcdTargets(b)["node1"]
 	c := etcdClient(b, eps)
 	defer c.Close()
-	be, _ := etcd.New(c, etcd.Config{Prefix: "bench/handover/"})
+	be, _ := etcd.New(c, etcd.WithPrefix("bench/handover/"))
 	b.Run("leasehold-etcd", func(b *testing.B) { handover(b, be, "handover/k") })
 	b.Run("mutex-etcd", func(b *testing.B) { handoverMutex(b, c, "mutexh/k") })
-	zb, err := zookeeper.OpenConfig(zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench-handover", SessionTimeout: 2 * ttl})
+	zb, err := zookeeper.OpenConfig(context.Background(), zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench-handover", SessionTimeout: 2 * ttl})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -364,12 +364,12 @@ func handoverParts(b *testing.B, be interface {
 func BenchmarkHandoverParts(b *testing.B) {
 	c := etcdClient(b, etcdTargets(b)["node1"])
 	defer c.Close()
-	be, err := etcd.New(c, etcd.Config{Prefix: "bench/parts/"})
+	be, err := etcd.New(c, etcd.WithPrefix("bench/parts/"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Run("etcd", func(b *testing.B) { handoverParts(b, be, "parts/k") })
-	zb, err := zookeeper.OpenConfig(zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench-parts", SessionTimeout: 2 * ttl})
+	zb, err := zookeeper.OpenConfig(context.Background(), zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/bench-parts", SessionTimeout: 2 * ttl})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 )
 
@@ -64,5 +66,20 @@ func TestAdminListen(t *testing.T) {
 	defer rcancel()
 	if err := d.Run(rctx); err == nil || !strings.Contains(err.Error(), taken.Addr().String()) {
 		t.Fatalf("Run with a taken address = %v, want an error naming %s", err, taken.Addr())
+	}
+}
+
+// TestNewRefusesBackendWithoutLedger: a daemon runs jobs, so it needs a
+// backend that keeps a run ledger, and names the one that does not.
+func TestNewRefusesBackendWithoutLedger(t *testing.T) {
+	cfg, err := Parse("/tmp/l.yaml", []byte(oneJob+"http: {listen: \"off\"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := memory.New()
+	defer m.Close()
+	_, err = New(cfg, struct{ backend.Leases }{m}, nil)
+	if !errors.Is(err, backend.ErrNoLedger) || !strings.Contains(err.Error(), `"memory"`) {
+		t.Fatalf("New = %v, want an error wrapping backend.ErrNoLedger naming the backend", err)
 	}
 }

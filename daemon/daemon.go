@@ -10,6 +10,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/doctor"
 	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/schedule"
@@ -54,10 +56,16 @@ type Daemon struct {
 	ready     chan struct{} // closed once Run holds the instance id and the API listens
 }
 
-// New prepares a daemon for cfg over b. It does not start anything.
-// adminOpts are passed to the admin API server (admin.WithHandler mounts
-// more handlers); the config's http section sets its address, tokens and TLS.
-func New(cfg *Config, b backend.Backend, log *slog.Logger, adminOpts ...admin.Option) (*Daemon, error) {
+// New prepares a daemon for cfg over l, which must keep a run ledger
+// (implement backend.Ledger; otherwise the error wraps backend.ErrNoLedger
+// and names the backend). It does not start anything. adminOpts are passed
+// to the admin API server (admin.WithHandler mounts more handlers); the
+// config's http section sets its address, tokens and TLS.
+func New(cfg *Config, l backend.Leases, log *slog.Logger, adminOpts ...admin.Option) (*Daemon, error) {
+	b, err := backend.LedgerOf(l)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -138,6 +146,7 @@ func (d *Daemon) Scheduler() *schedule.Scheduler { return d.sched }
 // stopped; runs already started go on under their own leases — takes the
 // id again the same way, and resumes.
 func (d *Daemon) Run(ctx context.Context) error {
+	d.warnGuarantees(ctx)
 	id, err := d.holdInstance(ctx)
 	if err != nil {
 		return nil // ctx ended while waiting for the id: nothing started
@@ -186,4 +195,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 	runErr := d.sched.Shutdown(sctx)
 	d.log.Info("stopped")
 	return runErr
+}
+
+// warnGuarantees logs each guarantee the backend does not give, with its
+// reason: the warnings "leasehold doctor" prints (internal/doctor), from
+// the same function.
+func (d *Daemon) warnGuarantees(ctx context.Context) {
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	name := d.b.Capabilities().Name
+	for _, w := range doctor.Warnings(wctx, d.b) {
+		d.log.Warn("backend guarantee not given", "backend", name, "warning", w)
+	}
 }

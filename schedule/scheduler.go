@@ -132,10 +132,16 @@ type entry struct {
 	done     chan struct{}
 }
 
-// New returns a Scheduler over b.
-func New(b backend.Backend, opts ...Option) (*Scheduler, error) {
-	if b == nil {
+// New returns a Scheduler over l, which must keep a run ledger (implement
+// backend.Ledger): otherwise the error wraps backend.ErrNoLedger and names
+// the backend.
+func New(l backend.Leases, opts ...Option) (*Scheduler, error) {
+	if l == nil {
 		return nil, fmt.Errorf("%w: backend is nil", leasehold.ErrInvalid)
+	}
+	b, err := backend.LedgerOf(l)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
 	}
 	host, _ := os.Hostname()
 	if host == "" {

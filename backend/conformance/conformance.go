@@ -3,7 +3,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		conformance.Run(t, conformance.Harness{
-//			New:  func(t testing.TB) backend.Backend { return newBackend(t) },
+//			New:  func(t testing.TB) backend.Leases { return newBackend(t) },
 //			Want: backend.Capabilities{Name: "mine", ...},
 //		})
 //	}
@@ -12,7 +12,10 @@
 // the real backend: grant exclusion, fencing tokens, owner guards, idempotent
 // retries, expiry, the holder's send-time deadline under delayed replies
 // (through a fault-injecting wrapper), elections, the run ledger and bad
-// input. It asserts the capabilities a backend declares, including the ones
+// input. The ledger checks run only when the backend implements
+// backend.Ledger; for one that declares it keeps no ledger (implements
+// backend.Leases alone) they are reported as one skipped subtest, "Ledger",
+// naming that declaration. It asserts the capabilities a backend declares, including the ones
 // it declares it lacks. The suite is itself tested: run against a
 // deliberately broken backend it must fail (see NegativeControl).
 package conformance
@@ -34,15 +37,16 @@ import (
 // Harness tells the suite how to get the backend under test.
 type Harness struct {
 	// New returns a fresh, empty backend isolated from every other New (its
-	// own file, database, key prefix...). The suite closes it.
-	New func(t testing.TB) backend.Backend
+	// own file, database, key prefix...). The suite closes it. When it
+	// also implements backend.Ledger, the ledger checks run too.
+	New func(t testing.TB) backend.Leases
 	// Want is what the backend declares. The suite asserts Capabilities()
 	// equals it and tests each declared property.
 	Want backend.Capabilities
 	// Reopen, required when Want.DurableFencing, closes b and returns a new
 	// backend over the same data (after a restart of the server where there
 	// is one). The suite checks that tokens keep increasing across it.
-	Reopen func(t testing.TB, b backend.Backend) backend.Backend
+	Reopen func(t testing.TB, b backend.Leases) backend.Leases
 	// UnsafeFencing, required when !Want.SafeFencing, must demonstrate the
 	// declared anomaly: it returns two tokens granted on one key in grant
 	// order where the second is not greater than the first.
@@ -67,13 +71,28 @@ type env struct {
 }
 
 // new returns a fresh backend under test (wrapped for the negative control).
-func (e *env) new() backend.Backend {
+func (e *env) new() backend.Leases {
 	b := e.h.New(e.tb)
 	e.tb.Cleanup(func() { _ = b.Close() })
 	if e.wrap != nil {
-		return e.wrap(b)
+		full, err := backend.LedgerOf(b)
+		if err != nil {
+			e.tb.Fatalf("conformance: the negative control wraps a full backend: %v", err)
+		}
+		return e.wrap(full)
 	}
 	return b
+}
+
+// newLedger returns a fresh backend under test that keeps a ledger; only
+// checks marked ledger call it, and Run gives them only such backends.
+func (e *env) newLedger(t T) backend.Backend {
+	t.Helper()
+	full, err := backend.LedgerOf(e.new())
+	if err != nil {
+		t.Fatalf("conformance: a ledger check got a backend without one: %v", err)
+	}
+	return full
 }
 
 // ttl returns the shortest TTL at least d that the backend grants exactly or
@@ -89,6 +108,15 @@ func (e *env) ttl(d time.Duration) time.Duration {
 type check struct {
 	name string
 	fn   func(t T, e *env)
+}
+
+// ledgerCheckNames are the checks that need backend.Ledger.
+func ledgerCheckNames() map[string]bool {
+	m := map[string]bool{}
+	for _, c := range append(ledgerChecks(), lateChecks()...) {
+		m[c.name] = true
+	}
+	return m
 }
 
 func checks() []check {
@@ -112,9 +140,25 @@ func Run(t *testing.T, h Harness) {
 	if !h.Want.SafeFencing && h.UnsafeFencing == nil {
 		t.Fatal("conformance: Want.SafeFencing is false but Harness.UnsafeFencing is nil: the declared anomaly must be shown")
 	}
+	// Whether the backend keeps a ledger is its declaration, read off the
+	// type of one it makes.
+	probe := h.New(t)
+	_, hasLedger := probe.(backend.Ledger)
+	name := probe.Capabilities().Name
+	_ = probe.Close()
+	skipped, needs := 0, ledgerCheckNames()
 	for _, c := range checks() {
+		if needs[c.name] && !hasLedger {
+			skipped++
+			continue
+		}
 		t.Run(c.name, func(t *testing.T) {
 			c.fn(t, &env{h: h, tb: t})
+		})
+	}
+	if skipped > 0 {
+		t.Run("Ledger", func(t *testing.T) {
+			t.Skipf("%d ledger checks not run: backend %q declares no run ledger (it implements backend.Leases, not backend.Ledger)", skipped, name)
 		})
 	}
 }

@@ -27,7 +27,7 @@ type call struct {
 // applied-then-failed acquires (a reply lost after the write), and a
 // partition (requests fail without reaching the backend).
 type faulty struct {
-	backend.Backend
+	backend.Leases
 
 	mu             sync.Mutex
 	renewDelay     time.Duration
@@ -36,7 +36,7 @@ type faulty struct {
 	calls          []call
 }
 
-func newFaulty(b backend.Backend) *faulty { return &faulty{Backend: b} }
+func newFaulty(b backend.Leases) *faulty { return &faulty{Leases: b} }
 
 func (f *faulty) setRenewDelay(d time.Duration) { f.mu.Lock(); f.renewDelay = d; f.mu.Unlock() }
 func (f *faulty) loseAcquireAcks(n int)         { f.mu.Lock(); f.loseAcquireAck = n; f.mu.Unlock() }
@@ -57,7 +57,7 @@ func (f *faulty) Acquire(ctx context.Context, key string, o backend.Owner, ttl t
 		return backend.Grant{}, errInjected
 	}
 	entered := time.Now()
-	g, err := f.Backend.Acquire(ctx, key, o, ttl)
+	g, err := f.Leases.Acquire(ctx, key, o, ttl)
 	f.record(call{op: "acquire", entered: entered, applied: err == nil, granted: g.TTL})
 	f.mu.Lock()
 	lose := err == nil && f.loseAcquireAck > 0
@@ -76,7 +76,7 @@ func (f *faulty) Renew(ctx context.Context, key string, o backend.Owner, token u
 		return backend.Grant{}, errInjected
 	}
 	entered := time.Now()
-	g, err := f.Backend.Renew(ctx, key, o, token, ttl)
+	g, err := f.Leases.Renew(ctx, key, o, token, ttl)
 	f.record(call{op: "renew", entered: entered, applied: err == nil, granted: g.TTL})
 	f.mu.Lock()
 	d := f.renewDelay
@@ -97,19 +97,19 @@ func (f *faulty) Release(ctx context.Context, key string, o backend.Owner, token
 	if f.cut() {
 		return errInjected
 	}
-	return f.Backend.Release(ctx, key, o, token)
+	return f.Leases.Release(ctx, key, o, token)
 }
 
 func (f *faulty) Get(ctx context.Context, key string) (backend.Lease, error) {
 	if f.cut() {
 		return backend.Lease{}, errInjected
 	}
-	return f.Backend.Get(ctx, key)
+	return f.Leases.Get(ctx, key)
 }
 
 // Wait passes push events through when the wrapped backend has them.
 func (f *faulty) Wait(ctx context.Context, key string) (<-chan struct{}, error) {
-	if n, ok := f.Backend.(backend.Notifier); ok && !f.cut() {
+	if n, ok := f.Leases.(backend.Notifier); ok && !f.cut() {
 		return n.Wait(ctx, key)
 	}
 	return nil, errors.ErrUnsupported

@@ -29,7 +29,7 @@ type lateApply struct {
 	renewals  []time.Time   // send times of applied renewals
 }
 
-func newLateApply(b backend.Backend) *lateApply {
+func newLateApply(b backend.Leases) *lateApply {
 	return &lateApply{faulty: newFaulty(b), firstDone: make(chan struct{}), second: make(chan struct{}), hold: make(chan struct{})}
 }
 

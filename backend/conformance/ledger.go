@@ -34,7 +34,7 @@ func claimReq(job string, at time.Time, o backend.Owner, ttl time.Duration) back
 }
 
 func checkOneWinner(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	at := past(time.Second).Add(123 * time.Microsecond) // sub-millisecond part is normalised away
 	ttl := e.ttl(30 * time.Second)
 	const n = 32
@@ -84,7 +84,7 @@ func checkOneWinner(t T, e *env) {
 }
 
 func checkClaimRetry(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	a, at := owner("a"), past(time.Second)
 	req := claimReq("job", at, a, e.ttl(30*time.Second))
 	g1, err := b.Claim(ctx, req)
@@ -97,7 +97,7 @@ func checkClaimRetry(t T, e *env) {
 }
 
 func checkFinishedNeverAgain(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	a, at := owner("a"), past(time.Second)
 	req := claimReq("job", at, a, e.ttl(30*time.Second))
 	g, err := b.Claim(ctx, req)
@@ -121,7 +121,7 @@ func checkFinishedNeverAgain(t T, e *env) {
 }
 
 func checkLedgerGuards(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	a, at := owner("a"), past(time.Second)
 	ttl := e.ttl(30 * time.Second)
 	g, err := b.Claim(ctx, claimReq("job", at, a, ttl))
@@ -142,7 +142,7 @@ func checkLedgerGuards(t T, e *env) {
 }
 
 func checkReclaim(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	a, c, at := owner("a"), owner("c"), past(time.Second)
 	short := e.ttl(200 * time.Millisecond)
 	g1, err := b.Claim(ctx, claimReq("job", at, a, short))
@@ -179,7 +179,7 @@ func checkReclaim(t T, e *env) {
 }
 
 func checkAbandon(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	a, at := owner("a"), past(time.Second)
 	short := e.ttl(200 * time.Millisecond)
 	_, err := b.Claim(ctx, claimReq("job", at, a, short))
@@ -204,7 +204,7 @@ func checkAbandon(t T, e *env) {
 }
 
 func checkClaimLimits(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	ttl := e.ttl(30 * time.Second)
 	future := backend.Instant(time.Now().Add(time.Hour))
 	_, err := b.Claim(ctx, claimReq("job", future, owner("a"), ttl))
@@ -233,7 +233,7 @@ func checkClaimLimits(t T, e *env) {
 }
 
 func checkHighWaterPrune(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	ttl := e.ttl(30 * time.Second)
 	hw, _, err := b.HighWater(ctx, "job")
 	mustNil(t, err, "HighWater of an unknown job")
@@ -298,7 +298,7 @@ func checkHighWaterPrune(t T, e *env) {
 }
 
 func checkListRuns(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	ttl := e.ttl(30 * time.Second)
 	for i := range 6 {
 		job := []string{"alpha", "beta"}[i%2]

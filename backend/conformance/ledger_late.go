@@ -31,7 +31,7 @@ func lateReq(job string, at time.Time, o backend.Owner, ttl, maxLate time.Durati
 }
 
 func checkClaimTooLate(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	ttl := e.ttl(30 * time.Second)
 	// An older occurrence claimed without a bound sets the high-water mark
 	// that the refused claim must leave alone.
@@ -77,7 +77,7 @@ func checkClaimTooLate(t T, e *env) {
 }
 
 func checkClaimTooLateRetry(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	ttl := e.ttl(30 * time.Second)
 	a, at := owner("a"), past(5*time.Second)
 	// The first attempt was applied while the occurrence was in time (no
@@ -107,7 +107,7 @@ func checkClaimTooLateRetry(t T, e *env) {
 }
 
 func checkClaimTooLateZero(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	ttl := e.ttl(30 * time.Second)
 	day := past(24 * time.Hour)
 	_, err := b.Claim(ctx, claimReq("unbounded", day, owner("a"), ttl))

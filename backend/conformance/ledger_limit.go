@@ -14,7 +14,7 @@ import (
 // occurrence being reclaimed does not count itself, and a retry answered
 // "yours" is never refused by the limit (issue #15 item 5).
 func checkReclaimLimit(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	short, long := e.ttl(200*time.Millisecond), e.ttl(30*time.Second)
 	a, bo, c, d := owner("a"), owner("b"), owner("c"), owner("d")
 	dead := past(3 * time.Second)
@@ -63,7 +63,7 @@ func checkReclaimLimit(t T, e *env) {
 // the take-over as it does for two claims. (With one occurrence expired and
 // none other running, exactly one of them wins.) Several jobs race at once.
 func checkReclaimLimitRace(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	short, long := e.ttl(200*time.Millisecond), e.ttl(30*time.Second)
 	const rounds = 8
 	dead, next := past(3*time.Second), past(2*time.Second)

@@ -12,7 +12,7 @@ import (
 // attempt applied late leaves the lease expiring at its arrival + TTL while
 // the runner counts from the retry (issue #14 item 1, claims).
 func checkClaimRetryRenews(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	ttl := e.ttl(2 * time.Second)
 	a, c, d, at := owner("a"), owner("c"), owner("d"), past(time.Second)
 

@@ -18,7 +18,7 @@ import (
 // U+FFFD, valid UTF-8 is never split, and text over the limit keeps its
 // head and its tail around a marker that says how much was cut.
 func checkOutcomeText(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	ttl := e.ttl(30 * time.Second)
 	long := "HEAD " + strings.Repeat("x", 3*backend.MaxResultLen) + " TAIL"
 	cases := []struct {

@@ -33,7 +33,7 @@ func libraryChecks() []check {
 // are quick, and long enough for renewals on a loaded 2-core machine.
 func (e *env) libTTL() time.Duration { return e.ttl(1200 * time.Millisecond) }
 
-func (e *env) locker(t T, b backend.Backend, name string, opts ...leasehold.Option) *leasehold.Locker {
+func (e *env) locker(t T, b backend.Leases, name string, opts ...leasehold.Option) *leasehold.Locker {
 	t.Helper()
 	opts = append([]leasehold.Option{
 		leasehold.WithInstance(name), leasehold.WithTTL(e.libTTL()), leasehold.WithBackoff(time.Millisecond, 50*time.Millisecond),
@@ -134,7 +134,7 @@ func checkLostAck(t T, e *env) {
 	l, err := e.locker(t, f, "a").TryAcquire(ctx, "svc/ack")
 	mustNil(t, err, "TryAcquire whose first reply was lost")
 	defer l.Release(ctx)
-	got, err := f.Backend.Get(ctx, "default:lock:svc/ack")
+	got, err := f.Leases.Get(ctx, "default:lock:svc/ack")
 	mustNil(t, err, "Get")
 	if got.Token != uint64(l.Token()) || got.Owner.Instance != "a" {
 		t.Fatalf("backend holds %+v, lock has token %d", got, l.Token())
@@ -159,7 +159,7 @@ func checkIndeterminate(t T, e *env) {
 	// Acquire returns when it gives up; the search for the orphaned grant
 	// runs after it, bounded by 2 s.
 	eventually(t, 5*time.Second, "the applied grant released, not orphaned, after the library gave up", func() bool {
-		_, err := f.Backend.Get(ctx, "default:lock:svc/unknown")
+		_, err := f.Leases.Get(ctx, "default:lock:svc/unknown")
 		return errors.Is(err, backend.ErrNotFound)
 	})
 }
@@ -267,7 +267,7 @@ func (ev *events) when(s string) time.Time {
 	return ev.at[s]
 }
 
-func (e *env) elector(t T, b backend.Backend, name string, ev *events, tokens *sync.Map) *leasehold.Elector {
+func (e *env) elector(t T, b backend.Leases, name string, ev *events, tokens *sync.Map) *leasehold.Elector {
 	t.Helper()
 	el, err := leasehold.NewElector(b, "svc/leader", leasehold.Callbacks{
 		OnElected:   func(tok leasehold.Token) { tokens.Store(name, tok); ev.add(name + " elected") },

@@ -32,7 +32,7 @@ func (b lateFirst) Claim(ctx context.Context, req backend.ClaimRequest) (backend
 
 func TestNegativeControlMaxLate(t *testing.T) {
 	h := conformance.Harness{
-		New:  func(testing.TB) backend.Backend { return memory.New() },
+		New:  func(testing.TB) backend.Leases { return memory.New() },
 		Want: memory.New().Capabilities(),
 	}
 	t.Run("ignored", func(t *testing.T) {

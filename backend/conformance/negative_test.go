@@ -57,7 +57,7 @@ func (b *broken) Release(ctx context.Context, key string, o backend.Owner, token
 
 func TestNegativeControl(t *testing.T) {
 	h := conformance.Harness{
-		New:  func(testing.TB) backend.Backend { return memory.New() },
+		New:  func(testing.TB) backend.Leases { return memory.New() },
 		Want: memory.New().Capabilities(),
 	}
 	wrap := func(b backend.Backend) backend.Backend { return &broken{Backend: b, offset: map[string]uint64{}} }
@@ -105,7 +105,7 @@ func (b *staleYours) Acquire(ctx context.Context, key string, o backend.Owner, t
 // earliest attempt that may have been applied and confirms with a Renew).
 func TestStaleYours(t *testing.T) {
 	h := conformance.Harness{
-		New:  func(testing.TB) backend.Backend { return memory.New() },
+		New:  func(testing.TB) backend.Leases { return memory.New() },
 		Want: memory.New().Capabilities(),
 	}
 	wrap := func(b backend.Backend) backend.Backend {

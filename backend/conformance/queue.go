@@ -19,7 +19,7 @@ func queueChecks() []check {
 	}
 }
 
-func queueOf(t T, b backend.Backend) (backend.Queue, bool) {
+func queueOf(t T, b backend.Leases) (backend.Queue, bool) {
 	q, ok := b.(backend.Queue)
 	if !ok {
 		t.Logf("%T does not implement backend.Queue: the Locker retries Acquire", b)

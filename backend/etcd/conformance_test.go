@@ -42,9 +42,9 @@ func want() backend.Capabilities {
 func TestConformance(t *testing.T) {
 	srv := testserver.Etcd(t)
 	conformance.Run(t, conformance.Harness{
-		New:  func(t testing.TB) backend.Backend { return open(t, []string{srv.Addr()}) },
+		New:  func(t testing.TB) backend.Leases { return open(t, []string{srv.Addr()}) },
 		Want: want(),
-		Reopen: func(t testing.TB, b backend.Backend) backend.Backend {
+		Reopen: func(t testing.TB, b backend.Leases) backend.Leases {
 			p := b.(*etcd.Backend).Prefix()
 			b.Close()
 			srv.Restart()

@@ -170,10 +170,13 @@ var (
 //
 // The path (without its leading slash) is the key prefix; a trailing slash
 // is added. cacert/cert/key turn TLS on. Errors never contain the password.
-func Open(ctx context.Context, rawURL string) (*Backend, error) {
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
 	cfg, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	return OpenConfig(ctx, cfg)
 }
@@ -256,11 +259,25 @@ func OpenConfig(ctx context.Context, cfg Config) (*Backend, error) {
 	return b, nil
 }
 
+// Option configures New and Open (over what the URL or Config says).
+type Option func(*Config)
+
+// WithPrefix sets the key prefix (Config.Prefix; default "leasehold/").
+func WithPrefix(p string) Option { return func(c *Config) { c.Prefix = p } }
+
+// WithNoCompact stops Prune from compacting the revisions it deleted
+// (Config.NoCompact).
+func WithNoCompact(on bool) Option { return func(c *Config) { c.NoCompact = on } }
+
 // New returns a backend over an existing client, which the caller keeps
-// and closes. Only cfg.Prefix and cfg.NoCompact are used.
-func New(c *clientv3.Client, cfg Config) (*Backend, error) {
+// and closes.
+func New(c *clientv3.Client, opts ...Option) (*Backend, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: etcd client is nil", backend.ErrInvalid)
+	}
+	var cfg Config
+	for _, o := range opts {
+		o(&cfg)
 	}
 	return newBackend(c, cfg)
 }

@@ -71,7 +71,7 @@ func TestNamespaceConfinedByRBAC(t *testing.T) {
 	var n atomic.Int64
 	t.Run("conformance in A", func(t *testing.T) {
 		conformance.Run(t, conformance.Harness{
-			New: func(t testing.TB) backend.Backend {
+			New: func(t testing.TB) backend.Leases {
 				b, err := openAs(t, srv.Addr(), "lh-a", fmt.Sprintf("lh-a/t%d/", n.Add(1)), true)
 				if err != nil {
 					t.Fatalf("open as lh-a: %v", err)
@@ -79,7 +79,7 @@ func TestNamespaceConfinedByRBAC(t *testing.T) {
 				return b
 			},
 			Want: want(),
-			Reopen: func(t testing.TB, old backend.Backend) backend.Backend {
+			Reopen: func(t testing.TB, old backend.Leases) backend.Leases {
 				p := old.(*etcd.Backend).Prefix()
 				old.Close()
 				srv.Restart()

@@ -10,7 +10,7 @@ import (
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness{
-		New: func(testing.TB) backend.Backend { return memory.New() },
+		New: func(testing.TB) backend.Leases { return memory.New() },
 		Want: backend.Capabilities{
 			Name: "memory", ServerClock: true, SafeFencing: true, PushEvents: true, MinTTL: memory.MinTTL,
 		},

@@ -36,7 +36,7 @@ func openTest(t testing.TB) (*Backend, string) {
 func TestConformance(t *testing.T) {
 	urls := map[*Backend]string{}
 	conformance.Run(t, conformance.Harness{
-		New: func(t testing.TB) backend.Backend {
+		New: func(t testing.TB) backend.Leases {
 			b, u := openTest(t)
 			urls[b] = u
 			return b
@@ -45,7 +45,7 @@ func TestConformance(t *testing.T) {
 			Name: "mysql", ServerClock: true, SafeFencing: true, DurableFencing: true,
 			PushEvents: false, MultiProcess: true, MinTTL: time.Millisecond,
 		},
-		Reopen: func(t testing.TB, old backend.Backend) backend.Backend {
+		Reopen: func(t testing.TB, old backend.Leases) backend.Leases {
 			mb := old.(*Backend)
 			mb.Close()
 			b, err := Open(context.Background(), urls[mb])

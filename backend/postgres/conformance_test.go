@@ -64,9 +64,9 @@ var want = backend.Capabilities{
 // restarted process would; TestRestartKeepsTokens restarts the server.
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness{
-		New:  func(t testing.TB) backend.Backend { return openTest(t) },
+		New:  func(t testing.TB) backend.Leases { return openTest(t) },
 		Want: want,
-		Reopen: func(t testing.TB, old backend.Backend) backend.Backend {
+		Reopen: func(t testing.TB, old backend.Leases) backend.Leases {
 			pb := old.(*Backend)
 			u := testserver.PostgresURL(t)
 			if err := pb.Close(); err != nil {

@@ -99,9 +99,9 @@ func TestNamespaceConfinedByRole(t *testing.T) {
 	}
 	t.Run("conformance in A", func(t *testing.T) {
 		conformance.Run(t, conformance.Harness{
-			New:  func(t testing.TB) backend.Backend { return openA(t, fmt.Sprintf("t%d_", n.Add(1))) },
+			New:  func(t testing.TB) backend.Leases { return openA(t, fmt.Sprintf("t%d_", n.Add(1))) },
 			Want: want,
-			Reopen: func(t testing.TB, old backend.Backend) backend.Backend {
+			Reopen: func(t testing.TB, old backend.Leases) backend.Leases {
 				p := old.(*Backend).prefix
 				if err := old.Close(); err != nil {
 					t.Fatal(err)

@@ -55,9 +55,9 @@ func TestConformance(t *testing.T) {
 	t.Run("durable", func(t *testing.T) {
 		srv := testserver.Redis(t, "--appendonly", "yes", "--appendfsync", "always")
 		conformance.Run(t, conformance.Harness{
-			New:  func(t testing.TB) backend.Backend { return open(t, srv.Addr()) },
+			New:  func(t testing.TB) backend.Leases { return open(t, srv.Addr()) },
 			Want: want(true),
-			Reopen: func(t testing.TB, b backend.Backend) backend.Backend {
+			Reopen: func(t testing.TB, b backend.Leases) backend.Leases {
 				p := b.(*redis.Backend).Prefix()
 				b.Close()
 				srv.Restart()
@@ -71,7 +71,7 @@ func TestConformance(t *testing.T) {
 		}
 		srv := testserver.Redis(t)
 		conformance.Run(t, conformance.Harness{
-			New:  func(t testing.TB) backend.Backend { return open(t, srv.Addr()) },
+			New:  func(t testing.TB) backend.Leases { return open(t, srv.Addr()) },
 			Want: want(false),
 		})
 	})

@@ -71,7 +71,7 @@ func TestNamespaceConfinedByACL(t *testing.T) {
 	}
 	t.Run("conformance in A", func(t *testing.T) {
 		conformance.Run(t, conformance.Harness{
-			New: func(t testing.TB) backend.Backend {
+			New: func(t testing.TB) backend.Leases {
 				p := fmt.Sprintf("lhA:t%d:", n.Add(1))
 				if err := admin.Do(context.Background(), "ACL", "SETUSER", "app_a", channelRule(p)).Err(); err != nil {
 					t.Fatalf("ACL SETUSER app_a %s: %v", channelRule(p), err)

@@ -36,22 +36,24 @@
 // the redis backend (one node, noeviction, appendfsync always) or a
 // consensus backend when a resource must reject stale holders by token.
 //
-// # The run ledger
+// # No run ledger
 //
 // A run ledger needs a per-job counter that strictly increases, claims that
 // are never lost once finished, and compare-and-set transitions; a majority
 // of independent Redis nodes without consensus cannot provide any of them
-// (a restarted node loses records, split votes leave no winner). The ledger
-// methods therefore return an error wrapping errors.ErrUnsupported, unless
-// WithLedger delegates the ledger to a backend that can keep one (for
-// example the redis backend on one node); its guarantees are then that
-// backend's.
+// (a restarted node loses records, split votes leave no winner). So the
+// backend implements backend.Leases and backend.Notifier, not
+// backend.Ledger: the scheduler refuses it (backend.LedgerOf names it), and
+// the conformance suite skips its ledger checks by that declaration.
 package redlock
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,16 +72,12 @@ const MinTTL = 50 * time.Millisecond
 // release, which is not racing a validity, gets 10× as long, at least 1 s).
 const DefaultNodeTimeout = 100 * time.Millisecond
 
-// ErrUnsupported is wrapped by the ledger methods when no ledger was given.
-var ErrUnsupported = fmt.Errorf("leasehold/redlock: the run ledger cannot be kept on a Redlock quorum: %w", errors.ErrUnsupported)
-
 // Backend is the Redlock backend. Create it with New or Open.
 type Backend struct {
 	nodes       []*node
 	quorum      int
 	prefix      string
 	nodeTimeout time.Duration
-	ledger      backend.Ledger
 	closed      atomic.Bool
 }
 
@@ -90,7 +88,7 @@ type node struct {
 }
 
 var (
-	_ backend.Backend  = (*Backend)(nil)
+	_ backend.Leases   = (*Backend)(nil)
 	_ backend.Notifier = (*Backend)(nil)
 )
 
@@ -100,7 +98,6 @@ type Option func(*config)
 type config struct {
 	prefix      string
 	nodeTimeout time.Duration
-	ledger      backend.Ledger
 }
 
 // WithPrefix sets the key prefix on every node (default "leasehold:").
@@ -109,9 +106,6 @@ func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 // WithNodeTimeout bounds each node's reply (default 100 ms). Use clients
 // with ContextTimeoutEnabled so that the bound applies to reads.
 func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
-
-// WithLedger delegates the run ledger to l (see the package doc).
-func WithLedger(l backend.Ledger) Option { return func(c *config) { c.ledger = l } }
 
 // New returns a backend over clients, one per independent node (an odd
 // number, at least 3). The caller keeps owning the clients.
@@ -126,7 +120,7 @@ func New(clients []goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	if cfg.nodeTimeout <= 0 {
 		return nil, fmt.Errorf("%w: node timeout %v is not positive", backend.ErrInvalid, cfg.nodeTimeout)
 	}
-	b := &Backend{quorum: len(clients)/2 + 1, prefix: cfg.prefix, nodeTimeout: cfg.nodeTimeout, ledger: cfg.ledger}
+	b := &Backend{quorum: len(clients)/2 + 1, prefix: cfg.prefix, nodeTimeout: cfg.nodeTimeout}
 	for i, c := range clients {
 		w, err := rb.New(c, rb.WithPrefix(cfg.prefix))
 		if err != nil {
@@ -137,9 +131,75 @@ func New(clients []goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	return b, nil
 }
 
-// Open connects to every URL (see the redis backend's Open for the form)
-// and returns a backend that owns the connections.
-func Open(ctx context.Context, urls []string, opts ...Option) (*Backend, error) {
+// Open connects to the nodes a redlock URL names and returns a backend that
+// owns the connections:
+//
+//	redlock://[user:password@]host1:6379,host2:6379,host3:6379[/db][?params]
+//	redlocks://...   the same over TLS (each node as rediss://)
+//
+// Every node gets the same user, password, database and parameters. The
+// parameters are those of the redis backend's URL (go-redis's dial_timeout,
+// pool_size, skip_verify, …, and prefix), plus node_timeout (a Go duration,
+// see WithNodeTimeout). Options given to Open override the URL's. Errors
+// name the field and value, and never show the password.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
+	nodes, urlOpts, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return openNodes(ctx, nodes, append(urlOpts, opts...)...)
+}
+
+// parseURL splits a redlock URL into one redis URL per node and the
+// options its redlock parameters set.
+func parseURL(rawURL string) ([]string, []Option, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the URL, password included
+		}
+		return nil, nil, fmt.Errorf("%w: redlock URL: %v", backend.ErrInvalid, err)
+	}
+	nodeScheme := map[string]string{"redlock": "redis", "redlocks": "rediss"}[strings.ToLower(u.Scheme)]
+	if nodeScheme == "" {
+		return nil, nil, fmt.Errorf("%w: redlock URL %q: scheme %q is not redlock or redlocks", backend.ErrInvalid, u.Redacted(), u.Scheme)
+	}
+	if u.Opaque != "" || u.Fragment != "" {
+		return nil, nil, fmt.Errorf("%w: redlock URL %q: want redlock://host1:port,host2:port,host3:port[/db]", backend.ErrInvalid, u.Redacted())
+	}
+	var opts []Option
+	q := u.Query()
+	if q.Has("node_timeout") {
+		v := q.Get("node_timeout")
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, nil, fmt.Errorf("%w: redlock URL %q: node_timeout %q is not a positive duration", backend.ErrInvalid, u.Redacted(), v)
+		}
+		opts = append(opts, WithNodeTimeout(d))
+		q.Del("node_timeout")
+	}
+	if q.Has("prefix") {
+		opts = append(opts, WithPrefix(q.Get("prefix")))
+		q.Del("prefix")
+	}
+	var nodes []string
+	for i, h := range strings.Split(u.Host, ",") {
+		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
+			return nil, nil, fmt.Errorf("%w: redlock URL %q: node %d host %q is not host:port", backend.ErrInvalid, u.Redacted(), i, h)
+		}
+		n := url.URL{Scheme: nodeScheme, User: u.User, Host: h, Path: u.Path, RawQuery: q.Encode()}
+		nodes = append(nodes, n.String())
+	}
+	if n := len(nodes); n < 3 || n%2 == 0 {
+		return nil, nil, fmt.Errorf("%w: redlock URL %q: %d nodes given, need an odd number ≥ 3", backend.ErrInvalid, u.Redacted(), n)
+	}
+	return nodes, opts, nil
+}
+
+// openNodes connects to every redis URL and returns a backend that owns
+// the connections.
+func openNodes(ctx context.Context, urls []string, opts ...Option) (*Backend, error) {
 	var ws []*rb.Backend
 	fail := func(err error) (*Backend, error) {
 		for _, w := range ws {

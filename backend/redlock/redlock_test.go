@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/conformance"
-	"github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/backend/redlock"
 	"github.com/leasehold/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/internal/testserver"
@@ -69,19 +69,12 @@ func owner(name string) backend.Owner {
 func TestConformance(t *testing.T) {
 	nodes := servers(t, 5)
 	conformance.Run(t, conformance.Harness{
-		New: func(t testing.TB) backend.Backend {
+		New: func(t testing.TB) backend.Leases {
 			p := fmt.Sprintf("t%d:", prefixes.Add(1))
-			// The ledger cannot live on the quorum (package doc): it is
-			// delegated to the redis backend on node 0.
-			ledger, err := redis.New(client(t, nodes[0].Addr()), redis.WithPrefix(p))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ledger.Close() })
 			// A 1 s node timeout: 64 goroutines contending on 5 nodes
 			// of a loaded 2-core machine otherwise time out and fail
 			// with errors rather than ErrHeld.
-			return newRedlock(t, addrsOf(nodes), redlock.WithPrefix(p), redlock.WithLedger(ledger), redlock.WithNodeTimeout(time.Second))
+			return newRedlock(t, addrsOf(nodes), redlock.WithPrefix(p), redlock.WithNodeTimeout(time.Second))
 		},
 		Want: backend.Capabilities{
 			Name: "redlock", ServerClock: true, PushEvents: true, MultiProcess: true,
@@ -222,11 +215,18 @@ func TestQuorumMatrix(t *testing.T) {
 	t.Logf("%d cases", cases)
 }
 
-func TestLedgerUnsupportedWithoutDelegate(t *testing.T) {
+// TestNoLedger: Redlock declares at the seam that it keeps no run ledger
+// (it implements backend.Leases, not backend.Ledger), and LedgerOf — what
+// the scheduler and the daemon ask — refuses it by name.
+func TestNoLedger(t *testing.T) {
 	b := newRedlock(t, addrsOf(servers(t, 3)))
-	_, err := b.Claim(context.Background(), backend.ClaimRequest{Job: "j"})
-	if !errors.Is(err, errors.ErrUnsupported) || !errors.Is(err, redlock.ErrUnsupported) {
-		t.Fatalf("Claim without a ledger: %v, want ErrUnsupported", err)
+	var l backend.Leases = b
+	if _, ok := l.(backend.Ledger); ok {
+		t.Fatal("the redlock backend implements backend.Ledger; a Redlock quorum cannot keep one (package doc)")
+	}
+	_, err := backend.LedgerOf(b)
+	if !errors.Is(err, backend.ErrNoLedger) || !strings.Contains(err.Error(), `"redlock"`) {
+		t.Fatalf("LedgerOf(redlock) = %v, want ErrNoLedger naming redlock", err)
 	}
 	if _, err := redlock.New(clients(t, addrsOf(servers(t, 1)))); !errors.Is(err, backend.ErrInvalid) {
 		t.Fatalf("New with 1 node: %v, want ErrInvalid", err)

@@ -15,7 +15,7 @@ import (
 // each New in its own temp dir.
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness{
-		New: func(t testing.TB) backend.Backend {
+		New: func(t testing.TB) backend.Leases {
 			b, err := Open(context.Background(), dbPath(t))
 			if err != nil {
 				t.Fatalf("Open: %v", err)
@@ -33,7 +33,7 @@ func TestConformance(t *testing.T) {
 		},
 		// Reopen closes the backend and opens the same file again, as a
 		// restarted process would.
-		Reopen: func(t testing.TB, old backend.Backend) backend.Backend {
+		Reopen: func(t testing.TB, old backend.Leases) backend.Leases {
 			sb, ok := old.(*Backend)
 			if !ok {
 				t.Fatalf("Reopen: %T is not a *sqlite.Backend", old)

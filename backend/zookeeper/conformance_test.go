@@ -1,6 +1,7 @@
 package zookeeper_test
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -24,7 +25,7 @@ func open(t testing.TB, addr string, session time.Duration, prefix ...string) *z
 	}
 	// A generous connect bound: on a loaded 2-core host a fresh JVM server
 	// can take over 10 s to open its first sessions.
-	b, err := zookeeper.OpenConfig(zookeeper.Config{Servers: []string{addr}, Prefix: p, SessionTimeout: session, ConnectTimeout: 30 * time.Second})
+	b, err := zookeeper.OpenConfig(context.Background(), zookeeper.Config{Servers: []string{addr}, Prefix: p, SessionTimeout: session, ConnectTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("zookeeper.OpenConfig: %v", err)
 	}
@@ -45,9 +46,9 @@ func want() backend.Capabilities {
 func TestConformance(t *testing.T) {
 	srv := testserver.ZooKeeper(t)
 	conformance.Run(t, conformance.Harness{
-		New:  func(t testing.TB) backend.Backend { return open(t, srv.Addr(), 40*time.Second) },
+		New:  func(t testing.TB) backend.Leases { return open(t, srv.Addr(), 40*time.Second) },
 		Want: want(),
-		Reopen: func(t testing.TB, b backend.Backend) backend.Backend {
+		Reopen: func(t testing.TB, b backend.Leases) backend.Leases {
 			p := b.(*zookeeper.Backend).Prefix()
 			b.Close()
 			srv.Restart()

@@ -78,8 +78,8 @@ func TestEnsembleRetryReadsNoStaleFollower(t *testing.T) {
 func TestEnsembleConformanceLeases(t *testing.T) {
 	e := testserver.ZooKeeperEnsemble3(t)
 	h := conformance.Harness{
-		New: func(t testing.TB) backend.Backend {
-			b, err := zookeeper.OpenConfig(zookeeper.Config{Servers: e.Addrs(), Prefix: fmt.Sprintf("/t%d", prefixes.Add(1)),
+		New: func(t testing.TB) backend.Leases {
+			b, err := zookeeper.OpenConfig(context.Background(), zookeeper.Config{Servers: e.Addrs(), Prefix: fmt.Sprintf("/t%d", prefixes.Add(1)),
 				SessionTimeout: 40 * time.Second, ConnectTimeout: 30 * time.Second})
 			if err != nil {
 				t.Fatalf("zookeeper.OpenConfig: %v", err)

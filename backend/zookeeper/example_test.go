@@ -16,7 +16,7 @@ import (
 // negotiated by the server; SessionTimeout reports what was granted, and
 // lock TTLs are capped by it.
 func ExampleOpen_leaderElection() {
-	b, err := zookeeper.Open("zk://zk1:2181,zk2:2181,zk3:2181/myapp?session_timeout=10s")
+	b, err := zookeeper.Open(context.Background(), "zk://zk1:2181,zk2:2181,zk3:2181/myapp?session_timeout=10s")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestNamespaceConfinedByDigestACL(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	bB, err := zookeeper.Open("zk://app_b:pw-b@" + srv.Addr() + "/tenants/b?session_timeout=10s")
+	bB, err := zookeeper.Open(context.Background(), "zk://app_b:pw-b@"+srv.Addr()+"/tenants/b?session_timeout=10s")
 	if err != nil {
 		t.Fatalf("open /tenants/b as b: %v", err)
 	}
@@ -54,7 +54,7 @@ func TestNamespaceConfinedByDigestACL(t *testing.T) {
 	}
 	defer lB.Release(ctx)
 
-	bA, err := zookeeper.Open("zk://app_a:pw-a@" + srv.Addr() + "/tenants/a?session_timeout=10s")
+	bA, err := zookeeper.Open(context.Background(), "zk://app_a:pw-a@"+srv.Addr()+"/tenants/a?session_timeout=10s")
 	if err != nil {
 		t.Fatalf("open /tenants/a as a: %v", err)
 	}
@@ -77,7 +77,7 @@ func TestNamespaceConfinedByDigestACL(t *testing.T) {
 	// a in /tenants/b: refused.
 	// Opening finds B's nodes in place (exists needs no permission) and
 	// creates nothing; every operation is then refused.
-	intruder, err := zookeeper.Open("zk://app_a:pw-a@" + srv.Addr() + "/tenants/b?session_timeout=10s")
+	intruder, err := zookeeper.Open(context.Background(), "zk://app_a:pw-a@"+srv.Addr()+"/tenants/b?session_timeout=10s")
 	if err != nil {
 		t.Fatal(err)
 	}

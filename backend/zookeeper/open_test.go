@@ -39,7 +39,7 @@ func TestParseURL(t *testing.T) {
 // and writable by that user only; an unauthenticated session is refused.
 func TestDigestACL(t *testing.T) {
 	srv := testserver.ZooKeeper(t)
-	b, err := zookeeper.Open("zk://app:s3cret@" + srv.Addr() + "/secure?session_timeout=10s")
+	b, err := zookeeper.Open(context.Background(), "zk://app:s3cret@"+srv.Addr()+"/secure?session_timeout=10s")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,7 @@
 package zookeeper
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"strings"
@@ -191,13 +192,14 @@ var (
 	_ backend.Notifier = (*Backend)(nil)
 )
 
-// Open connects as rawURL says (see ParseURL).
-func Open(rawURL string) (*Backend, error) {
+// Open connects as rawURL says (see ParseURL). ctx bounds the wait for the
+// session, as Config.ConnectTimeout does.
+func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	cfg, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	return OpenConfig(cfg)
+	return OpenConfig(ctx, cfg)
 }
 
 // handshakeLogger reads the session timeout the server granted from the
@@ -216,8 +218,9 @@ func (l handshakeLogger) Printf(format string, args ...any) {
 	}
 }
 
-// OpenConfig connects as cfg says and waits for the session.
-func OpenConfig(cfg Config) (*Backend, error) {
+// OpenConfig connects as cfg says and waits for the session, at most
+// cfg.ConnectTimeout and until ctx ends.
+func OpenConfig(ctx context.Context, cfg Config) (*Backend, error) {
 	if len(cfg.Servers) == 0 {
 		return nil, fmt.Errorf("%w: zookeeper servers are empty", backend.ErrInvalid)
 	}
@@ -251,6 +254,9 @@ wait:
 		case <-timeout:
 			conn.Close()
 			return nil, fmt.Errorf("zookeeper: no session with %v within %v", cfg.Servers, cfg.ConnectTimeout)
+		case <-ctx.Done():
+			conn.Close()
+			return nil, fmt.Errorf("zookeeper: no session with %v: %w", cfg.Servers, context.Cause(ctx))
 		}
 	}
 	// The granted timeout is logged right after the session event; without
@@ -260,6 +266,9 @@ wait:
 	case <-timeout:
 		conn.Close()
 		return nil, fmt.Errorf("zookeeper: could not read the session timeout granted by %v", cfg.Servers)
+	case <-ctx.Done():
+		conn.Close()
+		return nil, fmt.Errorf("zookeeper: could not read the session timeout granted by %v: %w", cfg.Servers, context.Cause(ctx))
 	}
 	go func() { // drain session events; watches have their own channels
 		for range events {

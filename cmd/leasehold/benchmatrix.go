@@ -409,6 +409,6 @@ the machine is shared and noisy.
 		}
 		fmt.Fprintf(&b, "| %s | %s |\n", r.kind, strings.ReplaceAll(c, "|", "/"))
 	}
-	fmt.Fprintf(&b, "\nRedlock is not in this table: it is not reachable through a backend URL yet (internal/open), and it declares SafeFencing=false.\n")
+	fmt.Fprintf(&b, "\nRedlock is not in this table: the matrix kills and restarts one server and the chaos run proxies one endpoint, and a Redlock quorum has N of each; it declares SafeFencing=false and keeps no run ledger.\n")
 	return b.String()
 }

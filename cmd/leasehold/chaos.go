@@ -54,9 +54,11 @@ stale holders caught by the sink, token regressions and linearizability
 backend's declared capabilities. It writes report.txt, report.json,
 report.html and timeline.html to --out.
 
---backend is a kind — sqlite, redis, postgres, mysql, etcd, zookeeper — for
+--backend is a kind — ` + strings.Join(harness.Kinds(), ", ") + ` — for
 which a private server is started from the binaries installed on this host
-(restart-backend needs one), or the URL of a running backend.
+(restart-backend needs one), or the URL of a running backend (one endpoint,
+since each worker reaches it through its own proxy; memory serves one
+process and redlock has N endpoints, so neither runs here).
 
 Exit status 0 if no invariant was violated, 1 if one was, 64 for bad usage.`,
 		Example: `  leasehold chaos --backend redis --instances 5 --duration 60s --seed 7 --out /tmp/chaos-redis

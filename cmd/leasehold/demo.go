@@ -257,7 +257,11 @@ func (a *app) demoReport(ctx context.Context, db, effects string, victim demoLin
 	}
 
 	// The ledger must agree with what the jobs wrote.
-	b, err := a.openURL(ctx, "sqlite://"+db)
+	var b backend.Backend
+	l, err := a.openURL(ctx, "sqlite://"+db)
+	if err == nil {
+		b, err = ledgerOf(l)
+	}
 	if err != nil {
 		fmt.Fprintf(out, "ledger:  cannot open: %v\n", err)
 		return false

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	bopen "github.com/leasehold/leasehold/backend/open"
 	"github.com/leasehold/leasehold/internal/open"
 	"github.com/leasehold/leasehold/internal/redact"
 )
@@ -141,13 +143,10 @@ acting after its lease expired; leasehold kills the command when it can no
 longer be sure it holds the lease, and a resource that rejects tokens lower
 than the highest it has seen is protected from a stale holder.
 
-Backends (--backend, default $LEASEHOLD_BACKEND, else
-$XDG_STATE_HOME/leasehold/leasehold.db, or ~/.local/state/leasehold/leasehold.db):
-  memory://                 in-process (useful only for testing)
-  sqlite:///abs/path.db     a SQLite file shared by the processes of one host
-  sqlite://rel/path.db      the same, relative to the working directory
-  /path/to/file.db          a bare path is a SQLite file
-
+Backends (--backend URL, default $LEASEHOLD_BACKEND, else
+$XDG_STATE_HOME/leasehold/leasehold.db, or ~/.local/state/leasehold/leasehold.db);
+"leasehold doctor" shows what the one in use guarantees, and why:
+` + bopen.Help() + `
 ` + exitCodesHelp,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
@@ -167,16 +166,16 @@ $XDG_STATE_HOME/leasehold/leasehold.db, or ~/.local/state/leasehold/leasehold.db
 		return &exitError{code: ExitUsage, err: err}
 	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.backendURL, "backend", "", "backend `URL` (default $"+open.EnvBackend+", else a SQLite file in $XDG_STATE_HOME/leasehold)")
+	pf.StringVar(&a.backendURL, "backend", "", "backend `URL`: "+strings.Join(bopen.Schemes(), ", ")+" or a SQLite path (default $"+open.EnvBackend+", else a SQLite file in $XDG_STATE_HOME/leasehold)")
 	pf.StringVar(&a.namespace, "namespace", leasehold.DefaultNamespace, "key `namespace`")
 	pf.StringVar(&a.instance, "instance", host, "instance `name` shown as the holder")
 
-	root.AddCommand(newLockCmd(a), newLocksCmd(a), newRunCmd(a), newJobsCmd(a), newRunsCmd(a), newDemoCmd(a), newDemoJobCmd(a), newVersionCmd(a), newBenchCmd(a), newChaosCmd(a), newStatusCmd(a))
+	root.AddCommand(newLockCmd(a), newLocksCmd(a), newRunCmd(a), newJobsCmd(a), newRunsCmd(a), newDemoCmd(a), newDemoJobCmd(a), newVersionCmd(a), newBenchCmd(a), newChaosCmd(a), newStatusCmd(a), newDoctorCmd(a))
 	return root
 }
 
 // openBackend opens the backend named by --backend (or the default).
-func (a *app) openBackend(ctx context.Context) (backend.Backend, error) {
+func (a *app) openBackend(ctx context.Context) (backend.Leases, error) {
 	raw := a.backendURL
 	a.noteSecrets(raw)
 	if raw == "" {
@@ -191,6 +190,17 @@ func (a *app) openBackend(ctx context.Context) (backend.Backend, error) {
 		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("--backend: %w", err)}
 	case err != nil:
 		return nil, &exitError{code: ExitInternal, err: err}
+	}
+	return b, nil
+}
+
+// ledgerOf returns l as a backend with a run ledger, or a usage error
+// naming the backend (and closes l) when it keeps none.
+func ledgerOf(l backend.Leases) (backend.Backend, error) {
+	b, err := backend.LedgerOf(l)
+	if err != nil {
+		l.Close()
+		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("--backend: %w", err)}
 	}
 	return b, nil
 }

@@ -47,7 +47,7 @@ func (a *app) loadConfig(cmd *cobra.Command, path string) (*daemon.Config, error
 	return cfg, nil
 }
 
-func (a *app) openURL(ctx context.Context, raw string) (backend.Backend, error) {
+func (a *app) openURL(ctx context.Context, raw string) (backend.Leases, error) {
 	a.noteSecrets(raw)
 	b, err := open.Open(ctx, raw)
 	switch {
@@ -193,7 +193,11 @@ func newJobsCmd(a *app) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			b, err := a.openURL(ctx, cfg.Backend)
+			l, err := a.openURL(ctx, cfg.Backend)
+			if err != nil {
+				return err
+			}
+			b, err := ledgerOf(l)
 			if err != nil {
 				return err
 			}
@@ -300,7 +304,11 @@ func newRunsCmd(a *app) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			b, err := a.openBackend(ctx)
+			l, err := a.openBackend(ctx)
+			if err != nil {
+				return err
+			}
+			b, err := ledgerOf(l)
 			if err != nil {
 				return err
 			}

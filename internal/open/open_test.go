@@ -7,14 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 
-func mustOpen(t *testing.T, raw string) backend.Backend {
+func mustOpen(t *testing.T, raw string) backend.Leases {
 	t.Helper()
 	b, err := Open(context.Background(), raw)
 	if err != nil {
@@ -24,97 +23,13 @@ func mustOpen(t *testing.T, raw string) backend.Backend {
 	return b
 }
 
-func sqlitePath(t *testing.T, b backend.Backend) string {
+func sqlitePath(t *testing.T, b backend.Leases) string {
 	t.Helper()
 	sb, ok := b.(*sqlite.Backend)
 	if !ok {
 		t.Fatalf("backend is %T, want *sqlite.Backend", b)
 	}
 	return sb.Path()
-}
-
-func TestOpenMemory(t *testing.T) {
-	for _, raw := range []string{"memory://", "memory:", "MEMORY://"} {
-		b := mustOpen(t, raw)
-		if got := b.Capabilities().Name; got != "memory" {
-			t.Errorf("Open(%q) is %q, want memory", raw, got)
-		}
-	}
-}
-
-func TestOpenSQLite(t *testing.T) {
-	dir := t.TempDir()
-	t.Chdir(dir)
-	if err := os.Mkdir("sub", 0o700); err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct{ raw, want string }{
-		{"sqlite://" + filepath.Join(dir, "abs.db"), filepath.Join(dir, "abs.db")},
-		{"sqlite://sub/rel.db", filepath.Join(dir, "sub", "rel.db")},
-		{"sqlite://top.db", filepath.Join(dir, "top.db")},
-		{"sqlite:opaque.db", filepath.Join(dir, "opaque.db")},
-		{filepath.Join(dir, "bare.db"), filepath.Join(dir, "bare.db")},
-		{"bare-rel.db", filepath.Join(dir, "bare-rel.db")},
-		{"./a:b.db", filepath.Join(dir, "a:b.db")},
-		{"sqlite://" + filepath.Join(dir, "sp%20ace.db"), filepath.Join(dir, "sp ace.db")},
-		{"sqlite://" + filepath.Join(dir, "q.db") + "?busy_timeout=2s&synchronous=normal", filepath.Join(dir, "q.db")},
-	}
-	for _, c := range cases {
-		b := mustOpen(t, c.raw)
-		if got := sqlitePath(t, b); got != c.want {
-			t.Errorf("Open(%q) opened %q, want %q", c.raw, got, c.want)
-		}
-	}
-	b := mustOpen(t, "sqlite://"+filepath.Join(dir, "n.db")+"?synchronous=normal")
-	if b.Capabilities().DurableFencing {
-		t.Errorf("synchronous=normal: DurableFencing is true, want false")
-	}
-}
-
-func TestOpenErrors(t *testing.T) {
-	dir := t.TempDir()
-	cases := []struct {
-		raw  string
-		want []string // substrings of the error
-	}{
-		{"", []string{"empty"}},
-		{"consul://u:hunter2@db/x", []string{`"consul"`, "etcd, memory, mysql, postgres, postgresql, redis, rediss, sqlite, zk"}},
-		{"redis://u:hunter2@localhost:6379/0?flavour=x", []string{"flavour"}},
-		{"memory://somewhere", []string{"memory://"}},
-		{"sqlite://u:hunter2@" + dir + "/x.db", []string{"no user"}},
-		{"sqlite://", []string{"no database path"}},
-		{"sqlite://" + dir + "/x.db?busy_timeout=soon", []string{`busy_timeout "soon"`}},
-		{"sqlite://" + dir + "/x.db?synchronous=off", []string{`synchronous "off"`}},
-		{"sqlite://" + dir + "/x.db?cache=shared", []string{`unknown parameter "cache"`}},
-		{"redis://:hunter2@[::1", []string{"malformed"}},
-	}
-	for _, c := range cases {
-		b, err := Open(context.Background(), c.raw)
-		if err == nil {
-			b.Close()
-			t.Errorf("Open(%q) succeeded, want an error", c.raw)
-			continue
-		}
-		if !errors.Is(err, backend.ErrInvalid) {
-			t.Errorf("Open(%q) = %v, want an error wrapping backend.ErrInvalid", c.raw, err)
-		}
-		for _, w := range c.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("Open(%q) = %q, want it to contain %q", c.raw, err, w)
-			}
-		}
-		if strings.Contains(err.Error(), "hunter2") {
-			t.Errorf("Open(%q) = %q: the error shows the password", c.raw, err)
-		}
-	}
-	// A missing directory is an error from the SQLite backend naming the URL.
-	missing := "sqlite://" + dir + "/nope/x.db"
-	if b, err := Open(context.Background(), missing); err == nil {
-		b.Close()
-		t.Errorf("Open(%q) succeeded, want an error", missing)
-	} else if !strings.Contains(err.Error(), "nope") {
-		t.Errorf("Open(%q) = %q, want it to name the path", missing, err)
-	}
 }
 
 func TestDefaultURLEnv(t *testing.T) {
@@ -174,32 +89,20 @@ func checkDir(t *testing.T, dir string) {
 	}
 }
 
-func TestOpenRedis(t *testing.T) {
-	srv := testserver.Redis(t)
-	b, err := Open(context.Background(), "redis://"+srv.Addr()+"/0?prefix=t:")
+// TestOpenLedger: jobs and runs need a ledger; OpenLedger passes a backend
+// that keeps one and refuses, by name, one that does not.
+func TestOpenLedger(t *testing.T) {
+	b, err := OpenLedger(context.Background(), "memory://")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("OpenLedger(memory://): %v", err)
 	}
-	defer b.Close()
-	if got := b.Capabilities().Name; got != "redis" {
-		t.Fatalf("backend %q, want redis", got)
+	b.Close()
+	var hosts []string
+	for range 3 {
+		hosts = append(hosts, testserver.Redis(t).Addr())
 	}
-}
-
-// TestOpenDispatchesDatabaseURLs: postgres:// and mysql:// reach their
-// backends (which fail to connect to a closed port) rather than being
-// refused as unknown schemes, and no password shows in the error.
-func TestOpenDispatchesDatabaseURLs(t *testing.T) {
-	for _, raw := range []string{"postgres://u:hunter2@127.0.0.1:1/x?connect_timeout=2", "mysql://u:hunter2@127.0.0.1:1/x"} {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		b, err := Open(ctx, raw)
-		cancel()
-		if err == nil {
-			b.Close()
-			t.Fatalf("Open(%q) connected to a closed port", raw)
-		}
-		if strings.Contains(err.Error(), "unknown scheme") || strings.Contains(err.Error(), "hunter2") {
-			t.Fatalf("Open(%q) = %v", raw, err)
-		}
+	_, err = OpenLedger(context.Background(), "redlock://"+strings.Join(hosts, ","))
+	if !errors.Is(err, backend.ErrNoLedger) || !strings.Contains(err.Error(), `"redlock"`) {
+		t.Fatalf("OpenLedger(redlock) = %v, want ErrNoLedger naming redlock", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,9 +14,98 @@ import (
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 
-// Kinds are the backend names the harness can start a server for (or, for
-// sqlite, create a database file for).
-func Kinds() []string { return []string{"etcd", "mysql", "postgres", "redis", "sqlite", "zookeeper"} }
+// serverKind is how the harness brings up one backend of backend/open's
+// table: a private server (or a SQLite file) and a URL of it.
+type serverKind struct {
+	name    string   // the backend's name in backend/open
+	aliases []string // other names the command line accepts
+	// chaos: chaos runs and the matrix can use it (one endpoint to proxy,
+	// one server to kill and restart, several processes to share it).
+	chaos bool
+	start func(t testing.TB, dir string) backendServer
+}
+
+// serverKinds is the harness's table, one row per backend of
+// backend/open.Backends (a test holds the two tables to each other).
+func serverKinds() []serverKind {
+	return []serverKind{
+		{name: "memory", start: func(testing.TB, string) backendServer { return backendServer{url: "memory://"} }},
+		{name: "sqlite", chaos: true, start: func(_ testing.TB, dir string) backendServer {
+			return backendServer{url: "sqlite://" + filepath.Join(dir, "chaos.db")}
+		}},
+		{name: "postgres", chaos: true, start: func(t testing.TB, _ string) backendServer {
+			s := testserver.Postgres(t)
+			return backendServer{url: testserver.PostgresServerURL(s), server: s, addr: s.Addr()}
+		}},
+		{name: "mysql", aliases: []string{"mariadb"}, chaos: true, start: func(t testing.TB, _ string) backendServer {
+			s := testserver.MariaDB(t)
+			return backendServer{url: testserver.MariaDBURL(s), server: s, addr: s.Addr()}
+		}},
+		{name: "redis", chaos: true, start: func(t testing.TB, _ string) backendServer {
+			s := testserver.Redis(t)
+			return backendServer{url: "redis://" + s.Addr() + "/0", server: s, addr: s.Addr()}
+		}},
+		{name: "redlock", start: func(t testing.TB, _ string) backendServer {
+			var hosts []string
+			for range 3 {
+				hosts = append(hosts, testserver.Redis(t).Addr())
+			}
+			return backendServer{url: "redlock://" + strings.Join(hosts, ",") + "/0"}
+		}},
+		{name: "etcd", chaos: true, start: func(t testing.TB, _ string) backendServer {
+			s := testserver.Etcd(t)
+			return backendServer{url: "etcd://" + s.Addr() + "/chaos", server: s, addr: s.Addr()}
+		}},
+		{name: "zookeeper", aliases: []string{"zk"}, chaos: true, start: func(t testing.TB, _ string) backendServer {
+			s := testserver.ZooKeeper(t)
+			return backendServer{url: "zk://" + s.Addr() + "/chaos?session_timeout=2s", server: s, addr: s.Addr()}
+		}},
+	}
+}
+
+// kindNamed returns the row called name (or one of its aliases).
+func kindNamed(name string) (serverKind, bool) {
+	for _, k := range serverKinds() {
+		if k.name == name || slices.Contains(k.aliases, name) {
+			return k, true
+		}
+	}
+	return serverKind{}, false
+}
+
+// Kinds are the backend names chaos runs and the matrix can start a server
+// for (or, for sqlite, create a database file for), sorted.
+func Kinds() []string {
+	var ks []string
+	for _, k := range serverKinds() {
+		if k.chaos {
+			ks = append(ks, k.name)
+		}
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// StartURL starts a private server for the backend called name (any row of
+// the table, chaos or not) for test t, with its files under dir, and
+// returns a URL of it. The server stops when t ends.
+func StartURL(t testing.TB, name, dir string) (string, error) {
+	k, ok := kindNamed(name)
+	if !ok {
+		return "", fmt.Errorf("backend %q: no server kind (known: %s)", name, strings.Join(AllKinds(), ", "))
+	}
+	return k.start(t, dir).url, nil
+}
+
+// AllKinds names every row of the harness's table, chaos or not, in
+// backend/open's order.
+func AllKinds() []string {
+	var ks []string
+	for _, k := range serverKinds() {
+		ks = append(ks, k.name)
+	}
+	return ks
+}
 
 // backendServer is the backend under test: its URL and, when the harness
 // started it, the server it can restart.
@@ -28,24 +118,11 @@ type backendServer struct {
 // startBackend resolves spec: a kind name starts a private server (or a
 // SQLite file in dir), anything else is a URL of an existing backend.
 func startBackend(t testing.TB, spec, dir string) (backendServer, error) {
-	switch spec {
-	case "sqlite":
-		return backendServer{url: "sqlite://" + filepath.Join(dir, "chaos.db")}, nil
-	case "redis":
-		s := testserver.Redis(t)
-		return backendServer{url: "redis://" + s.Addr() + "/0", server: s, addr: s.Addr()}, nil
-	case "postgres":
-		s := testserver.Postgres(t)
-		return backendServer{url: testserver.PostgresServerURL(s), server: s, addr: s.Addr()}, nil
-	case "mysql", "mariadb":
-		s := testserver.MariaDB(t)
-		return backendServer{url: testserver.MariaDBURL(s), server: s, addr: s.Addr()}, nil
-	case "etcd":
-		s := testserver.Etcd(t)
-		return backendServer{url: "etcd://" + s.Addr() + "/chaos", server: s, addr: s.Addr()}, nil
-	case "zookeeper", "zk":
-		s := testserver.ZooKeeper(t)
-		return backendServer{url: "zk://" + s.Addr() + "/chaos?session_timeout=2s", server: s, addr: s.Addr()}, nil
+	if k, ok := kindNamed(spec); ok {
+		if !k.chaos {
+			return backendServer{}, fmt.Errorf("backend %q: chaos runs need one server to proxy and restart, shared by processes (kinds: %s)", spec, strings.Join(Kinds(), ", "))
+		}
+		return k.start(t, dir), nil
 	}
 	u, err := url.Parse(spec)
 	if err != nil || u.Scheme == "" {

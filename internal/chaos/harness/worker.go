@@ -108,12 +108,12 @@ func RunWorker(cfg WorkerConfig) int {
 	var b backend.Backend
 	for attempt := 0; ; attempt++ { // the backend may be restarting
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		b, err = open.Open(octx, cfg.BackendURL)
+		b, err = open.OpenLedger(octx, cfg.BackendURL)
 		cancel()
 		if err == nil {
 			break
 		}
-		if ctx.Err() != nil || attempt == 20 || errors.Is(err, backend.ErrInvalid) {
+		if ctx.Err() != nil || attempt == 20 || errors.Is(err, backend.ErrInvalid) || errors.Is(err, backend.ErrNoLedger) {
 			log.Error("open backend", "err", err)
 			return 2
 		}
