@@ -61,8 +61,10 @@ func TestRunDeadlineHonoursDriftAndMargin(t *testing.T) {
 	got := make(chan error, 1)
 	if err := s.Register(Job{Name: "drifting", Schedule: "0 0 1 1 *", LeaseTTL: ttl,
 		Func: func(ctx context.Context, r Run) error {
+			// LeaseLost closes just before the context is cancelled.
 			select {
 			case <-r.LeaseLost():
+				<-ctx.Done()
 			case <-time.After(30 * time.Second):
 			}
 			got <- context.Cause(ctx)
