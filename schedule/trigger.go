@@ -32,7 +32,7 @@ import (
 // 7 days), not forever.
 
 const (
-	triggerInfix = "!trigger!"
+	triggerInfix = backend.MetaSep + "trigger" + backend.MetaSep // reserved space: see backend.MetaSep
 	// TriggerVersionPrefix starts the SpecVersion of a triggered run's
 	// record; the trigger's key follows it.
 	TriggerVersionPrefix = "trigger:"
