@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/keeper"
 )
 
 // Locker hands out locks on keys of one namespace of a backend.
@@ -55,11 +55,7 @@ type Lock struct {
 	cancel context.CancelCauseFunc
 	leave  func() // gives up the local queue's turn (queue.go); idempotent
 
-	mu       sync.Mutex
-	deadline time.Time
-	expiry   *time.Timer // cancels ctx at deadline
-
-	stop      chan struct{} // closed by Release: the watchdog exits
+	keep      *keeper.Keeper // the deadline and the watchdog's renewals
 	watchDone chan struct{}
 	release   sync.Once
 	relErr    error
@@ -82,11 +78,7 @@ func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 // Deadline returns the holder's current deadline: the instant (on the local
 // monotonic clock) at which the lock's context is cancelled unless a renewal
 // sent before then succeeds.
-func (l *Lock) Deadline() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadline
-}
+func (l *Lock) Deadline() time.Time { return l.keep.Deadline() }
 
 // TryAcquire acquires key if it is free, and fails at once with an error
 // wrapping ErrNotAcquired (and backend.ErrHeld, whose *backend.HeldError
@@ -404,12 +396,7 @@ func (lk *Locker) wait(ctx context.Context, bkey string, backoff, remaining time
 }
 
 // jitter returns a duration uniformly in [d/2, d].
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
-}
+func jitter(d time.Duration) time.Duration { return keeper.Jitter(d) }
 
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
@@ -422,23 +409,49 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// hold builds the Lock for a grant and starts its watchdog.
+// hold builds the Lock for a grant and starts its watchdog: it renews
+// every renewEvery (counted from the send time of the last successful
+// renewal), retries failures every renewEvery/4 until the deadline, and
+// stops when the lock is lost or released (internal/keeper).
 func (lk *Locker) hold(ctx context.Context, kind, key, bkey string, owner backend.Owner, g backend.Grant, sent time.Time, leave func()) *Lock {
 	lctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	l := &Lock{
 		lk: lk, key: key, kind: kind, bkey: bkey, owner: owner, token: Token(g.Token),
-		ctx: lctx, cancel: cancel, leave: leave,
-		stop: make(chan struct{}), watchDone: make(chan struct{}),
+		ctx: lctx, cancel: cancel, leave: leave, watchDone: make(chan struct{}),
 	}
-	l.deadline = sent.Add(lk.cfg.safeSpan(g.TTL))
-	l.expiry = time.AfterFunc(time.Until(l.deadline), l.expire)
-	go l.watch(sent)
+	cfg := &lk.cfg
+	l.keep = keeper.Start(keeper.Config{
+		Timing: cfg.timing(), Every: cfg.renewEvery, AttemptTimeout: cfg.renewDeadline,
+		Renew: func(ctx context.Context) (time.Duration, error) {
+			rg, err := lk.b.Renew(ctx, bkey, owner, g.Token, cfg.ttl)
+			return rg.TTL, err
+		},
+		IsLost: func(err error) bool { return errors.Is(err, backend.ErrLeaseLost) },
+		Lost: func(err error) {
+			if errors.Is(err, keeper.ErrDeadline) {
+				l.lose(fmt.Errorf("%w: key %q, token %d: deadline passed without a confirmed renewal", ErrLeaseLost, l.key, l.token))
+				return
+			}
+			l.lose(fmt.Errorf("key %q, token %d: %w", l.key, l.token, err))
+		},
+		Renewed: func(took time.Duration) {
+			if o := cfg.observer; o != nil {
+				ev := l.event(EventRenew)
+				ev.Result, ev.Duration = ResultOK, took
+				o.ObserveLock(ev)
+			}
+		},
+		Failed: func(err error, took time.Duration) {
+			if o := cfg.observer; o != nil {
+				ev := l.event(EventRenewFailed)
+				ev.Result, ev.Duration, ev.Err = ResultError, took, err
+				o.ObserveLock(ev)
+			}
+			cfg.logger.Warn("renew failed, retrying", "key", l.key, "token", uint64(l.token), "err", err)
+		},
+	}, sent, g.TTL)
+	go l.watch()
 	return l
-}
-
-// expire runs when the holder's deadline passes without a confirmed renewal.
-func (l *Lock) expire() {
-	l.lose(fmt.Errorf("%w: key %q, token %d: deadline passed without a confirmed renewal", ErrLeaseLost, l.key, l.token))
 }
 
 // lose cancels the lock's context with cause and, if that cancellation
@@ -453,79 +466,17 @@ func (l *Lock) lose(cause error) {
 	}
 }
 
-// extend moves the deadline after a renewal sent at sent succeeded. If the
-// old deadline already fired, the lock stays lost: once the holder could not
-// be sure, it must not act again under this grant.
-func (l *Lock) extend(sent time.Time, granted time.Duration) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.expiry.Stop() {
-		return false
-	}
-	l.deadline = sent.Add(l.lk.cfg.safeSpan(granted))
-	l.expiry = time.AfterFunc(time.Until(l.deadline), l.expire)
-	return true
-}
-
-// watch is the watchdog: it renews every renewEvery (counted from the send
-// time of the last successful renewal), retries failures every renewEvery/4
-// until the deadline, and stops when the lock is lost or released.
-func (l *Lock) watch(lastSent time.Time) {
+// watch runs the watchdog until the lock is lost or released. A lock
+// whose deadline passed is released on the backend, best effort, and a
+// lost lock gives up its local queue turn here (a released one in Release).
+func (l *Lock) watch() {
 	defer close(l.watchDone)
-	defer func() {
-		// A lost lock gives up its local queue turn here (after the
-		// best-effort release); a released one in Release.
-		if errors.Is(context.Cause(l.ctx), ErrLeaseLost) {
-			l.leave()
-		}
-	}()
-	cfg := &l.lk.cfg
-	next := time.NewTimer(time.Until(lastSent.Add(cfg.renewEvery)))
-	defer next.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-l.ctx.Done():
-			if errors.Is(context.Cause(l.ctx), ErrLeaseLost) {
-				l.bestEffortRelease()
-			}
-			return
-		case <-next.C:
-		}
-		sent := time.Now()
-		rdl := sent.Add(cfg.renewDeadline)
-		if d := l.Deadline(); d.Before(rdl) {
-			rdl = d
-		}
-		rctx, cancel := context.WithDeadline(l.ctx, rdl)
-		g, err := l.lk.b.Renew(rctx, l.bkey, l.owner, uint64(l.token), cfg.ttl)
-		cancel()
-		switch {
-		case err == nil:
-			if !l.extend(sent, g.TTL) {
-				continue // deadline fired meanwhile; ctx is cancelled
-			}
-			if o := cfg.observer; o != nil {
-				ev := l.event(EventRenew)
-				ev.Result, ev.Duration = ResultOK, time.Since(sent)
-				o.ObserveLock(ev)
-			}
-			next.Reset(time.Until(sent.Add(cfg.renewEvery)))
-		case errors.Is(err, backend.ErrLeaseLost):
-			l.lose(fmt.Errorf("key %q, token %d: %w", l.key, l.token, err))
-			return
-		case l.ctx.Err() != nil:
-			continue // released or lost while renewing: not a renewal failure
-		default:
-			if o := cfg.observer; o != nil {
-				ev := l.event(EventRenewFailed)
-				ev.Result, ev.Duration, ev.Err = ResultError, time.Since(sent), err
-				o.ObserveLock(ev)
-			}
-			cfg.logger.Warn("renew failed, retrying", "key", l.key, "token", uint64(l.token), "err", err)
-			next.Reset(jitter(max(cfg.renewEvery/4, time.Millisecond)))
-		}
+	l.keep.Run(l.ctx)
+	if errors.Is(l.keep.Err(), keeper.ErrDeadline) {
+		l.bestEffortRelease()
+	}
+	if errors.Is(context.Cause(l.ctx), ErrLeaseLost) {
+		l.leave()
 	}
 }
 
@@ -545,11 +496,8 @@ func (l *Lock) bestEffortRelease() {
 func (l *Lock) Release(ctx context.Context) error {
 	l.release.Do(func() {
 		l.cancel(ErrReleased)
-		close(l.stop)
 		<-l.watchDone
-		l.mu.Lock()
-		l.expiry.Stop()
-		l.mu.Unlock()
+		l.keep.Stop()
 		var start time.Time
 		if l.lk.cfg.observer != nil { // no clock read without an observer
 			start = time.Now()

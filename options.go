@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/keeper"
 )
 
 // Option configures a Locker or an Elector. Options are validated together
@@ -32,7 +34,7 @@ type config struct {
 // seconds.
 const (
 	DefaultTTL       = 15 * time.Second
-	DefaultDrift     = 0.01
+	DefaultDrift     = keeper.DefaultDrift
 	DefaultNamespace = "default"
 )
 
@@ -45,7 +47,7 @@ func defaultConfig() config {
 		instance:   host,
 		namespace:  DefaultNamespace,
 		ttl:        DefaultTTL,
-		drift:      DefaultDrift,
+		drift:      keeper.DefaultDrift,
 		backoffMin: 10 * time.Millisecond,
 		backoffMax: time.Second,
 		logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -102,7 +104,7 @@ func newConfig(opts []Option) (config, error) {
 		c.renewDeadline = c.ttl * 2 / 3
 	}
 	if c.margin == 0 {
-		c.margin = min(c.ttl/20, 500*time.Millisecond)
+		c.margin = keeper.DefaultMargin(c.ttl)
 	}
 	return c, c.validate()
 }
@@ -123,10 +125,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: renew deadline %v must be shorter than ttl %v", ErrInvalid, c.renewDeadline, c.ttl)
 	case !(c.renewDeadline > c.renewEvery):
 		return fmt.Errorf("%w: renew every %v must be shorter than renew deadline %v", ErrInvalid, c.renewEvery, c.renewDeadline)
-	case !(c.drift >= 0 && c.drift < 0.5):
-		return fmt.Errorf("%w: drift %v is not in [0, 0.5)", ErrInvalid, c.drift)
-	case c.margin < 0:
-		return fmt.Errorf("%w: margin %v is negative", ErrInvalid, c.margin)
+	case c.timing().Validate() != nil:
+		return fmt.Errorf("%w: %w", ErrInvalid, c.timing().Validate())
 	case c.backoffMin <= 0 || c.backoffMax < c.backoffMin:
 		return fmt.Errorf("%w: backoff %v..%v must be positive and ordered", ErrInvalid, c.backoffMin, c.backoffMax)
 	case c.logger == nil:
@@ -139,8 +139,9 @@ func (c *config) validate() error {
 	return nil
 }
 
+// timing is the holder's drift and margin (internal/keeper).
+func (c *config) timing() keeper.Timing { return keeper.Timing{Drift: c.drift, Margin: c.margin} }
+
 // safeSpan is how long after the send time of a successful acquire or renew
 // the holder may trust its lease: granted × (1 − drift) − margin.
-func (c *config) safeSpan(granted time.Duration) time.Duration {
-	return time.Duration(float64(granted)*(1-c.drift)) - c.margin
-}
+func (c *config) safeSpan(granted time.Duration) time.Duration { return c.timing().Span(granted) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -97,8 +98,25 @@ type Outcome struct {
 	Error    string // any bytes; stored as CleanText(Error, MaxErrorLen)
 }
 
+// MetaSep starts the reserved part of a ledger name. A job name cannot
+// contain it (job names are paths of [A-Za-z0-9._-]), so a ledger name that
+// does holds a job's metadata, not its runs: the scheduler keeps, as
+// records of the same ledger, a job's schedule versions ("<job>!version"),
+// their superseded marks ("<job>!superseded!<version>"), its pause state
+// ("<job>!pause!<namespace>") and the uses of its trigger keys
+// ("<job>!trigger!<key>") — claims and high-water marks give them the same
+// atomicity as runs. ListRuns without a Job leaves them out: they are not
+// runs (many are dated at the epoch).
+const MetaSep = "!"
+
+// IsJobMeta reports whether a ledger name is in the reserved space of job
+// metadata (it contains MetaSep).
+func IsJobMeta(name string) bool { return strings.Contains(name, MetaSep) }
+
 // RunFilter selects history for List. Zero fields select everything.
 type RunFilter struct {
+	// Job selects one ledger name. Empty: every job's runs, never job
+	// metadata (see MetaSep); a metadata name selects its records.
 	Job    string
 	State  RunState
 	Since  time.Time // ScheduledAt >= Since
@@ -140,7 +158,9 @@ type Ledger interface {
 	// spec version of that claim; zero time if none. It is kept apart from
 	// history: Prune never lowers it.
 	HighWater(ctx context.Context, job string) (time.Time, string, error)
-	// ListRuns returns history, newest ScheduledAt first.
+	// ListRuns returns history, newest ScheduledAt first. Without
+	// f.Job it returns runs only, never the records of job metadata
+	// (IsJobMeta), and they take no room of f.Limit.
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
 	// Prune deletes at most batch finished runs that finished before
 	// olderThan, returning how many it deleted. Running occurrences, token
@@ -165,9 +185,9 @@ func (f RunFilter) EffectiveLimit() int {
 }
 
 // Matches reports whether r passes f's job, state and time filters (not
-// the limit).
+// the limit); without a Job, job metadata never matches.
 func (f RunFilter) Matches(r Run) bool {
-	return (f.Job == "" || r.Job == f.Job) && (f.State == "" || r.State == f.State) &&
+	return (f.Job == "" && !IsJobMeta(r.Job) || f.Job != "" && r.Job == f.Job) && (f.State == "" || r.State == f.State) &&
 		(f.Since.IsZero() || !r.ScheduledAt.Before(f.Since)) && (f.Before.IsZero() || r.ScheduledAt.Before(f.Before))
 }
 

@@ -24,6 +24,7 @@ type Claim struct {
 	hb     chan struct{}
 	last   time.Time // send time of the last confirmed claim or heartbeat, once hb is closed
 	ttl    time.Duration
+	lease  leaseTiming
 	start  time.Time
 	once   sync.Once
 	err    error
@@ -37,6 +38,12 @@ type ClaimOptions struct {
 	// MaxLate refuses the claim (backend.ErrTooLate) when at is older than
 	// the backend's clock less MaxLate: a misfire. 0: no bound.
 	MaxLate time.Duration
+	// Drift and Margin shorten the runner's deadline as for locks (see
+	// leasehold.WithDrift, WithMargin): TTL × (1 − Drift) − Margin after
+	// the send time of the last confirmed claim or heartbeat. Defaults
+	// 0.01 and min(TTL/20, 500 ms); a zero takes the default.
+	Drift  float64
+	Margin time.Duration
 }
 
 // ClaimOccurrence claims the occurrence (job, at) in the ledger b. It
@@ -56,21 +63,28 @@ func ClaimOccurrence(ctx context.Context, b backend.Ledger, job string, at time.
 	if o.MaxEarly == 0 {
 		o.MaxEarly = time.Second
 	}
+	lease := leaseTiming{drift: o.Drift, margin: o.Margin}
+	if lease.drift == 0 {
+		lease.drift = defaultLease.drift
+	}
+	if err := lease.check(o.TTL); o.TTL > 0 && err != nil { // a bad TTL is the backend's to refuse
+		return nil, err
+	}
 	owner := backend.Owner{Instance: o.Instance, Nonce: backend.NewNonce()}
 	at = backend.Instant(at)
 	req := backend.ClaimRequest{Job: job, ScheduledAt: at, Owner: owner, TTL: o.TTL, MaxEarly: o.MaxEarly, MaxLate: o.MaxLate}
-	g, sent, err := claimGrant(ctx, b, req)
+	g, sent, err := claimGrant(ctx, lease, b, req)
 	if err != nil {
 		return nil, err
 	}
 	c := &Claim{
-		b: b, owner: owner, token: g.Token, hb: make(chan struct{}), ttl: g.TTL, start: time.Now(),
+		b: b, owner: owner, token: g.Token, hb: make(chan struct{}), ttl: g.TTL, lease: lease, start: time.Now(),
 		run: Run{Job: job, ScheduledAt: at, Attempt: 1, Token: leasehold.Token(g.Token), Instance: o.Instance},
 	}
 	c.ctx, c.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	go func() {
 		defer close(c.hb)
-		c.last = heartbeat(c.ctx, c.cancel, b, c.run, owner, g, sent)
+		c.last = heartbeat(c.ctx, lease, c.cancel, b, c.run, owner, g, sent)
 	}()
 	return c, nil
 }
@@ -95,7 +109,7 @@ func (c *Claim) Finish(ctx context.Context, runErr error) error {
 		if runErr != nil {
 			out.State, out.Error = backend.Failed, runErr.Error()
 		}
-		c.err = finishRun(ctx, c.b, c.run.Job, c.run.ScheduledAt, c.owner, c.token, out, c.last.Add(safeSpan(c.ttl)), c.ttl)
+		c.err = finishRun(ctx, c.b, c.run.Job, c.run.ScheduledAt, c.owner, c.token, out, c.last.Add(c.lease.span(c.ttl)), c.ttl)
 	})
 	return c.err
 }
@@ -106,7 +120,7 @@ func (c *Claim) Finish(ctx context.Context, runErr error) error {
 // late is confirmed with a heartbeat. Refusals (claimed, invalid, too early,
 // overlap) are returned as they are, unless an earlier attempt may still be
 // applied: then the error wraps leasehold.ErrIndeterminate.
-func claimGrant(ctx context.Context, b backend.Ledger, req backend.ClaimRequest) (backend.Grant, time.Time, error) {
+func claimGrant(ctx context.Context, lease leaseTiming, b backend.Ledger, req backend.ClaimRequest) (backend.Grant, time.Time, error) {
 	job, at := req.Job, req.ScheduledAt
 	var (
 		g    backend.Grant
@@ -131,7 +145,7 @@ func claimGrant(ctx context.Context, b backend.Ledger, req backend.ClaimRequest)
 			break
 		}
 	}
-	if err == nil && firstUnknown.IsZero() && time.Until(sent.Add(safeSpan(g.TTL))) <= 0 {
+	if err == nil && firstUnknown.IsZero() && time.Until(sent.Add(lease.span(g.TTL))) <= 0 {
 		firstUnknown = sent // the reply came after the deadline its send time gives
 	}
 	switch {
@@ -139,7 +153,7 @@ func claimGrant(ctx context.Context, b backend.Ledger, req backend.ClaimRequest)
 		// Confirm with a heartbeat, as the Scheduler does: the lease may
 		// count from the first attempt, possibly long ago.
 		base, lost := confirmGrant(ctx, b, req, g, firstUnknown)
-		if lost || time.Until(base.Add(safeSpan(g.TTL))) <= 0 {
+		if lost || time.Until(base.Add(lease.span(g.TTL))) <= 0 {
 			return backend.Grant{}, time.Time{}, fmt.Errorf("%w: claim %s@%s: won after an attempt whose outcome was unknown, and not confirmed in time",
 				leasehold.ErrIndeterminate, job, at.Format(time.RFC3339Nano))
 		}

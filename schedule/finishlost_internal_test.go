@@ -124,7 +124,7 @@ func TestFinishRunBoundedByLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := time.Now()
-	until := sent.Add(safeSpan(g.TTL))
+	until := sent.Add(defaultLease.span(g.TTL))
 	done := make(chan error, 1)
 	go func() {
 		// exactly what execute does

@@ -121,7 +121,7 @@ func TestFinishRunBoundedOnPostgresPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	until := sent.Add(safeSpan(g.TTL))
+	until := sent.Add(defaultLease.span(g.TTL))
 	done := make(chan error, 1)
 	go func() {
 		done <- finishRun(context.Background(), fb, "once", at, owner, g.Token, backend.Outcome{State: backend.Succeeded}, until, g.TTL)

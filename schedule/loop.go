@@ -154,7 +154,7 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 		switch {
 		case err == nil:
 			base := sent
-			if !firstUnknown.IsZero() || time.Until(sent.Add(safeSpan(g.TTL))) <= 0 {
+			if !firstUnknown.IsZero() || time.Until(sent.Add(s.cfg.lease.span(g.TTL))) <= 0 {
 				// An earlier attempt may have been applied, or this reply
 				// came after the deadline its send time gives: the backend
 				// may count the lease from earlier, or have expired it.
@@ -167,7 +167,7 @@ func (s *Scheduler) occur(ctx context.Context, e *entry, at time.Time) {
 					log.Warn("claim expired before it could be confirmed; the crash policy decides on recovery")
 					return
 				}
-				if time.Until(base.Add(safeSpan(g.TTL))) <= 0 {
+				if time.Until(base.Add(s.cfg.lease.span(g.TTL))) <= 0 {
 					// Not confirmed, and the earliest instant the lease may
 					// count from is too old to run under: try again (a retry
 					// answers "yours" and renews the lease).

@@ -230,7 +230,7 @@ func (s *Scheduler) skipMisfired(e *entry, req backend.ClaimRequest, g backend.G
 		"job", e.job.Name, "at", req.ScheduledAt, "late by", late, "grace", e.job.MisfireGrace)
 	s.emit(Event{Kind: EventMisfire, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Token: leasehold.Token(g.Token), Count: 1, Result: string(e.job.Misfire)})
 	out := backend.Outcome{State: backend.Failed, Error: msg}
-	if err := finishRun(context.Background(), s.l, req.Job, req.ScheduledAt, req.Owner, g.Token, out, sent.Add(safeSpan(g.TTL)), g.TTL); err != nil {
+	if err := finishRun(context.Background(), s.l, req.Job, req.ScheduledAt, req.Owner, g.Token, out, sent.Add(s.cfg.lease.span(g.TTL)), g.TTL); err != nil {
 		s.cfg.logger.Warn("recording a misfired occurrence failed; the crash policy applies to it", "job", e.job.Name, "at", req.ScheduledAt, "err", err)
 	}
 }

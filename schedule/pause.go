@@ -28,7 +28,7 @@ import (
 // claim loop; there, a read error refuses the trigger).
 
 const (
-	pauseInfix   = "!pause!"
+	pauseInfix   = backend.MetaSep + "pause" + backend.MetaSep // reserved space: see backend.MetaSep
 	statePaused  = "paused"
 	stateResumed = "resumed"
 )

@@ -98,8 +98,8 @@ func (s *Scheduler) holdForRetry(e *entry, r Run, owner backend.Owner, g backend
 		hold, cancel := context.WithDeadline(s.loopCtx, due.Add(-g.TTL))
 		defer cancel()
 		lost := false
-		last := heartbeat(hold, func(error) { lost = true; cancel() }, s.l, r, owner, g, last)
-		if lost || s.loopCtx.Err() != nil || time.Until(last.Add(safeSpan(g.TTL))) <= 0 {
+		last := heartbeat(hold, s.cfg.lease, func(error) { lost = true; cancel() }, s.l, r, owner, g, last)
+		if lost || s.loopCtx.Err() != nil || time.Until(last.Add(s.cfg.lease.span(g.TTL))) <= 0 {
 			return // lost, stopping, or lapsing already: the retry comes sooner
 		}
 		// One last heartbeat one TTL before the retry is due, so the lease

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/keeper"
 )
 
 // ErrTimeout is the cause of a run's context when the job's Timeout passed
@@ -17,13 +18,43 @@ import (
 // succeeded.
 var ErrTimeout = errors.New("leasehold/schedule: job timed out")
 
-// Heartbeat timing, as for locks: renew every TTL/3; the run's context is
-// cancelled at the send time of the last successful claim/heartbeat + TTL ×
-// (1 − drift) − margin.
-const drift = 0.01
+// leaseTiming is a run's lease timing, kept by internal/keeper as for
+// locks: heartbeats every TTL/3; the run's context is cancelled at the send
+// time of the last successful claim/heartbeat + TTL × (1 − drift) − margin.
+// A zero margin is the default for the run's TTL, min(TTL/20, 500 ms).
+type leaseTiming struct {
+	drift  float64
+	margin time.Duration
+}
 
-func safeSpan(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*(1-drift)) - min(ttl/20, 500*time.Millisecond)
+// defaultLease is the timing of a Scheduler or Claim without WithDrift or
+// WithMargin.
+var defaultLease = leaseTiming{drift: keeper.DefaultDrift}
+
+// of is the timing of a lease of ttl.
+func (t leaseTiming) of(ttl time.Duration) keeper.Timing {
+	m := t.margin
+	if m == 0 {
+		m = keeper.DefaultMargin(ttl)
+	}
+	return keeper.Timing{Drift: t.drift, Margin: m}
+}
+
+// span is how long after a confirmed claim or heartbeat's send time a run
+// whose lease is ttl may trust it.
+func (t leaseTiming) span(ttl time.Duration) time.Duration { return t.of(ttl).Span(ttl) }
+
+// check validates the timing, and against a lease of ttl: the deadline must
+// leave room for a heartbeat (every ttl/3) before it.
+func (t leaseTiming) check(ttl time.Duration) error {
+	if err := (keeper.Timing{Drift: t.drift, Margin: t.margin}).Validate(); err != nil {
+		return fmt.Errorf("%w: %w", leasehold.ErrInvalid, err)
+	}
+	if safe := t.span(ttl); safe <= ttl/3 {
+		return fmt.Errorf("%w: lease ttl %v leaves a runner's deadline of %v after drift %v and margin %v, not more than the heartbeat interval %v",
+			leasehold.ErrInvalid, ttl, safe, t.drift, t.of(ttl).Margin, ttl/3)
+	}
+	return nil
 }
 
 func (s *Scheduler) runContext(e *entry) (context.Context, context.CancelCauseFunc) {
@@ -80,7 +111,7 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	)
 	go func() {
 		defer close(hbDone)
-		last = heartbeat(hbCtx, func(cause error) { hbLost = true; close(r.leaseLost); cancel(cause) }, s.l, r, owner, g, sent)
+		last = heartbeat(hbCtx, s.cfg.lease, func(cause error) { hbLost = true; close(r.leaseLost); cancel(cause) }, s.l, r, owner, g, sent)
 	}()
 	start := time.Now()
 	err := safeCall(ctx, e.job.Func, r)
@@ -99,7 +130,7 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 		s.holdForRetry(e, r, owner, g, last, log.With("err", err))
 		return
 	}
-	switch ferr := finishRun(context.Background(), s.l, r.Job, r.ScheduledAt, owner, g.Token, out, last.Add(safeSpan(g.TTL)), g.TTL); {
+	switch ferr := finishRun(context.Background(), s.l, r.Job, r.ScheduledAt, owner, g.Token, out, last.Add(s.cfg.lease.span(g.TTL)), g.TTL); {
 	case ferr == nil:
 		log.Info("run finished", "state", out.State, "took", took, "err", err)
 	case errors.Is(ferr, backend.ErrLeaseLost):
@@ -116,51 +147,29 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	}
 }
 
-// heartbeat renews the run's lease until ctx ends, and cancels ctx with
-// ErrLeaseLost when the lease is lost or its deadline passes unconfirmed.
+// heartbeat renews the run's lease until ctx ends (internal/keeper), and
+// calls lost with an error wrapping ErrLeaseLost when the lease is lost or
+// its deadline passes unconfirmed; lost has returned when heartbeat does.
 // It returns the send time of the last confirmed claim or heartbeat.
-func heartbeat(ctx context.Context, cancel context.CancelCauseFunc, b backend.Ledger, r Run, owner backend.Owner, g backend.Grant, sent time.Time) (last time.Time) {
+func heartbeat(ctx context.Context, t leaseTiming, lost func(cause error), b backend.Ledger, r Run, owner backend.Owner, g backend.Grant, sent time.Time) (last time.Time) {
 	ttl := g.TTL
-	every := ttl / 3
-	lostErr := func(why string) error {
-		return fmt.Errorf("%w: job %q at %s token %d: %s", leasehold.ErrLeaseLost, r.Job, r.ScheduledAt.Format(time.RFC3339Nano), g.Token, why)
-	}
-	last = sent
-	deadline := time.NewTimer(time.Until(sent.Add(safeSpan(ttl))))
-	defer deadline.Stop()
-	next := time.NewTimer(time.Until(sent.Add(every)))
-	defer next.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return last
-		case <-deadline.C:
-			cancel(lostErr("deadline passed without a confirmed heartbeat"))
-			return last
-		case <-next.C:
-		}
-		hsent := time.Now()
-		// Bounded by the deadline too: a heartbeat left hanging must not
-		// hold off the cancellation the deadline owes the job.
-		hctx, hcancel := context.WithTimeout(ctx, min(every, time.Until(last.Add(safeSpan(ttl)))))
-		err := b.Heartbeat(hctx, r.Job, r.ScheduledAt, owner, g.Token, ttl)
-		hcancel()
-		switch {
-		case err == nil:
-			if !deadline.Stop() {
-				cancel(lostErr("deadline passed without a confirmed heartbeat"))
-				return last
+	k := keeper.Start(keeper.Config{
+		Timing: t.of(ttl), Every: ttl / 3, AttemptTimeout: ttl / 3,
+		Renew: func(ctx context.Context) (time.Duration, error) {
+			return ttl, b.Heartbeat(ctx, r.Job, r.ScheduledAt, owner, g.Token, ttl)
+		},
+		IsLost: func(err error) bool { return errors.Is(err, backend.ErrLeaseLost) },
+		Lost: func(err error) {
+			why := "deadline passed without a confirmed heartbeat"
+			if !errors.Is(err, keeper.ErrDeadline) {
+				why = err.Error()
 			}
-			last = hsent
-			deadline.Reset(time.Until(hsent.Add(safeSpan(ttl))))
-			next.Reset(time.Until(hsent.Add(every)))
-		case errors.Is(err, backend.ErrLeaseLost):
-			cancel(lostErr(err.Error()))
-			return last
-		default:
-			next.Reset(every / 4)
-		}
-	}
+			lost(fmt.Errorf("%w: job %q at %s token %d: %s", leasehold.ErrLeaseLost, r.Job, r.ScheduledAt.Format(time.RFC3339Nano), g.Token, why))
+		},
+	}, sent, ttl)
+	k.Run(ctx)
+	k.Stop()
+	return k.Last()
 }
 
 // finishRun records a run's outcome. A failure is retried, with backoff,
@@ -309,14 +318,14 @@ func (s *Scheduler) recoverRun(ctx context.Context, e *entry, r backend.Run) {
 	if err != nil {
 		return // someone else reclaimed it, or it finished meanwhile
 	}
-	if firstUnknown.IsZero() && time.Until(sent.Add(safeSpan(g.TTL))) <= 0 {
+	if firstUnknown.IsZero() && time.Until(sent.Add(s.cfg.lease.span(g.TTL))) <= 0 {
 		firstUnknown = sent // the reply came after the deadline its send time gives
 	}
 	if !firstUnknown.IsZero() {
 		// "yours" may answer the attempt applied first, whose lease counts
 		// from its arrival: confirm, as occur does.
 		var lost bool
-		if sent, lost = s.confirmClaim(ctx, req, g, firstUnknown); lost || time.Until(sent.Add(safeSpan(g.TTL))) <= 0 {
+		if sent, lost = s.confirmClaim(ctx, req, g, firstUnknown); lost || time.Until(sent.Add(s.cfg.lease.span(g.TTL))) <= 0 {
 			log.Warn("reclaimed occurrence could not be confirmed; it is recovered again once its lease expires")
 			return
 		}

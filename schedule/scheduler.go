@@ -36,6 +36,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/keeper"
 )
 
 // Clock is the scheduler's source of time. Tests inject one; the default is
@@ -63,7 +64,8 @@ type config struct {
 	retention  time.Duration
 	sweepEvery time.Duration
 	settle     time.Duration
-	observer   Observer // nil: none
+	lease      leaseTiming // runs' drift and margin
+	observer   Observer    // nil: none
 }
 
 // WithInstance names this instance (default: host name).
@@ -101,6 +103,19 @@ func WithSweepEvery(d time.Duration) Option { return func(c *config) { c.sweepEv
 // instant is placed, so that instances still running the old version learn
 // of it before it arrives (default 10 s).
 func WithVersionSettle(d time.Duration) Option { return func(c *config) { c.settle = d } }
+
+// WithDrift sets the assumed worst clock-rate difference between this host
+// and the backend, as a fraction in [0, 0.5) (default 0.01), as
+// leasehold.WithDrift does for locks: a run's deadline — when its context
+// is cancelled unless a heartbeat was confirmed — is shortened by
+// LeaseTTL × drift.
+func WithDrift(f float64) Option { return func(c *config) { c.lease.drift = f } }
+
+// WithMargin sets a fixed safety margin subtracted from a run's deadline
+// (default, per job, min(LeaseTTL/20, 500 ms)), as leasehold.WithMargin
+// does for locks. Register refuses a job whose LeaseTTL leaves no more than
+// a heartbeat interval (LeaseTTL/3) after drift and margin.
+func WithMargin(d time.Duration) Option { return func(c *config) { c.lease.margin = d } }
 
 // Scheduler runs registered jobs. Create it with New, register jobs, Start
 // it, and Shutdown it.
@@ -151,7 +166,7 @@ func New(l backend.Leases, opts ...Option) (*Scheduler, error) {
 		instance: host, namespace: leasehold.DefaultNamespace, clock: systemClock{},
 		logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		grace:  30 * time.Second, tolerance: time.Second, retention: 7 * 24 * time.Hour,
-		sweepEvery: 5 * time.Second, settle: 10 * time.Second,
+		sweepEvery: 5 * time.Second, settle: 10 * time.Second, lease: defaultLease,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -175,6 +190,9 @@ func New(l backend.Leases, opts ...Option) (*Scheduler, error) {
 	if err := leasehold.ValidatePath("namespace", c.namespace); err != nil {
 		return nil, err
 	}
+	if err := (keeper.Timing{Drift: c.lease.drift, Margin: c.lease.margin}).Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", leasehold.ErrInvalid, err)
+	}
 	return &Scheduler{b: b, l: NamespaceLedger(b, c.namespace), cfg: c, jobs: map[string]*entry{}}, nil
 }
 
@@ -194,6 +212,9 @@ func (s *Scheduler) put(j Job, replace bool) error {
 	}
 	if err := CheckKeyLengths(s.cfg.namespace, j.Name); err != nil {
 		return err
+	}
+	if err := s.cfg.lease.check(j.LeaseTTL); err != nil {
+		return fmt.Errorf("job %q: %w", j.Name, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -32,7 +32,7 @@ import (
 // 7 days), not forever.
 
 const (
-	triggerInfix = "!trigger!"
+	triggerInfix = backend.MetaSep + "trigger" + backend.MetaSep // reserved space: see backend.MetaSep
 	// TriggerVersionPrefix starts the SpecVersion of a triggered run's
 	// record; the trigger's key follows it.
 	TriggerVersionPrefix = "trigger:"
@@ -170,7 +170,7 @@ func (s *Scheduler) claimTriggerKey(ctx context.Context, e *entry, key, what str
 		owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
 		// The marker is never heartbeated: its lease must outlast the run's
 		// claim, however slow, or a refusal could not be recorded on it.
-		g, _, err := claimGrant(ctx, s.l, backend.ClaimRequest{Job: name, ScheduledAt: at, Owner: owner,
+		g, _, err := claimGrant(ctx, s.cfg.lease, s.l, backend.ClaimRequest{Job: name, ScheduledAt: at, Owner: owner,
 			TTL: max(e.job.LeaseTTL, markerTTL), MaxEarly: s.cfg.tolerance})
 		var claimed *backend.ClaimedError
 		switch {
@@ -202,7 +202,7 @@ func (s *Scheduler) claimTriggered(ctx context.Context, e *entry, key string) (R
 			Job: e.job.Name, ScheduledAt: at, SpecVersion: TriggerVersionPrefix + key, Owner: owner,
 			TTL: e.job.LeaseTTL, MaxEarly: s.cfg.tolerance, MaxRunning: e.job.MaxConcurrent,
 		}
-		g, sent, err := claimGrant(ctx, s.l, req)
+		g, sent, err := claimGrant(ctx, s.cfg.lease, s.l, req)
 		if errors.As(err, new(*backend.ClaimedError)) {
 			at = at.Add(time.Millisecond) // another trigger took this instant
 			continue

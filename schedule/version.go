@@ -32,8 +32,10 @@ import (
 // give the job a new Revision: that is a new version.
 
 const (
-	versionSuffix   = "!version"
-	supersededInfix = "!superseded!"
+	// Job metadata lives in the ledger's reserved space (backend.MetaSep):
+	// runs listings leave it out.
+	versionSuffix   = backend.MetaSep + "version"
+	supersededInfix = backend.MetaSep + "superseded" + backend.MetaSep
 )
 
 // supersededKey is the ledger name whose high-water mark records that

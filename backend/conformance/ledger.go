@@ -22,6 +22,7 @@ func ledgerChecks() []check {
 		{"LedgerClaimRefusedEarlyOrOverlapping", checkClaimLimits},
 		{"LedgerHighWaterAndPrune", checkHighWaterPrune},
 		{"LedgerListFilters", checkListRuns},
+		{"LedgerListLeavesOutJobMeta", checkListRunsLeavesOutJobMeta},
 		{"LedgerStoresAnyOutcomeText", checkOutcomeText},
 	}
 }

@@ -175,6 +175,8 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 	}
 	if f.Job != "" {
 		add("job = $%d", f.Job)
+	} else { // runs only, not job metadata (backend.MetaSep)
+		add("strpos(job, $%d) = 0", backend.MetaSep)
 	}
 	if f.State != "" {
 		add("state = $%d", string(f.State))

@@ -228,7 +228,9 @@ while #out - 1 < limit do
   for _, m in ipairs(ms) do
     local rk = L .. 'run:' .. m
     if job ~= '' then rk = rk .. ':' .. job end
-    local a = redis.call('HGETALL', rk)
+    local a = {}
+    -- without a job, runs only: a name with '!' is job metadata (backend.MetaSep)
+    if job ~= '' or not string.find(m, '!', 1, true) then a = redis.call('HGETALL', rk) end
     if #a > 0 then
       local ok = state == ''
       if not ok then

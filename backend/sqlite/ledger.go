@@ -369,6 +369,8 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 	var args []any
 	if f.Job != "" {
 		where, args = append(where, "job = ?"), append(args, f.Job)
+	} else { // runs only, not job metadata (backend.MetaSep)
+		where, args = append(where, "instr(job, ?) = 0"), append(args, backend.MetaSep)
 	}
 	if f.State != "" {
 		where, args = append(where, "state = ?"), append(args, string(f.State))

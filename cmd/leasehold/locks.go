@@ -11,11 +11,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/daemon/admin"
 )
 
 // lockInfo is one row of "leasehold locks".
 type lockInfo struct {
 	Key         string          `json:"key"`
+	Kind        string          `json:"kind"` // "lock", or "instance" for a daemon's own instance lease
 	Instance    string          `json:"instance"`
 	Token       leasehold.Token `json:"token"` // a JSON string
 	Remaining   string          `json:"remaining"`
@@ -29,9 +31,11 @@ func newLocksCmd(a *app) *cobra.Command {
 		Short: "List the held locks of the namespace",
 		Long: `List the locks of the namespace that are held now: key, holder instance,
 fencing token and the time left on the lease by the backend's clock (for
-people; it is never a basis for safety decisions).
+people; it is never a basis for safety decisions). KIND tells the locks of
+users ("lock") from the leases running daemons hold on their instance ids
+("instance", keys instances/<id>).
 
-With --json, print a JSON array of objects with the fields key, instance,
+With --json, print a JSON array of objects with the fields key, kind, instance,
 token (a decimal string: JSON numbers cannot hold every uint64), remaining
 (a Go duration) and remaining_ms.`,
 		Args: cobra.NoArgs,
@@ -50,8 +54,10 @@ token (a decimal string: JSON numbers cannot hold every uint64), remaining
 			}
 			rows := make([]lockInfo, 0, len(leases))
 			for _, l := range leases {
+				key := strings.TrimPrefix(l.Key, prefix)
 				rows = append(rows, lockInfo{
-					Key:         strings.TrimPrefix(l.Key, prefix),
+					Key:         key,
+					Kind:        lockKind(key),
 					Instance:    l.Owner.Instance,
 					Token:       leasehold.Token(l.Token),
 					Remaining:   roundRemaining(l.Remaining).String(),
@@ -64,15 +70,24 @@ token (a decimal string: JSON numbers cannot hold every uint64), remaining
 				return enc.Encode(rows)
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KEY\tINSTANCE\tTOKEN\tREMAINING")
+			fmt.Fprintln(tw, "KEY\tKIND\tINSTANCE\tTOKEN\tREMAINING")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(r.Key), cell(r.Instance), r.Token, r.Remaining)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(r.Key), r.Kind, cell(r.Instance), r.Token, r.Remaining)
 			}
 			return tw.Flush()
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// lockKind is "instance" for the lease a daemon holds on its instance id
+// (daemon: "instances/<id>"), "lock" for any other key.
+func lockKind(key string) string {
+	if strings.HasPrefix(key, "instances/") {
+		return admin.LockKindInstance
+	}
+	return admin.LockKindUser
 }
 
 // roundRemaining rounds a remaining lease time for people.

@@ -302,6 +302,13 @@ func newRunsCmd(a *app) *cobra.Command {
 			default:
 				return usageErrorf("--state %q: must be running, succeeded, failed or abandoned", state)
 			}
+			if job != "" {
+				// Names with '!' hold scheduler metadata (versions, pause
+				// state, trigger keys), not runs; no job is named so.
+				if err := leasehold.ValidatePath("job", job); err != nil {
+					return usageErrorf("--job %q: not a job name: %v", job, err)
+				}
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
 			l, err := a.openBackend(ctx)

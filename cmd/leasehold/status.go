@@ -293,9 +293,13 @@ func printStatus(w io.Writer, st *admin.Status) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(l.Role), cell(l.Instance), l.Token, cell(since))
 	}
-	fmt.Fprintln(tw, "\nLOCK\tHOLDER\tTOKEN\tLEFT")
+	fmt.Fprintln(tw, "\nLOCK\tKIND\tHOLDER\tTOKEN\tLEFT")
 	for _, k := range st.Locks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(k.Key), cell(k.Instance), k.Token, roundRemaining(time.Duration(k.RemainingMS)*time.Millisecond))
+		kind := k.Kind
+		if kind == "" { // a daemon from before kinds were reported
+			kind = lockKind(k.Key)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(k.Key), cell(kind), cell(k.Instance), k.Token, roundRemaining(time.Duration(k.RemainingMS)*time.Millisecond))
 	}
 	fmt.Fprintln(tw, "\nJOB\tSCHEDULE\tMODE\tSTATE\tNEXT (UTC)\tLAST CLAIMED")
 	for _, j := range st.Jobs {

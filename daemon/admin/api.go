@@ -217,9 +217,10 @@ func (s *Server) locks(ctx context.Context, p string, limit int) ([]Lock, error)
 	now := time.Now()
 	out := make([]Lock, 0, len(leases))
 	for _, l := range leases {
-		k := Lock{Key: strings.TrimPrefix(l.Key, prefix), Instance: l.Owner.Instance, Token: leasehold.Token(l.Token),
+		k := Lock{Key: strings.TrimPrefix(l.Key, prefix), Kind: LockKindUser, Instance: l.Owner.Instance, Token: leasehold.Token(l.Token),
 			RemainingMS: l.Remaining.Milliseconds(), ExpiresAt: ts(now.Add(l.Remaining))}
 		if strings.HasPrefix(k.Key, instanceKeyPrefix) {
+			k.Kind = LockKindInstance
 			// A daemon's instance lock is held under "<instance>@<process>".
 			if name, proc, ok := strings.Cut(k.Instance, "@"); ok {
 				k.Instance, k.Process = name, proc

@@ -37,7 +37,11 @@ type Leader struct {
 
 // Lock is one held lease of the namespace.
 type Lock struct {
-	Key      string `json:"key"`
+	Key string `json:"key"`
+	// Kind is LockKindInstance for a daemon's own instance lease
+	// ("instances/<id>"), which keeps a second daemon with the same id from
+	// running beside it, and LockKindUser for every other lock.
+	Kind     string `json:"kind"`
 	Instance string `json:"instance"`
 	// Process is, for a daemon's instance lock ("instances/<id>"), the
 	// holding process as "host:pid:start ticks:boot id".
@@ -103,3 +107,9 @@ type Status struct {
 	Jobs      []Job      `json:"jobs"`
 	Runs      []Run      `json:"runs"`
 }
+
+// Lock kinds.
+const (
+	LockKindUser     = "lock"
+	LockKindInstance = "instance"
+)
