@@ -15,7 +15,7 @@ import (
 // the limit — while naming one lists its records (the scheduler reads its
 // metadata so).
 func checkListRunsLeavesOutJobMeta(t T, e *env) {
-	b, ctx := e.new(), e.ctx()
+	b, ctx := e.newLedger(t), e.ctx()
 	ttl := e.ttl(30 * time.Second)
 	epoch := time.UnixMilli(1).UTC()
 	type rec struct {
