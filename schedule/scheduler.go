@@ -119,6 +119,8 @@ type Scheduler struct {
 	loops   sync.WaitGroup
 	runs    sync.WaitGroup
 	leading leaderState
+	timers  *timerHeap    // every started entry's next instant (timers.go)
+	startup chan struct{} // a slot per job doing its start-up work at once
 }
 
 type entry struct {
@@ -127,9 +129,15 @@ type entry struct {
 	vc   versionCache
 	// inflight counts this entry's occurrences being claimed or run here.
 	inflight atomic.Int32
-	queue    runQueue // catch-up claims, one after another
+	queue    runQueue        // catch-up claims, one after another
+	ctx      context.Context // the entry's claims; cancelled when it is stopped
 	cancel   context.CancelFunc
-	done     chan struct{}
+	done     chan struct{} // closed when its start-up work ended
+	// next is the instant the entry's timer waits for, cursor the latest
+	// instant handled; slot is its place in s.timers, -1 when not in it.
+	// All three are guarded by s.timers.mu once start-up ended.
+	next, cursor time.Time
+	slot         int
 }
 
 // New returns a Scheduler over b.
@@ -169,7 +177,8 @@ func New(b backend.Backend, opts ...Option) (*Scheduler, error) {
 	if err := leasehold.ValidatePath("namespace", c.namespace); err != nil {
 		return nil, err
 	}
-	return &Scheduler{b: b, l: NamespaceLedger(b, c.namespace), cfg: c, jobs: map[string]*entry{}}, nil
+	return &Scheduler{b: b, l: NamespaceLedger(b, c.namespace), cfg: c, jobs: map[string]*entry{},
+		timers: newTimerHeap(), startup: make(chan struct{}, startupWorkers)}, nil
 }
 
 // Register adds a job. A name registered before is rejected with
@@ -198,7 +207,7 @@ func (s *Scheduler) put(j Job, replace bool) error {
 	if old != nil {
 		s.stopEntry(old)
 	}
-	e := &entry{job: j, spec: spec}
+	e := &entry{job: j, spec: spec, slot: -1}
 	s.jobs[j.Name] = e
 	if s.started {
 		s.startEntry(e)
@@ -231,23 +240,34 @@ func (s *Scheduler) Jobs() map[string]time.Time {
 	return out
 }
 
-// stopEntry stops e's loop and waits for it; s.mu is held.
+// stopEntry stops e's timer, waiting for its start-up work to end; s.mu is
+// held. Once it returns, e claims nothing more.
 func (s *Scheduler) stopEntry(e *entry) {
 	if e.cancel != nil {
 		e.cancel()
 		<-e.done
+		s.timers.remove(e)
 		e.cancel = nil
 	}
 }
 
+// startEntry starts e's start-up work, then its timer.
 func (s *Scheduler) startEntry(e *entry) {
-	ctx, cancel := context.WithCancel(s.loopCtx)
-	e.cancel, e.done = cancel, make(chan struct{})
+	e.ctx, e.cancel = context.WithCancel(s.loopCtx)
+	e.done = make(chan struct{})
+	ctx := e.ctx
 	s.loops.Add(1)
 	go func() {
 		defer s.loops.Done()
 		defer close(e.done)
-		s.loop(ctx, e)
+		select {
+		case s.startup <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		cursor := s.startUp(ctx, e)
+		<-s.startup
+		s.addTimer(e, cursor)
 	}()
 	if e.job.Mode == Leader {
 		s.leading.start(s, ctx)
@@ -270,7 +290,8 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	for _, e := range s.jobs {
 		s.startEntry(e)
 	}
-	s.loops.Add(2)
+	s.loops.Add(3)
+	go func() { defer s.loops.Done(); s.timerLoop(s.loopCtx) }()
 	go func() { defer s.loops.Done(); s.sweepLoop(s.loopCtx) }()
 	go func() { defer s.loops.Done(); s.pruneLoop(s.loopCtx) }()
 	return nil
@@ -307,20 +328,5 @@ func (s *Scheduler) Shutdown(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("leasehold/schedule: jobs still running at shutdown: %w", ctx.Err())
-	}
-}
-
-// sleepUntil waits until the clock reaches t or ctx ends.
-func (s *Scheduler) sleepUntil(ctx context.Context, t time.Time) bool {
-	for {
-		d := t.Sub(s.cfg.clock.Now())
-		if d <= 0 {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-s.cfg.clock.After(d):
-		}
 	}
 }
