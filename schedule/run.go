@@ -361,7 +361,7 @@ func (s *Scheduler) sweep(ctx context.Context) {
 		at  int64 // Unix ms
 	}
 	var seen map[occ]bool
-	f := backend.RunFilter{State: backend.Running, Limit: sweepPage}
+	f := backend.RunFilter{State: backend.Running, Limit: s.sweepPage}
 	for page := 0; page < maxSweepPages && ctx.Err() == nil; page++ {
 		runs, err := s.l.ListRuns(ctx, f)
 		if err != nil || len(runs) == 0 {

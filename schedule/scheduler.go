@@ -112,7 +112,7 @@ type Scheduler struct {
 	mu      sync.Mutex
 	jobs    map[string]*entry
 	started bool
-	loopCtx context.Context // parent of per-job loops; cancelled by Shutdown
+	loopCtx context.Context // parent of the timers and the entries; cancelled by Shutdown
 	stop    context.CancelFunc
 	jobCtx  context.Context // parent of running job functions; cancelled after the grace period
 	kill    context.CancelCauseFunc
@@ -121,6 +121,9 @@ type Scheduler struct {
 	leading leaderState
 	timers  *timerHeap    // every started entry's next instant (timers.go)
 	startup chan struct{} // a slot per job doing its start-up work at once
+	// sweepPage is the first page size of a sweep (sweepPage; tests set
+	// it smaller).
+	sweepPage int
 }
 
 type entry struct {
@@ -178,7 +181,7 @@ func New(b backend.Backend, opts ...Option) (*Scheduler, error) {
 		return nil, err
 	}
 	return &Scheduler{b: b, l: NamespaceLedger(b, c.namespace), cfg: c, jobs: map[string]*entry{},
-		timers: newTimerHeap(), startup: make(chan struct{}, startupWorkers)}, nil
+		timers: newTimerHeap(), startup: make(chan struct{}, startupWorkers), sweepPage: sweepPage}, nil
 }
 
 // Register adds a job. A name registered before is rejected with

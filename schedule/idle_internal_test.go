@@ -1,0 +1,136 @@
+package schedule
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/memory"
+)
+
+// waitUntil polls cond until it holds, failing the test after within.
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting until %s", within, what)
+		}
+	}
+}
+
+// The sweeper lists every job's running records at once, a page at a
+// time: expired runs of many jobs at one instant (every daily job at
+// 03:00) fill pages that end inside that instant, and a page holding a
+// single instant must be widened, or the runs past it would never be
+// recovered (runs held for a retry, or live on another instance, stay
+// running). A running record of a job not registered here is left alone.
+func TestSweepRecoversExpiredRunsPastPagesOfOneInstant(t *testing.T) {
+	b := memory.New()
+	ctx := context.Background()
+	shared := backend.Instant(time.Now().Add(-time.Minute))
+	earlier := shared.Add(-time.Hour)
+	type occ struct {
+		job string
+		at  time.Time
+	}
+	var dead []occ
+	claimFor := func(job string, at time.Time, ttl time.Duration) {
+		if _, err := b.Claim(ctx, backend.ClaimRequest{Job: job, ScheduledAt: at, SpecVersion: "dead",
+			Owner: backend.Owner{Instance: "dead", Nonce: backend.NewNonce()}, TTL: ttl}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := func(job string, at time.Time) { claimFor(job, at, 150*time.Millisecond) }
+	// Live runs at the same instant, listed before the dead ones (ties go
+	// by job name): they stay running, so whole pages of them come first
+	// at every sweep.
+	for i := range 6 {
+		claimFor(fmt.Sprintf("a-live-%d", i), shared, time.Minute)
+	}
+	for i := range 7 {
+		dead = append(dead, occ{fmt.Sprintf("job-%d", i), shared})
+		if i < 3 {
+			dead = append(dead, occ{fmt.Sprintf("job-%d", i), earlier})
+		}
+	}
+	for _, o := range dead {
+		claim(o.job, o.at)
+	}
+	claim("not-registered", shared)
+	time.Sleep(200 * time.Millisecond) // every lease above has expired (150 ms)
+
+	s, err := New(b, WithInstance("sweeper"), WithSweepEvery(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.sweepPage = 2 // 13 runs at one instant: pages of one instant, widened
+	for i := range 7 {
+		if err := s.Register(Job{Name: fmt.Sprintf("job-%d", i), Schedule: "@yearly", Crash: CrashSkip,
+			Func: func(context.Context, Run) error { return nil }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(sctx)
+	})
+	waitUntil(t, 10*time.Second, "every expired run of a registered job is abandoned", func() bool {
+		for _, o := range dead {
+			if r, err := b.GetRun(ctx, o.job, o.at); err != nil || r.State != backend.Abandoned {
+				return false
+			}
+		}
+		return true
+	})
+	if r, err := b.GetRun(ctx, "not-registered", shared); err != nil || r.State != backend.Running {
+		t.Fatalf("a job not registered here: %+v, %v; want it left running", r, err)
+	}
+}
+
+// An idle scheduler holds one timer for all its jobs, not a goroutine per
+// job: once every job's start-up work is done, the goroutines it added do
+// not grow with the number of jobs.
+func TestIdleJobsHoldNoGoroutineEach(t *testing.T) {
+	const jobs = 500
+	before := runtime.NumGoroutine()
+	s, err := New(memory.New(), WithInstance("idle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range jobs {
+		if err := s.Register(Job{Name: fmt.Sprintf("job-%d", i), Schedule: "0 3 * * *",
+			Func: func(context.Context, Run) error { return nil }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	})
+	waitUntil(t, 30*time.Second, "every job waits in the timer heap", func() bool {
+		s.timers.mu.Lock()
+		defer s.timers.mu.Unlock()
+		return len(s.timers.items) == jobs
+	})
+	// Start-up goroutines end right after they add their entry.
+	waitUntil(t, 10*time.Second, "the start-up goroutines have ended", func() bool {
+		return runtime.NumGoroutine()-before < 20
+	})
+	s.timers.mu.Lock()
+	next := s.timers.items[0].next
+	s.timers.mu.Unlock()
+	if want := s.jobs["job-0"].spec.Next(time.Now()); !next.Equal(want) {
+		t.Fatalf("earliest timer at %v, want the daily instant %v", next, want)
+	}
+}
