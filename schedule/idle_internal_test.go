@@ -118,11 +118,17 @@ func TestIdleJobsHoldNoGoroutineEach(t *testing.T) {
 		defer cancel()
 		_ = s.Shutdown(ctx)
 	})
-	waitUntil(t, 30*time.Second, "every job waits in the timer heap", func() bool {
-		s.timers.mu.Lock()
-		defer s.timers.mu.Unlock()
-		return len(s.timers.items) == jobs
-	})
+	select {
+	case <-s.StartedUp():
+	case <-time.After(30 * time.Second):
+		t.Fatal("StartedUp not closed 30 s after Start")
+	}
+	s.timers.mu.Lock()
+	waiting := len(s.timers.items)
+	s.timers.mu.Unlock()
+	if waiting != jobs {
+		t.Fatalf("started up with %d jobs in the timer heap, want %d", waiting, jobs)
+	}
 	// Start-up goroutines end right after they add their entry.
 	waitUntil(t, 10*time.Second, "the start-up goroutines have ended", func() bool {
 		return runtime.NumGoroutine()-before < 20

@@ -109,18 +109,19 @@ type Scheduler struct {
 	l   backend.Ledger // b's ledger confined to the namespace (namespace.go)
 	cfg config
 
-	mu      sync.Mutex
-	jobs    map[string]*entry
-	started bool
-	loopCtx context.Context // parent of the timers and the entries; cancelled by Shutdown
-	stop    context.CancelFunc
-	jobCtx  context.Context // parent of running job functions; cancelled after the grace period
-	kill    context.CancelCauseFunc
-	loops   sync.WaitGroup
-	runs    sync.WaitGroup
-	leading leaderState
-	timers  *timerHeap    // every started entry's next instant (timers.go)
-	startup chan struct{} // a slot per job doing its start-up work at once
+	mu        sync.Mutex
+	jobs      map[string]*entry
+	started   bool
+	loopCtx   context.Context // parent of the timers and the entries; cancelled by Shutdown
+	stop      context.CancelFunc
+	jobCtx    context.Context // parent of running job functions; cancelled after the grace period
+	kill      context.CancelCauseFunc
+	loops     sync.WaitGroup
+	runs      sync.WaitGroup
+	leading   leaderState
+	timers    *timerHeap    // every started entry's next instant (timers.go)
+	startup   chan struct{} // a slot per job doing its start-up work at once
+	startedUp chan struct{} // closed when the jobs of Start did their start-up (StartedUp)
 	// sweepPage is the first page size of a sweep (sweepPage; tests set
 	// it smaller).
 	sweepPage int
@@ -181,7 +182,8 @@ func New(b backend.Backend, opts ...Option) (*Scheduler, error) {
 		return nil, err
 	}
 	return &Scheduler{b: b, l: NamespaceLedger(b, c.namespace), cfg: c, jobs: map[string]*entry{},
-		timers: newTimerHeap(), startup: make(chan struct{}, startupWorkers), sweepPage: sweepPage}, nil
+		timers: newTimerHeap(), startup: make(chan struct{}, startupWorkers), sweepPage: sweepPage,
+		startedUp: make(chan struct{})}, nil
 }
 
 // Register adds a job. A name registered before is rejected with
@@ -213,7 +215,7 @@ func (s *Scheduler) put(j Job, replace bool) error {
 	e := &entry{job: j, spec: spec, slot: -1}
 	s.jobs[j.Name] = e
 	if s.started {
-		s.startEntry(e)
+		s.startEntry(e, nil)
 	}
 	return nil
 }
@@ -254,8 +256,9 @@ func (s *Scheduler) stopEntry(e *entry) {
 	}
 }
 
-// startEntry starts e's start-up work, then its timer.
-func (s *Scheduler) startEntry(e *entry) {
+// startEntry starts e's start-up work, then its timer; started (if not
+// nil) is called when the start-up work ended.
+func (s *Scheduler) startEntry(e *entry, started func()) {
 	e.ctx, e.cancel = context.WithCancel(s.loopCtx)
 	e.done = make(chan struct{})
 	ctx := e.ctx
@@ -263,6 +266,9 @@ func (s *Scheduler) startEntry(e *entry) {
 	go func() {
 		defer s.loops.Done()
 		defer close(e.done)
+		if started != nil {
+			defer started()
+		}
 		select {
 		case s.startup <- struct{}{}:
 		case <-ctx.Done():
@@ -290,15 +296,25 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	s.loopCtx, s.stop = context.WithCancel(ctx)
 	s.jobCtx, s.kill = context.WithCancelCause(context.WithoutCancel(ctx))
 	context.AfterFunc(ctx, func() { s.kill(context.Cause(ctx)) })
+	var initial sync.WaitGroup
+	initial.Add(len(s.jobs))
 	for _, e := range s.jobs {
-		s.startEntry(e)
+		s.startEntry(e, initial.Done)
 	}
+	go func() { initial.Wait(); close(s.startedUp) }()
 	s.loops.Add(3)
 	go func() { defer s.loops.Done(); s.timerLoop(s.loopCtx) }()
 	go func() { defer s.loops.Done(); s.sweepLoop(s.loopCtx) }()
 	go func() { defer s.loops.Done(); s.pruneLoop(s.loopCtx) }()
 	return nil
 }
+
+// StartedUp returns a channel closed once every job registered when Start
+// was called has done its start-up work (recorded its schedule version,
+// queued its catch-up) or was stopped before: from then on, until
+// something comes due, the scheduler only waits. It is never closed if
+// Start is never called.
+func (s *Scheduler) StartedUp() <-chan struct{} { return s.startedUp }
 
 // ErrShutdown is the cause of a running job's context when Shutdown's grace
 // period ran out.
