@@ -46,7 +46,7 @@ func (h *timerHeap) Pop() any {
 	return e
 }
 
-// add schedules e for the first instant after cursor, unless its context
+// addTimer schedules e for the first instant after cursor, unless its context
 // ended (it was stopped meanwhile).
 func (s *Scheduler) addTimer(e *entry, cursor time.Time) {
 	h := s.timers
@@ -64,7 +64,7 @@ func (s *Scheduler) addTimer(e *entry, cursor time.Time) {
 	}
 }
 
-// removeTimer takes e out of the heap; once it returns, e is not handled
+// remove takes e out of the heap; once it returns, e is not handled
 // again.
 func (h *timerHeap) remove(e *entry) {
 	h.mu.Lock()
