@@ -3,12 +3,15 @@ package schedule
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/backend/sqlite"
 )
 
 // waitUntil polls cond until it holds, failing the test after within.
@@ -138,5 +141,52 @@ func TestIdleJobsHoldNoGoroutineEach(t *testing.T) {
 	s.timers.mu.Unlock()
 	if want := s.jobs["job-0"].spec.Next(time.Now()); !next.Equal(want) {
 		t.Fatalf("earliest timer at %v, want the daily instant %v", next, want)
+	}
+}
+
+// listCounting counts ListRuns calls.
+type listCounting struct {
+	backend.Backend
+	lists atomic.Int64
+}
+
+func (c *listCounting) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
+	c.lists.Add(1)
+	return c.Backend.ListRuns(ctx, f)
+}
+
+// BenchmarkIdleSweep is one crash sweep of an idle scheduler (nothing
+// running) with 100, 1,000 and 10,000 registered jobs on SQLite: its cost
+// and its ListRuns calls must not grow with the jobs.
+//
+//	go test -run '^$' -bench IdleSweep ./schedule/
+func BenchmarkIdleSweep(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			db, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "idle.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			lb := &listCounting{Backend: db}
+			s, err := New(lb, WithInstance("idle"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				if err := s.Register(Job{Name: fmt.Sprintf("job-%d", i), Schedule: "0 3 * * *",
+					Func: func(context.Context, Run) error { return nil }}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			lb.lists.Store(0)
+			b.ResetTimer()
+			for range b.N {
+				s.sweep(ctx)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(lb.lists.Load())/float64(b.N), "lists/sweep")
+		})
 	}
 }
