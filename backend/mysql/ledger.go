@@ -106,7 +106,11 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	// The record first, outside the transaction (a READ COMMITTED read in
 	// it would see the same): most claims of an occurrence are losers that
 	// find the winner's record, and they are done in one round trip.
-	r, err := b.getRun(ctx, b.db, req.Job, at, "")
+	var r backend.Run
+	st, err := b.stmt(ctx, `SELECT `+runCols+` FROM `+b.tRuns+` WHERE job = ? AND scheduled_at = ?`)
+	if err == nil {
+		r, err = scanRun(st.QueryRowContext(ctx, req.Job, at))
+	}
 	switch {
 	case err == nil:
 		exist = &r
@@ -154,7 +158,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 // MaxRunning; count running occurrences when MaxRunning is set. Every
 // refusal rolls the transaction back.
 func (b *Backend) claimTx(ctx context.Context, tx *sql.Tx, req backend.ClaimRequest, at time.Time, ttl time.Duration, g *backend.Grant) error {
-	res, err := tx.ExecContext(ctx, `INSERT INTO `+b.tRuns+` (job, scheduled_at, spec_version, instance, nonce, token,
+	res, err := b.execIn(ctx, tx, `INSERT INTO `+b.tRuns+` (job, scheduled_at, spec_version, instance, nonce, token,
 		attempt, state, claimed_at, expires_at, result, error)
 		SELECT ?, ?, ?, ?, ?, 0, 1, 'running', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, '', ''
 		FROM DUAL WHERE ? <= NOW(6) + INTERVAL ? MICROSECOND`,
@@ -175,7 +179,7 @@ func (b *Backend) claimTx(ctx context.Context, tx *sql.Tx, req backend.ClaimRequ
 		return fmt.Errorf("%w: %s, backend clock %s, max early %v",
 			backend.ErrTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
 	}
-	res, err = tx.ExecContext(ctx, b.bumpSQL(), req.Job, at, req.SpecVersion)
+	res, err = b.execIn(ctx, tx, b.bumpSQL(), req.Job, at, req.SpecVersion)
 	if err != nil {
 		return err
 	}
@@ -189,7 +193,7 @@ func (b *Backend) claimTx(ctx context.Context, tx *sql.Tx, req backend.ClaimRequ
 		setToken += ` AND ? >= NOW(6) - INTERVAL ? MICROSECOND`
 		args = append(args, at, micros(req.MaxLate))
 	}
-	res, err = tx.ExecContext(ctx, setToken, args...)
+	res, err = b.execIn(ctx, tx, setToken, args...)
 	if err != nil {
 		return err
 	}
