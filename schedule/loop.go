@@ -22,41 +22,25 @@ const maxEarlyWait = 10 * time.Second
 // progress on this instance.
 const maxInflight = 256
 
-// loop is one job's timer: it computes the job's instants and claims each
-// as it comes due. It never takes s.mu (Replace waits for it under s.mu).
-func (s *Scheduler) loop(ctx context.Context, e *entry) {
-	log := s.cfg.logger.With("job", e.job.Name)
+// startUp is a job's start-up work, before its timer runs: it records the
+// job's schedule version and catches up what passed while no instance ran,
+// by the job's misfire policy, and returns the cursor the timer continues
+// from. It never takes s.mu (Replace waits for it under s.mu).
+func (s *Scheduler) startUp(ctx context.Context, e *entry) time.Time {
 	cursor := s.cfg.clock.Now()
-	if e.job.Mode != EveryInstance {
-		if err := s.ensureVersion(ctx, e); err != nil {
-			log.Error("recording the schedule version failed; claims wait for it", "err", err)
-		}
-		if e.job.Misfire != MisfireSkip {
-			// Catch-up covers what passed until now, the loop what comes
-			// after (late ones go to the same queue, bounded together).
-			cursor = s.cfg.clock.Now()
-			s.catchUp(ctx, e, cursor)
-		}
+	if e.job.Mode == EveryInstance {
+		return cursor
 	}
-	for {
-		at := e.spec.Next(cursor)
-		if at.IsZero() {
-			log.Warn("schedule has no further occurrences")
-			return
-		}
-		if !s.sleepUntil(ctx, at) {
-			return
-		}
-		now := s.cfg.clock.Now()
-		onTime, late, cur := s.dueSince(e, at, now)
-		cursor = cur
-		if late.n > 0 {
-			s.misfire(ctx, e, late, now)
-		}
-		for _, at := range onTime {
-			s.due(ctx, e, at)
-		}
+	if err := s.ensureVersion(ctx, e); err != nil {
+		s.cfg.logger.Error("recording the schedule version failed; claims wait for it", "job", e.job.Name, "err", err)
 	}
+	if e.job.Misfire != MisfireSkip {
+		// Catch-up covers what passed until now, the timer what comes
+		// after (late ones go to the same queue, bounded together).
+		cursor = s.cfg.clock.Now()
+		s.catchUp(ctx, e, cursor)
+	}
+	return cursor
 }
 
 // due starts the claim (or the local run) of an on-time instant.

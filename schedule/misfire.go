@@ -25,7 +25,7 @@ type lateSet struct {
 
 // dueSince returns the instants from at (due) up to now, split into those
 // within the misfire grace (oldest first) and the misfired rest, and the
-// latest of all (the loop's new cursor). There is more than one when this
+// latest of all (the job timer's new cursor). There is more than one when this
 // process did not look for a while: it was paused, starved, or its clock
 // stepped forward. Instants older than the misfire window are left out, as
 // catch-up leaves them; of the misfired ones only the latest MaxCatchUp are

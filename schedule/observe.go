@@ -79,8 +79,9 @@ type Event struct {
 //
 // ObserveSchedule is called synchronously on the scheduler's goroutines,
 // never while the scheduler's own lock is held. It must return quickly and
-// must not block: a slow observer delays claims and heartbeats. It must not
-// call back into the Scheduler.
+// must not block: a slow observer delays claims and heartbeats (and, for
+// misfires the job timers find, every job's timer: one goroutine times all
+// jobs). It must not call back into the Scheduler.
 type Observer interface {
 	ObserveSchedule(Event)
 }

@@ -344,36 +344,79 @@ func (s *Scheduler) sweepLoop(ctx context.Context) {
 			return
 		case <-s.cfg.clock.After(s.cfg.sweepEvery):
 		}
-		// Every job, every-instance ones too: their scheduled runs have no
-		// claim, but their triggered runs do.
-		s.mu.Lock()
-		entries := make([]*entry, 0, len(s.jobs))
-		for _, e := range s.jobs {
-			entries = append(entries, e)
+		s.sweep(ctx)
+	}
+}
+
+// Sweep paging: the first page's size, and the most pages one sweep reads.
+const (
+	sweepPage     = 1000
+	maxSweepPages = 100
+)
+
+// sweep reads the namespace's running records — one listing for all jobs,
+// not one per job, so that an idle scheduler's cost does not grow with the
+// number of jobs it has — and recovers each expired one of a job
+// registered here (every-instance jobs too: their scheduled runs have no
+// claim, but their triggered runs do). Every running record is read, a
+// page at a time: runs held for a retry stay running through their
+// backoff, and more than a page of them must not hide the oldest from
+// recovery. Many jobs share instants (every daily job at 03:00), so a page
+// ends inside an instant: the next page starts at that instant again and
+// skips what was seen, and a page that holds a single instant is widened.
+func (s *Scheduler) sweep(ctx context.Context) {
+	type occ struct {
+		job string
+		at  int64 // Unix ms
+	}
+	var seen map[occ]bool
+	f := backend.RunFilter{State: backend.Running, Limit: s.sweepPage}
+	for page := 0; page < maxSweepPages && ctx.Err() == nil; page++ {
+		runs, err := s.l.ListRuns(ctx, f)
+		if err != nil || len(runs) == 0 {
+			return
 		}
-		s.mu.Unlock()
-		for _, e := range entries {
-			// Every running record, a page at a time: runs held for a
-			// retry stay running through their backoff, and more than a
-			// page of them must not hide the oldest from recovery.
-			f := backend.RunFilter{Job: e.job.Name, State: backend.Running, Limit: 100}
-			for page := 0; page < 100 && ctx.Err() == nil; page++ {
-				runs, err := s.l.ListRuns(ctx, f)
-				if err != nil {
-					break
-				}
-				for _, r := range runs {
-					if r.Expired {
-						s.runs.Add(1)
-						go func() { defer s.runs.Done(); s.recoverRun(ctx, e, r) }()
-					}
-				}
-				if len(runs) < f.Limit {
-					break
-				}
-				f.Before = runs[len(runs)-1].ScheduledAt
+		if seen == nil && len(runs) < f.Limit {
+			s.recoverExpired(ctx, runs) // one page: nothing to tell apart
+			return
+		}
+		if seen == nil {
+			seen = map[occ]bool{}
+		}
+		fresh := runs[:0:0]
+		for _, r := range runs {
+			if k := (occ{r.Job, r.ScheduledAt.UnixMilli()}); !seen[k] {
+				seen[k] = true
+				fresh = append(fresh, r)
 			}
 		}
+		s.recoverExpired(ctx, fresh)
+		if len(runs) < f.Limit {
+			return
+		}
+		last := runs[len(runs)-1].ScheduledAt
+		if !runs[0].ScheduledAt.After(last) {
+			f.Limit *= 2 // one instant fills the page: widen it
+		}
+		f.Before = last.Add(time.Millisecond)
+	}
+}
+
+// recoverExpired starts the recovery of each expired run of a job
+// registered here.
+func (s *Scheduler) recoverExpired(ctx context.Context, runs []backend.Run) {
+	for _, r := range runs {
+		if !r.Expired || r.State != backend.Running {
+			continue
+		}
+		s.mu.Lock()
+		e := s.jobs[r.Job]
+		s.mu.Unlock()
+		if e == nil {
+			continue // not a job of this scheduler (or a reserved record: versions, pauses)
+		}
+		s.runs.Add(1)
+		go func() { defer s.runs.Done(); s.recoverRun(ctx, e, r) }()
 	}
 }
 

@@ -124,16 +124,22 @@ type Scheduler struct {
 	l   backend.Ledger // b's ledger confined to the namespace (namespace.go)
 	cfg config
 
-	mu      sync.Mutex
-	jobs    map[string]*entry
-	started bool
-	loopCtx context.Context // parent of per-job loops; cancelled by Shutdown
-	stop    context.CancelFunc
-	jobCtx  context.Context // parent of running job functions; cancelled after the grace period
-	kill    context.CancelCauseFunc
-	loops   sync.WaitGroup
-	runs    sync.WaitGroup
-	leading leaderState
+	mu        sync.Mutex
+	jobs      map[string]*entry
+	started   bool
+	loopCtx   context.Context // parent of the timers and the entries; cancelled by Shutdown
+	stop      context.CancelFunc
+	jobCtx    context.Context // parent of running job functions; cancelled after the grace period
+	kill      context.CancelCauseFunc
+	loops     sync.WaitGroup
+	runs      sync.WaitGroup
+	leading   leaderState
+	timers    *timerHeap    // every started entry's next instant (timers.go)
+	startup   chan struct{} // a slot per job doing its start-up work at once
+	startedUp chan struct{} // closed when the jobs of Start did their start-up (StartedUp)
+	// sweepPage is the first page size of a sweep (sweepPage; tests set
+	// it smaller).
+	sweepPage int
 }
 
 type entry struct {
@@ -142,9 +148,15 @@ type entry struct {
 	vc   versionCache
 	// inflight counts this entry's occurrences being claimed or run here.
 	inflight atomic.Int32
-	queue    runQueue // catch-up claims, one after another
+	queue    runQueue        // catch-up claims, one after another
+	ctx      context.Context // the entry's claims; cancelled when it is stopped
 	cancel   context.CancelFunc
-	done     chan struct{}
+	done     chan struct{} // closed when its start-up work ended
+	// next is the instant the entry's timer waits for, cursor the latest
+	// instant handled; slot is its place in s.timers, -1 when not in it.
+	// All three are guarded by s.timers.mu once start-up ended.
+	next, cursor time.Time
+	slot         int
 }
 
 // New returns a Scheduler over l, which must keep a run ledger (implement
@@ -193,7 +205,9 @@ func New(l backend.Leases, opts ...Option) (*Scheduler, error) {
 	if err := (keeper.Timing{Drift: c.lease.drift, Margin: c.lease.margin}).Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", leasehold.ErrInvalid, err)
 	}
-	return &Scheduler{b: b, l: NamespaceLedger(b, c.namespace), cfg: c, jobs: map[string]*entry{}}, nil
+	return &Scheduler{b: b, l: NamespaceLedger(b, c.namespace), cfg: c, jobs: map[string]*entry{},
+		timers: newTimerHeap(), startup: make(chan struct{}, startupWorkers), sweepPage: sweepPage,
+		startedUp: make(chan struct{})}, nil
 }
 
 // Register adds a job. A name registered before is rejected with
@@ -225,10 +239,10 @@ func (s *Scheduler) put(j Job, replace bool) error {
 	if old != nil {
 		s.stopEntry(old)
 	}
-	e := &entry{job: j, spec: spec}
+	e := &entry{job: j, spec: spec, slot: -1}
 	s.jobs[j.Name] = e
 	if s.started {
-		s.startEntry(e)
+		s.startEntry(e, nil)
 	}
 	return nil
 }
@@ -258,23 +272,38 @@ func (s *Scheduler) Jobs() map[string]time.Time {
 	return out
 }
 
-// stopEntry stops e's loop and waits for it; s.mu is held.
+// stopEntry stops e's timer, waiting for its start-up work to end; s.mu is
+// held. Once it returns, e claims nothing more.
 func (s *Scheduler) stopEntry(e *entry) {
 	if e.cancel != nil {
 		e.cancel()
 		<-e.done
+		s.timers.remove(e)
 		e.cancel = nil
 	}
 }
 
-func (s *Scheduler) startEntry(e *entry) {
-	ctx, cancel := context.WithCancel(s.loopCtx)
-	e.cancel, e.done = cancel, make(chan struct{})
+// startEntry starts e's start-up work, then its timer; started (if not
+// nil) is called when the start-up work ended.
+func (s *Scheduler) startEntry(e *entry, started func()) {
+	e.ctx, e.cancel = context.WithCancel(s.loopCtx)
+	e.done = make(chan struct{})
+	ctx := e.ctx
 	s.loops.Add(1)
 	go func() {
 		defer s.loops.Done()
 		defer close(e.done)
-		s.loop(ctx, e)
+		if started != nil {
+			defer started()
+		}
+		select {
+		case s.startup <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		cursor := s.startUp(ctx, e)
+		<-s.startup
+		s.addTimer(e, cursor)
 	}()
 	if e.job.Mode == Leader {
 		s.leading.start(s, ctx)
@@ -294,14 +323,25 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	s.loopCtx, s.stop = context.WithCancel(ctx)
 	s.jobCtx, s.kill = context.WithCancelCause(context.WithoutCancel(ctx))
 	context.AfterFunc(ctx, func() { s.kill(context.Cause(ctx)) })
+	var initial sync.WaitGroup
+	initial.Add(len(s.jobs))
 	for _, e := range s.jobs {
-		s.startEntry(e)
+		s.startEntry(e, initial.Done)
 	}
-	s.loops.Add(2)
+	go func() { initial.Wait(); close(s.startedUp) }()
+	s.loops.Add(3)
+	go func() { defer s.loops.Done(); s.timerLoop(s.loopCtx) }()
 	go func() { defer s.loops.Done(); s.sweepLoop(s.loopCtx) }()
 	go func() { defer s.loops.Done(); s.pruneLoop(s.loopCtx) }()
 	return nil
 }
+
+// StartedUp returns a channel closed once every job registered when Start
+// was called has done its start-up work (recorded its schedule version,
+// queued its catch-up) or was stopped before: from then on, until
+// something comes due, the scheduler only waits. It is never closed if
+// Start is never called.
+func (s *Scheduler) StartedUp() <-chan struct{} { return s.startedUp }
 
 // ErrShutdown is the cause of a running job's context when Shutdown's grace
 // period ran out.
@@ -334,20 +374,5 @@ func (s *Scheduler) Shutdown(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("leasehold/schedule: jobs still running at shutdown: %w", ctx.Err())
-	}
-}
-
-// sleepUntil waits until the clock reaches t or ctx ends.
-func (s *Scheduler) sleepUntil(ctx context.Context, t time.Time) bool {
-	for {
-		d := t.Sub(s.cfg.clock.Now())
-		if d <= 0 {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-s.cfg.clock.After(d):
-		}
 	}
 }

@@ -76,17 +76,18 @@ func (b *Backend) bumpSQL() string {
 // errLostRace: the run's INSERT hit the primary key (1062).
 var errLostRace = errors.New("lost the race")
 
-// Claim implements backend.Ledger: in one READ COMMITTED transaction, read
-// the occurrence; INSERT the run (token 0 for now) unless it is in the
-// future beyond MaxEarly by the server's clock; refuse it (rolled back) if
-// it is older than MaxLate by that clock; take the job's next token
-// (which locks the job's row, so the claims of one job are serialised);
-// count running occurrences when MaxRunning is set; set the run's token.
-// A duplicate-key error on the INSERT means another claim won. Inserting
-// first makes a losing claim wait on the winner's row and fail without
-// locking the job's row or writing anything (it used to bump the counter
-// first, so every concurrent loser queued on the job's row for a redo-log
-// flush of its own).
+// Claim implements backend.Ledger: read the occurrence's record (one
+// autocommit read: a claim that loses to a committed winner costs one round
+// trip); without one, in one READ COMMITTED transaction (claimTx), INSERT
+// the run (token 0 for now) unless it is in the future beyond MaxEarly by
+// the server's clock; take the job's next token (which locks the job's row,
+// so the claims of one job are serialised); set the run's token unless it
+// is older than MaxLate by that clock (refused, rolled back); count running
+// occurrences when MaxRunning is set. A duplicate-key error on the INSERT
+// means another claim won. Inserting first makes a losing claim wait on the
+// winner's row and fail without locking the job's row or writing anything
+// (it used to bump the counter first, so every concurrent loser queued on
+// the job's row for a redo-log flush of its own).
 func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
 	if err := backend.CheckClaim(req, MinTTL); err != nil {
 		return backend.Grant{}, err
@@ -102,71 +103,22 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		g     backend.Grant
 		exist *backend.Run
 	)
-	err := b.tx(ctx, func(tx *sql.Tx) error {
-		exist = nil
-		r, err := b.getRun(ctx, tx, req.Job, at, "")
-		switch {
-		case err == nil:
-			exist = &r
-			return nil
-		case !errors.Is(err, sql.ErrNoRows):
-			return err
-		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO `+b.tRuns+` (job, scheduled_at, spec_version, instance, nonce, token,
-			attempt, state, claimed_at, expires_at, result, error)
-			SELECT ?, ?, ?, ?, ?, 0, 1, 'running', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, '', ''
-			FROM DUAL WHERE ? <= NOW(6) + INTERVAL ? MICROSECOND`,
-			req.Job, at, req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:], micros(req.TTL), at, micros(req.MaxEarly))
-		if isErr(err, errDupEntry) {
-			return errLostRace
-		}
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			var now time.Time
-			if err := tx.QueryRowContext(ctx, `SELECT NOW(6)`).Scan(&now); err != nil {
-				return err
-			}
-			return fmt.Errorf("%w: %s, backend clock %s, max early %v",
-				backend.ErrTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
-		}
-		if req.MaxLate > 0 { // judged once the INSERT holds the key: rolled back if late
-			var now time.Time
-			if err := tx.QueryRowContext(ctx, `SELECT NOW(6)`).Scan(&now); err != nil {
-				return err
-			}
-			if at.Before(now.Add(-req.MaxLate)) {
-				return fmt.Errorf("%w: %s, backend clock %s, max late %v",
-					backend.ErrTooLate, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
-			}
-		}
-		res, err = tx.ExecContext(ctx, b.bumpSQL(), req.Job, at, req.SpecVersion)
-		if err != nil {
-			return err
-		}
-		token, err := res.LastInsertId()
-		if err != nil {
-			return err
-		}
-		if req.MaxRunning > 0 {
-			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+b.tRuns+`
-				WHERE job = ? AND state = 'running' AND expires_at > NOW(6) AND scheduled_at <> ?`, req.Job, at).Scan(&n); err != nil {
-				return err
-			}
-			if n >= req.MaxRunning {
-				return fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, n, req.MaxRunning)
-			}
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE `+b.tRuns+` SET token = ? WHERE job = ? AND scheduled_at = ?`, token, req.Job, at); err != nil {
-			return err
-		}
-		g = backend.Grant{Token: uint64(token), TTL: ttl}
-		return nil
-	})
+	// The record first, outside the transaction (a READ COMMITTED read in
+	// it would see the same): most claims of an occurrence are losers that
+	// find the winner's record, and they are done in one round trip.
+	var r backend.Run
+	st, err := b.stmt(ctx, `SELECT `+runCols+` FROM `+b.tRuns+` WHERE job = ? AND scheduled_at = ?`)
+	if err == nil {
+		r, err = scanRun(st.QueryRowContext(ctx, req.Job, at))
+	}
+	switch {
+	case err == nil:
+		exist = &r
+	case !errors.Is(err, sql.ErrNoRows):
+		return backend.Grant{}, dbErr(ctx, what, err)
+	default:
+		err = b.tx(ctx, func(tx *sql.Tx) error { return b.claimTx(ctx, tx, req, at, ttl, &g) })
+	}
 	if errors.Is(err, errLostRace) {
 		r, gerr := b.getRun(ctx, b.db, req.Job, at, "")
 		if gerr != nil {
@@ -196,6 +148,86 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		return backend.Grant{}, &backend.ClaimedError{Run: *exist}
 	}
 	return g, nil
+}
+
+// claimTx is Claim's transaction, for an occurrence with no record: INSERT
+// the run unless it is in the future beyond MaxEarly; take the job's next
+// token; set it on the run unless the occurrence is older than MaxLate —
+// both by the server's clock, MaxLate judged once the INSERT holds the key,
+// in the same statement as the token (no round trip of its own) and before
+// MaxRunning; count running occurrences when MaxRunning is set. Every
+// refusal rolls the transaction back.
+func (b *Backend) claimTx(ctx context.Context, tx *sql.Tx, req backend.ClaimRequest, at time.Time, ttl time.Duration, g *backend.Grant) error {
+	res, err := b.execIn(ctx, tx, `INSERT INTO `+b.tRuns+` (job, scheduled_at, spec_version, instance, nonce, token,
+		attempt, state, claimed_at, expires_at, result, error)
+		SELECT ?, ?, ?, ?, ?, 0, 1, 'running', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, '', ''
+		FROM DUAL WHERE ? <= NOW(6) + INTERVAL ? MICROSECOND`,
+		req.Job, at, req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:], micros(req.TTL), at, micros(req.MaxEarly))
+	if isErr(err, errDupEntry) {
+		return errLostRace
+	}
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		now, err := serverNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s, backend clock %s, max early %v",
+			backend.ErrTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
+	}
+	res, err = b.execIn(ctx, tx, b.bumpSQL(), req.Job, at, req.SpecVersion)
+	if err != nil {
+		return err
+	}
+	token, err := res.LastInsertId()
+	if err != nil {
+		return err
+	}
+	setToken := `UPDATE ` + b.tRuns + ` SET token = ? WHERE job = ? AND scheduled_at = ?`
+	args := []any{token, req.Job, at}
+	if req.MaxLate > 0 {
+		setToken += ` AND ? >= NOW(6) - INTERVAL ? MICROSECOND`
+		args = append(args, at, micros(req.MaxLate))
+	}
+	res, err = b.execIn(ctx, tx, setToken, args...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 { // the run is ours (inserted above): only MaxLate can miss
+		now, err := serverNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s, backend clock %s, max late %v",
+			backend.ErrTooLate, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
+	}
+	if req.MaxRunning > 0 {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+b.tRuns+`
+			WHERE job = ? AND state = 'running' AND expires_at > NOW(6) AND scheduled_at <> ?`, req.Job, at).Scan(&n); err != nil {
+			return err
+		}
+		if n >= req.MaxRunning {
+			return fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, n, req.MaxRunning)
+		}
+	}
+	*g = backend.Grant{Token: uint64(token), TTL: ttl}
+	return nil
+}
+
+// serverNow reads the server's clock, for an error message.
+func serverNow(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) (time.Time, error) {
+	var now time.Time
+	err := q.QueryRowContext(ctx, `SELECT NOW(6)`).Scan(&now)
+	return now, err
 }
 
 // renewRun extends the runner's lease of a running occurrence still held

@@ -103,6 +103,8 @@ type Backend struct {
 
 	tLeases, tJobs, tRuns, tMeta string
 
+	stmts stmtCache // the claim path's prepared statements (stmts.go)
+
 	mu     sync.RWMutex
 	closed bool
 }
@@ -426,6 +428,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	b.stmts.closeAll()
 	if !b.ownsDB {
 		return nil
 	}

@@ -13,5 +13,6 @@ func newBenchCmd(a *app) *cobra.Command {
 	}
 	cmd.AddCommand(newBenchRedisCmd(a))
 	cmd.AddCommand(newBenchMatrixCmd(a))
+	cmd.AddCommand(newBenchIdleCmd(a))
 	return cmd
 }
