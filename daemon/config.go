@@ -64,6 +64,10 @@ type JobConfig struct {
 	// Revision is part of the schedule version: set a new one to return to
 	// a schedule that was replaced (see schedule.Job.Revision).
 	Revision int `yaml:"revision"`
+	// Paused makes the job start paused: no instance claims it until it
+	// is resumed (leasehold resume, or the admin API). The state recorded
+	// then rules: a job resumed once stays resumed across restarts.
+	Paused bool `yaml:"paused"`
 	// Retry retries failed runs after a backoff (see schedule.RetryPolicy).
 	Retry RetryConfig `yaml:"retry"`
 
@@ -445,7 +449,7 @@ func (j *JobConfig) job(fn schedule.Func, retention time.Duration) (schedule.Job
 		Name: j.Name, Schedule: j.Schedule, Zone: j.Zone, Func: fn,
 		Mode: schedule.Mode(j.Mode), Misfire: schedule.Misfire(j.Misfire), Crash: schedule.Crash(j.Crash),
 		Timeout: time.Duration(j.Timeout), Jitter: time.Duration(j.Jitter), LeaseTTL: time.Duration(j.LeaseTTL),
-		MaxConcurrent: j.MaxConcurrent, MaxAttempts: j.MaxAttempts, Revision: j.Revision,
+		MaxConcurrent: j.MaxConcurrent, MaxAttempts: j.MaxAttempts, Revision: j.Revision, StartPaused: j.Paused,
 		MisfireWindow: time.Duration(j.MisfireWindow), MisfireGrace: time.Duration(j.MisfireGrace), MaxCatchUp: j.MaxCatchUp,
 		Retry: schedule.RetryPolicy{Max: j.Retry.Max, Backoff: time.Duration(j.Retry.Backoff), MaxBackoff: time.Duration(j.Retry.MaxBackoff)},
 	}
