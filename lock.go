@@ -98,8 +98,9 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 // Acquire blocks until key is acquired or ctx ends. Between attempts it
 // waits with jittered exponential backoff, and wakes at once when the
 // backend pushes a release event. When ctx ends, the error wraps
-// ErrNotAcquired (or is ctx's error) if no request of the call can have
-// been applied, and ErrIndeterminate if one may have been: then Acquire has
+// ErrNotAcquired and ctx's error (naming the key and the holder last seen)
+// if no request of the call can have been applied, and ErrIndeterminate if
+// one may have been: then Acquire has
 // started a bounded background search that releases the orphaned grant.
 // On a backend that keeps waiters in line on the server (backend.Queue,
 // e.g. ZooKeeper) Acquire waits in that line instead of retrying, so a
@@ -256,10 +257,21 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 					go lk.cleanup(bkey, owner)
 					return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, lastErr)
 				}
-				return nil, werr
+				// Not a *HeldError: the key may have changed hands since.
+				return nil, fmt.Errorf("%w: acquire %q: held by %s (token %d) when the wait ended: %w",
+					ErrNotAcquired, key, held.Holder.Owner.Instance, held.Holder.Token, werr)
 			}
 			backoff = min(backoff*2, lk.cfg.backoffMax)
 			continue
+		case errors.Is(err, backend.ErrRefused):
+			// Refused for want of permission: a retry gets the same answer.
+			// Nothing is ours if nothing of this attempt ran and no earlier
+			// one may have been applied.
+			if firstUnknown.IsZero() && errors.Is(err, backend.ErrNotApplied) {
+				return nil, fmt.Errorf("acquire %q: refused by the backend's server (no permission?): %w", key, err)
+			}
+			go lk.cleanup(bkey, owner)
+			return nil, fmt.Errorf("%w: acquire %q: refused by the backend's server (no permission?) after an attempt that may have been applied: %w", ErrIndeterminate, key, err)
 		case errors.Is(err, backend.ErrClosed) && !firstUnknown.IsZero():
 			// Closed while an earlier attempt's outcome was unknown: it may
 			// hold the key until the backend expires it.

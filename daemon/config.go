@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -114,9 +115,12 @@ type Duration time.Duration
 // message carries the value's line and column, by which Parse names the
 // field.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode { // reported by checkTypes, with its field
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %s is not a duration such as 30s or 5m", n.Line, describeNode(n))}}
+	}
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: %q is not a duration such as 30s or 5m", n.Line, n.Column, n.Value)}}
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: value %q is not a duration such as 30s or 5m", n.Line, n.Column, n.Value)}}
 	}
 	*d = Duration(v)
 	return nil
@@ -135,6 +139,8 @@ func Load(path string) (*Config, error) {
 }
 
 var (
+	yamlColumn   = regexp.MustCompile(`^line \d+: column \d+: `)
+	unmarshalMsg = regexp.MustCompile("cannot unmarshal !!(\\w+)(?: `([^`]*)`)? into \\S+")
 	yamlLine     = regexp.MustCompile(`^line (\d+): (?:column (\d+): )?`)
 	unknownField = regexp.MustCompile(`^field (\S+) not found in type`)
 )
@@ -163,10 +169,17 @@ func Parse(path string, data []byte) (*Config, error) {
 	}
 	c.path, c.lines, c.at = path, map[string]int{}, map[[2]int]string{}
 	collectLines(&root, "", c.lines, c.at)
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var errs []error
 	typed := map[string]bool{} // fields whose value could not be decoded
+	var kinds []typeErr
+	checkTypes(&root, reflect.TypeOf(c), "", &kinds)
+	for _, te := range kinds {
+		typed[te.field] = true
+		errs = append(errs, &configErr{line: te.line, field: te.field,
+			err: fmt.Errorf("%w: %s:%d: %s: %s", ErrConfig, path, te.line, te.field, te.msg)})
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
 		var te *yaml.TypeError
 		switch {
@@ -176,6 +189,10 @@ func Parse(path string, data []byte) (*Config, error) {
 			return nil, fail(0, "%s", strings.TrimPrefix(err.Error(), "yaml: "))
 		}
 		for _, msg := range te.Errors {
+			if len(kinds) > 0 && !yamlColumn.MatchString(msg) && !unknownField.MatchString(yamlLine.ReplaceAllString(msg, "")) {
+				continue // a value of the wrong kind: checkTypes said it better
+			}
+			msg = goTypeWords(msg)
 			line, field := c.placeTypeError(&msg)
 			if field != "" {
 				typed[field] = true
@@ -198,6 +215,20 @@ func Parse(path string, data []byte) (*Config, error) {
 		return nil, errors.Join(errs...)
 	}
 	return &c, nil
+}
+
+// goTypeWords rewrites a yaml decoding message that checkTypes did not
+// foresee so that it names no Go type: "cannot unmarshal !!str `x` into
+// int" becomes "value "x" is not valid here".
+func goTypeWords(msg string) string {
+	return unmarshalMsg.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := unmarshalMsg.FindStringSubmatch(m)
+		what := map[string]string{"seq": "a list", "map": "a mapping"}[sub[1]]
+		if what == "" {
+			what = fmt.Sprintf("value %q", sub[2])
+		}
+		return what + " is not valid here"
+	})
 }
 
 // errLine returns the line an error of Parse names, for sorting.

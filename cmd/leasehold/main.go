@@ -17,9 +17,18 @@
 // Run "leasehold help lock" for the exit codes.
 package main
 
-import "os"
+import (
+	"os"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
+)
 
 func main() {
+	// go-redis logs every failed dial on its own, through a logger that is
+	// global to the process; the error reaches leasehold's message and log
+	// anyway. A library cannot choose for its users, so the command does.
+	goredis.SetLogger(&logging.VoidLogger{})
 	if len(os.Args) == 2 && os.Args[1] == watchdogArg {
 		os.Exit(watchdogMain())
 	}

@@ -245,3 +245,15 @@ jobs:
 		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &rows) == nil && len(rows) > 0
 	})
 }
+
+// TestRedisDialFailureIsOneMessage: a Redis server that cannot be reached
+// gives leasehold's one message; go-redis's own logger (which printed
+// "failed to dial" once per attempt before it) is silenced.
+func TestRedisDialFailureIsOneMessage(t *testing.T) {
+	e := newEnv(t)
+	r := e.expect(ExitInternal, "--backend", "redis://"+freeAddr(t)+"/?dial_timeout=1s", "locks")
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "leasehold: redis at ") || strings.Contains(r.stderr, "failed to dial") {
+		t.Fatalf("stderr of an unreachable Redis, want one leasehold line:\n%s", r.stderr)
+	}
+}
