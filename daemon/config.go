@@ -31,7 +31,10 @@ var ErrConfig = errors.New("leasehold/daemon: invalid config")
 
 // Config is the daemon's configuration file (YAML).
 type Config struct {
-	// Backend URL; default: a SQLite file "leasehold.db" next to the config.
+	// Backend URL; default: a SQLite file "leasehold.db" next to the
+	// config. ${NAME} is replaced by the environment variable NAME (an
+	// unset one is an error; $${ is a literal ${), so that a password need
+	// not be in the file; logs and errors show the URL redacted.
 	Backend   string      `yaml:"backend"`
 	Instance  string      `yaml:"instance"`  // default: host name
 	Namespace string      `yaml:"namespace"` // default: "default"
@@ -360,6 +363,11 @@ func jobKey(field string) string {
 func (c *Config) validate() []error {
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
+	if expanded, err := expandEnv(c.Backend); err != nil {
+		add(c.errf("backend", "%v", err))
+	} else {
+		c.Backend = expanded
+	}
 	if c.Backend == "" {
 		c.Backend = "sqlite://" + filepath.Join(filepath.Dir(absPath(c.path)), "leasehold.db")
 	}

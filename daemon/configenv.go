@@ -1,0 +1,37 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+)
+
+var envRef = regexp.MustCompile(`\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{`)
+
+// expandEnv replaces each ${NAME} of s by the environment variable NAME
+// and $${ by ${. An unset variable, or a ${ that does not start a
+// reference, is an error naming it (never the value).
+func expandEnv(s string) (string, error) {
+	var errs []string
+	out := envRef.ReplaceAllStringFunc(s, func(m string) string {
+		switch {
+		case m == "$${":
+			return "${"
+		case m == "${":
+			errs = append(errs, `"${" starts no ${NAME} (write $${ for a literal ${)`)
+			return m
+		}
+		name := m[2 : len(m)-1]
+		v, ok := os.LookupEnv(name)
+		if !ok {
+			errs = append(errs, fmt.Sprintf("environment variable %s (in ${%s}) is not set", name, name))
+		}
+		return v
+	})
+	if len(errs) > 0 {
+		return "", errors.New(strings.Join(errs, "; "))
+	}
+	return out, nil
+}
