@@ -38,7 +38,7 @@ jobs:
 func TestBackendEnvUnset(t *testing.T) {
 	for text, want := range map[string]string{
 		`backend: "redis://app:${LH_TEST_UNSET_PW}@h:6379"`: `c.yaml:1: backend: environment variable LH_TEST_UNSET_PW (in ${LH_TEST_UNSET_PW}) is not set`,
-		`backend: "redis://app:${1x}@h:6379"`:              `c.yaml:1: backend: "${" starts no ${NAME}`,
+		`backend: "redis://app:${1x}@h:6379"`:               `c.yaml:1: backend: "${" starts no ${NAME}`,
 	} {
 		_, err := Parse("c.yaml", []byte(text+"\n"))
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
