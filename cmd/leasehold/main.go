@@ -5,10 +5,12 @@
 // Usage:
 //
 //	leasehold lock [flags] KEY -- CMD [ARGS...]   run CMD while holding KEY (flock(1) for a cluster)
-//	leasehold locks [--json]                      list the held locks of a namespace
+//	leasehold locks [--config F] [--json]         list the held locks of a namespace
 //	leasehold run --config leasehold.yaml         the scheduler daemon: each occurrence claimed once
 //	leasehold jobs --config leasehold.yaml        jobs and their next occurrences
-//	leasehold runs [--job NAME]                   run history from the ledger
+//	leasehold runs [--config F] [--job NAME]      run history from the ledger
+//	leasehold status, trigger JOB, pause JOB, resume JOB, resign ROLE
+//	                                              a running daemon's admin API
 //	leasehold demo                                3 daemons, one killed mid-job: see each occurrence run once
 //	leasehold version                             print the module and Go versions
 //
