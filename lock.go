@@ -97,11 +97,13 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 
 // Acquire blocks until key is acquired or ctx ends. Between attempts it
 // waits with jittered exponential backoff, and wakes at once when the
-// backend pushes a release event. When ctx ends, the error wraps
-// ErrNotAcquired and ctx's error (naming the key and the holder last seen)
-// if no request of the call can have been applied, and ErrIndeterminate if
-// one may have been: then Acquire has
-// started a bounded background search that releases the orphaned grant.
+// backend pushes a release event; it sends no attempt that ctx's deadline
+// would cut short (less than two round trips left) and waits the deadline
+// out instead. When ctx ends, the error wraps ErrNotAcquired and ctx's
+// error (naming the key and the holder last seen) if no request of the call
+// can have been applied, and ErrIndeterminate if one may have been: then
+// Acquire has started a bounded background search that releases the
+// orphaned grant.
 // On a backend that keeps waiters in line on the server (backend.Queue,
 // e.g. ZooKeeper) Acquire waits in that line instead of retrying, so a
 // release hands the key to the next in line without a write by the waiter.
@@ -197,6 +199,7 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 	for {
 		sent := time.Now()
 		g, err := lk.b.Acquire(ctx, bkey, owner, lk.cfg.ttl)
+		rtt := time.Since(sent)
 		if err == nil {
 			if firstUnknown.IsZero() && time.Until(sent.Add(lk.cfg.safeSpan(g.TTL))) > 0 {
 				return lk.hold(ctx, kind, key, bkey, owner, g, sent, leave), nil
@@ -257,9 +260,14 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 					go lk.cleanup(bkey, owner)
 					return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, lastErr)
 				}
-				// Not a *HeldError: the key may have changed hands since.
-				return nil, fmt.Errorf("%w: acquire %q: held by %s (token %d) when the wait ended: %w",
-					ErrNotAcquired, key, held.Holder.Owner.Instance, held.Holder.Token, werr)
+				return nil, heldAtDeadline(key, held, werr)
+			}
+			// An attempt that ctx's deadline would cut short could only end
+			// with an unknown outcome: wait the deadline out instead, and
+			// report the key held.
+			if dl, ok := ctx.Deadline(); ok && firstUnknown.IsZero() && time.Until(dl) < 2*rtt {
+				<-ctx.Done()
+				return nil, heldAtDeadline(key, held, ctx.Err())
 			}
 			backoff = min(backoff*2, lk.cfg.backoffMax)
 			continue
@@ -306,6 +314,14 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 		}
 		backoff = min(backoff*2, lk.cfg.backoffMax)
 	}
+}
+
+// heldAtDeadline is the error of a blocking acquire whose context ended
+// (cause) while held found the key held. Not a *HeldError: the key may have
+// changed hands since.
+func heldAtDeadline(key string, held *backend.HeldError, cause error) error {
+	return fmt.Errorf("%w: acquire %q: held by %s (token %d) when the wait ended: %w",
+		ErrNotAcquired, key, held.Holder.Owner.Instance, held.Holder.Token, cause)
 }
 
 // confirm renews a grant that may be the answer to an earlier attempt
