@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold/daemon/admin"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -40,7 +41,7 @@ func newActionCmd(a *app, spec actionCmd, more func(cmd *cobra.Command)) *cobra.
 			if args[0] == "" {
 				return usageErrorf("the argument is empty")
 			}
-			api, err := a.dialAdmin(cmd, &f)
+			api, err := a.dialAdmin(cmd, &f, admin.ScopeAdmin)
 			if err != nil {
 				return err
 			}

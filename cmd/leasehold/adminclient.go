@@ -37,7 +37,10 @@ func (f *apiFlags) add(cmd *cobra.Command) {
 // apiHelp says how the API commands find the daemon and its token; it ends
 // their Long help.
 const apiHelp = `The token (--token, default $` + EnvAPIToken + `) is sent as a bearer token.
-Without either, the admin token a daemon generated is read from its file:
+Without either, with --config, a token of the config's http.tokens (or of
+$LEASEHOLD_ADMIN_TOKEN / $LEASEHOLD_READ_TOKEN, as the daemon reads them)
+with the scope needed is sent; else the admin token a daemon generated is
+read from its file:
 next to the SQLite database of --config's backend (or of --backend,
 $LEASEHOLD_BACKEND or the default), as <database>.admin-token, or
 leasehold.admin-token next to --config for other backends. A token is never
@@ -46,7 +49,7 @@ printed.
 With --config and no --api, the API is the config's http.listen (https when
 the config has tls_cert; the default address if it names none; 0.0.0.0 or ::
 is reached on loopback), and the config's tls_cert is trusted for it. A token
-read from the file is sent to that listener only: an --api that is not the
+from the config or the file is sent to that listener only: an --api that is not the
 config's http.listen is refused unless the token comes from --token or
 $` + EnvAPIToken + `. (When the config names no http.listen, the daemon's --http is
 not known, and --api is taken as its address.)`
@@ -62,7 +65,7 @@ type adminAPI struct {
 
 // dialAdmin resolves the admin API and token from f (see apiHelp). It
 // connects to nothing.
-func (a *app) dialAdmin(cmd *cobra.Command, f *apiFlags) (*adminAPI, error) {
+func (a *app) dialAdmin(cmd *cobra.Command, f *apiFlags, scope admin.Scope) (*adminAPI, error) {
 	a.noteSecrets(f.api) // its userinfo, in whatever form an error repeats it
 	c := &adminAPI{shown: redact.URL(f.api)}
 	u, err := url.Parse(f.api)
@@ -87,18 +90,27 @@ func (a *app) dialAdmin(cmd *cobra.Command, f *apiFlags) (*adminAPI, error) {
 		c.token = os.Getenv(EnvAPIToken)
 	}
 	if c.token == "" {
-		if c.token, c.tokenFile, err = a.generatedToken(cfg); err != nil {
-			return nil, err
+		from := ""
+		if cfg != nil {
+			if secret, ok := cfg.ConfiguredToken(scope); ok {
+				c.token, from = secret, "the config's http.tokens or the daemon's environment"
+			}
 		}
-		// The generated token goes to the config's listener only:
+		if c.token == "" {
+			if c.token, c.tokenFile, err = a.generatedToken(cfg); err != nil {
+				return nil, err
+			}
+			from = c.tokenFile
+		}
+		// A token of the config goes to the config's listener only:
 		// whoever else listens on --api must not receive it.
 		if c.token != "" && cfg != nil && !sameListener(u, listener) && cfg.ListenNamed() {
 			where := "its http.listen is unknown"
 			if listener != nil {
 				where = "it listens on " + listener.String()
 			}
-			return nil, usageErrorf("--api %s is not the admin API of --config %s (%s): the admin token read from %s is sent to that API only; give --token or $%s to talk to another address",
-				redact.URL(u.String()), f.config, where, c.tokenFile, EnvAPIToken)
+			return nil, usageErrorf("--api %s is not the admin API of --config %s (%s): the token from %s is sent to that API only; give --token or $%s to talk to another address",
+				redact.URL(u.String()), f.config, where, from, EnvAPIToken)
 		}
 	}
 	a.scrub = a.scrub.Add(c.token)

@@ -257,3 +257,34 @@ func TestRedisDialFailureIsOneMessage(t *testing.T) {
 		t.Fatalf("stderr of an unreachable Redis, want one leasehold line:\n%s", r.stderr)
 	}
 }
+
+// TestActionsUseTheConfigsToken: given --config, the CLI sends a token of
+// the config's http.tokens (here through token_env, as the daemon reads
+// it) with the scope the command needs, and prints it nowhere.
+func TestActionsUseTheConfigsToken(t *testing.T) {
+	e := newEnv(t)
+	const secret = "config-admin-token-0123456789abcdef"
+	t.Setenv("LH_TEST_OPS_ADMIN", secret) // the daemon and the CLI read it
+	t.Setenv(EnvAPIToken, "")
+	addr := freeAddr(t)
+	conf := writeConfig(t, e.dir, `grace: 2s
+http:
+  listen: "`+addr+`"
+  tokens: [{scope: admin, token_env: LH_TEST_OPS_ADMIN}]
+jobs:
+  - name: tick
+    schedule: "@yearly"
+    command: {argv: [/bin/true]}
+`)
+	e.start("run", "--config", conf, "--instance", "c1")
+	waitFor(t, 30*time.Second, "the daemon's API", func() bool { return e.run("status", "--config", conf).code == 0 })
+	for _, args := range [][]string{{"pause", "tick"}, {"resume", "tick"}, {"trigger", "tick", "--key", "c1"}} {
+		r := e.expect(0, append(args, "--config", conf)...)
+		if strings.Contains(r.stdout+r.stderr, secret) {
+			t.Fatalf("%v printed the token: %s%s", args, r.stdout, r.stderr)
+		}
+	}
+	if _, err := os.Stat(e.path("leasehold.db.admin-token")); err == nil {
+		t.Errorf("a daemon with configured tokens generated one")
+	}
+}

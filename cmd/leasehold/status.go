@@ -45,7 +45,7 @@ is printed as is (tokens as JSON strings).`,
 			if runs < 0 || runs > 1000 {
 				return usageErrorf("--runs %d: must be in 0..1000", runs)
 			}
-			api, err := a.dialAdmin(cmd, &f)
+			api, err := a.dialAdmin(cmd, &f, admin.ScopeRead)
 			if err != nil {
 				return err
 			}
