@@ -382,15 +382,12 @@ func newRunsCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			runs, err := schedule.NamespaceLedger(b, ns).ListRuns(ctx, backend.RunFilter{Job: job, State: backend.RunState(state), Limit: limit})
+			runs, err := listRuns(ctx, schedule.NamespaceLedger(b, ns), backend.RunFilter{Job: job, State: backend.RunState(state), Limit: limit})
 			if err != nil {
 				return err
 			}
 			rows := make([]runInfo, 0, len(runs))
 			for _, r := range runs {
-				if job == "" && strings.ContainsRune(r.Job, '!') {
-					continue // the scheduler's own records (versions, pauses, trigger keys), not runs
-				}
 				st := string(r.State)
 				if r.State == backend.Running && r.Expired {
 					st = "running (runner's lease expired)"
@@ -425,6 +422,43 @@ func newRunsCmd(a *app) *cobra.Command {
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many runs")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (tokens as strings)")
 	return cmd
+}
+
+// listRuns lists runs as f asks; without f.Job it leaves out the
+// scheduler's own records (schedule versions, pause states, trigger keys:
+// job names with a '!', which no job has) and reads on, page after page, so
+// that up to f.Limit runs are shown.
+func listRuns(ctx context.Context, l backend.Ledger, f backend.RunFilter) ([]backend.Run, error) {
+	if f.Job != "" {
+		return l.ListRuns(ctx, f)
+	}
+	var out []backend.Run
+	seen := map[string]bool{}
+	for page := 0; page < 100 && len(out) < f.Limit; page++ {
+		rs, err := l.ListRuns(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rs {
+			id := r.Job + "@" + r.ScheduledAt.String()
+			if seen[id] || strings.ContainsRune(r.Job, '!') || len(out) == f.Limit {
+				continue
+			}
+			seen[id] = true
+			out = append(out, r)
+		}
+		if len(rs) < f.Limit {
+			break // the ledger has no more
+		}
+		// The next page: runs before the last instant listed, and those at
+		// it that the limit cut off (seen keeps them from repeating).
+		next := rs[len(rs)-1].ScheduledAt.Add(time.Millisecond)
+		if !f.Before.IsZero() && !next.Before(f.Before) {
+			next = rs[len(rs)-1].ScheduledAt
+		}
+		f.Before = next
+	}
+	return out, nil
 }
 
 // oneLine returns the first line of s, at most n runes of it, escaped
