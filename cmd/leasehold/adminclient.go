@@ -40,19 +40,18 @@ const apiHelp = `The token (--token, default $` + EnvAPIToken + `) is sent as a 
 Without either, with --config, a token of the config's http.tokens (or of
 $LEASEHOLD_ADMIN_TOKEN / $LEASEHOLD_READ_TOKEN, as the daemon reads them)
 with the scope needed is sent; else the admin token a daemon generated is
-read from its file:
-next to the SQLite database of --config's backend (or of --backend,
-$LEASEHOLD_BACKEND or the default), as <database>.admin-token, or
-leasehold.admin-token next to --config for other backends. A token is never
-printed.
+read from its file: next to the SQLite database of --config's backend (or
+of --backend, $LEASEHOLD_BACKEND or the default), as <database>.admin-token,
+or leasehold.admin-token next to --config for other backends. A token is
+never printed.
 
 With --config and no --api, the API is the config's http.listen (https when
 the config has tls_cert; the default address if it names none; 0.0.0.0 or ::
-is reached on loopback), and the config's tls_cert is trusted for it. A token
-from the config or the file is sent to that listener only: an --api that is not the
-config's http.listen is refused unless the token comes from --token or
-$` + EnvAPIToken + `. (When the config names no http.listen, the daemon's --http is
-not known, and --api is taken as its address.)`
+is reached on loopback), and the config's tls_cert is trusted for it. A
+token from the config or the file is sent to that listener only: an --api
+that is not the config's http.listen is refused unless the token comes from
+--token or $` + EnvAPIToken + `. (When the config names no http.listen, the
+daemon's --http is not known, and --api is taken as its address.)`
 
 // adminAPI is a daemon's admin API as the command line reaches it.
 type adminAPI struct {
