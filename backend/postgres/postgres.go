@@ -149,7 +149,7 @@ func Open(ctx context.Context, connURL string, opts ...Option) (*Backend, error)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("leasehold/postgres: connect %s: %w", redact(connURL), err)
+		return nil, fmt.Errorf("postgres: connect %s: %w", redact(connURL), err)
 	}
 	b, err := newBackend(ctx, pool, true, opts)
 	if err != nil {
@@ -229,7 +229,7 @@ func (b *Backend) readDurability(ctx context.Context) error {
 	var fsync, syncCommit string
 	err := b.pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&fsync, &syncCommit)
 	if err != nil {
-		return fmt.Errorf("leasehold/postgres: read fsync and synchronous_commit: %w", err)
+		return fmt.Errorf("postgres: read fsync and synchronous_commit: %w", err)
 	}
 	b.durable = fsync == "on" && syncCommit != "off"
 	return nil
@@ -239,7 +239,7 @@ func (b *Backend) readDurability(ctx context.Context) error {
 // advisory lock, so that processes starting together do not race.
 func (b *Backend) migrate(ctx context.Context) error {
 	fail := func(err error) error {
-		return fmt.Errorf("leasehold/postgres: schema %q prefix %q: %w", b.schema, b.prefix, err)
+		return fmt.Errorf("postgres: schema %q prefix %q: %w", b.schema, b.prefix, err)
 	}
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
@@ -413,9 +413,9 @@ func (b *Backend) enter() error {
 // ended (so errors.Is(err, context.Canceled) works).
 func dbErr(ctx context.Context, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("leasehold/postgres: %s: %w (%w)", what, err, cerr)
+		return fmt.Errorf("postgres: %s: %w (%w)", what, err, cerr)
 	}
-	return fmt.Errorf("leasehold/postgres: %s: %w", what, err)
+	return fmt.Errorf("postgres: %s: %w", what, err)
 }
 
 // micros returns d in whole microseconds, rounded up, the resolution of
