@@ -442,11 +442,21 @@ func (b *Backend) enter() error {
 }
 
 func dbErr(ctx context.Context, what string, err error) error {
+	var me *driver.MySQLError
+	if errors.As(err, &me) && refusedErrors[me.Number] {
+		err = backend.Refused(err, true) // the statement did not run; its transaction is rolled back
+	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("mysql: %s: %w (%w)", what, err, cerr)
 	}
 	return fmt.Errorf("mysql: %s: %w", what, err)
 }
+
+// refusedErrors are the server errors of a refusal for want of permission
+// (backend.ErrRefused): database access denied (1044), access denied
+// (1045), command denied on a table (1142) or column (1143), a privilege
+// missing (1227).
+var refusedErrors = map[uint16]bool{1044: true, 1045: true, 1142: true, 1143: true, 1227: true}
 
 // isErr reports whether err is the server error number n.
 func isErr(err error, n uint16) bool {

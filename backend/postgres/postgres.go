@@ -58,6 +58,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/backend"
@@ -412,11 +413,20 @@ func (b *Backend) enter() error {
 // dbErr wraps a database error, adding the context's error when the context
 // ended (so errors.Is(err, context.Canceled) works).
 func dbErr(ctx context.Context, what string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && refusedCodes[pe.Code] {
+		err = backend.Refused(err, true) // the statement did not run; its transaction is rolled back
+	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("postgres: %s: %w (%w)", what, err, cerr)
 	}
 	return fmt.Errorf("postgres: %s: %w", what, err)
 }
+
+// refusedCodes are the SQLSTATEs of a refusal for want of permission:
+// insufficient_privilege, invalid_authorization_specification,
+// invalid_password (backend.ErrRefused).
+var refusedCodes = map[string]bool{"42501": true, "28000": true, "28P01": true}
 
 // micros returns d in whole microseconds, rounded up, the resolution of
 // PostgreSQL intervals: a granted TTL is never shorter than asked.
