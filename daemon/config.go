@@ -34,7 +34,8 @@ type Config struct {
 	// Backend URL; default: a SQLite file "leasehold.db" next to the
 	// config. ${NAME} is replaced by the environment variable NAME (an
 	// unset one is an error; $${ is a literal ${), so that a password need
-	// not be in the file; logs and errors show the URL redacted.
+	// not be in the file; logs and errors show the URL redacted (see
+	// scrubber).
 	Backend   string      `yaml:"backend"`
 	Instance  string      `yaml:"instance"`  // default: host name
 	Namespace string      `yaml:"namespace"` // default: "default"
@@ -44,9 +45,10 @@ type Config struct {
 	HTTP      HTTPConfig  `yaml:"http"` // admin API and dashboard
 	Log       LogConfig   `yaml:"log"`
 
-	path  string
-	lines map[string]int    // "jobs[2].schedule" -> line
-	at    map[[2]int]string // line, column of a value -> its field path
+	path       string
+	envSecrets []string          // values of ${NAME}s in backend whose names look like credentials
+	lines      map[string]int    // "jobs[2].schedule" -> line
+	at         map[[2]int]string // line, column of a value -> its field path
 }
 
 // JobConfig is one job. Exactly one of Command and HTTP is set.
@@ -363,10 +365,10 @@ func jobKey(field string) string {
 func (c *Config) validate() []error {
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
-	if expanded, err := expandEnv(c.Backend); err != nil {
+	if expanded, secrets, err := expandEnv(c.Backend); err != nil {
 		add(c.errf("backend", "%v", err))
 	} else {
-		c.Backend = expanded
+		c.Backend, c.envSecrets = expanded, secrets
 	}
 	if c.Backend == "" {
 		c.Backend = "sqlite://" + filepath.Join(filepath.Dir(absPath(c.path)), "leasehold.db")
@@ -510,11 +512,12 @@ func absPath(p string) string {
 func redactURL(s string) string { return redact.URL(s) }
 
 // scrubber masks the config's secrets wherever they could be repeated:
-// the backend URL's password and credential-like parameters, the same in
+// the backend URL's password and credential-like parameters, the values of
+// its ${NAME}s whose names look like credentials, the same in
 // HTTP jobs' URLs, HTTP jobs' credential-like header values, and the admin
 // API's tokens (from the config and the environment).
 func (c *Config) scrubber() *redact.Scrubber {
-	secrets := redact.Secrets(c.Backend)
+	secrets := append(redact.Secrets(c.Backend), c.envSecrets...)
 	for _, j := range c.Jobs {
 		if h := j.HTTP; h != nil {
 			secrets = append(secrets, redact.Secrets(h.URL)...)

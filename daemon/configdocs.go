@@ -17,7 +17,7 @@ type fieldDoc struct {
 }
 
 var configDocs = map[string]fieldDoc{
-	"backend": {Doc: "Backend URL: sqlite:///abs/path.db, redis://user:pass@host:port/db, postgres://…, mysql://…, etcd://h1:2379,h2:2379/prefix, zk://h1:2181/prefix or memory://. ${NAME} is replaced by the environment variable NAME (an unset one is an error; $${ is a literal ${), so that a password need not be in the file; logs and errors show the URL redacted.",
+	"backend": {Doc: "Backend URL: sqlite:///abs/path.db, redis://user:pass@host:port/db, postgres://…, mysql://…, etcd://h1:2379,h2:2379/prefix, zk://h1:2181/prefix or memory://. ${NAME} is replaced by the environment variable NAME (an unset one is an error; $${ is a literal ${), so that a password need not be in the file. Logs and errors show the URL redacted: its password, credential-like parameters and the values of ${NAME}s whose names look like credentials (PASSWORD, TOKEN, SECRET, …) are masked.",
 		Default: "a SQLite file leasehold.db next to the config", Example: `"redis://app:${REDIS_PASSWORD}@10.0.0.5:6379/0"`},
 	"instance": {Doc: "This daemon's instance id: the holder name of its claims and leases. Only one daemon holds an id at a time.",
 		Default: "the host name", Example: "web-1"},

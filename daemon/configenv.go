@@ -6,16 +6,20 @@ import (
 	"os"
 	"regexp"
 	"strings"
+
+	"github.com/leasehold/leasehold/internal/redact"
 )
 
 var envRef = regexp.MustCompile(`\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{`)
 
 // expandEnv replaces each ${NAME} of s by the environment variable NAME
 // and $${ by ${. An unset variable, or a ${ that does not start a
-// reference, is an error naming it (never the value).
-func expandEnv(s string) (string, error) {
+// reference, is an error naming it (never the value). secrets are the
+// values of the variables whose names look like credentials (PASSWORD,
+// TOKEN, SECRET, …), for the scrubber: wherever they land in the URL.
+func expandEnv(s string) (out string, secrets []string, err error) {
 	var errs []string
-	out := envRef.ReplaceAllStringFunc(s, func(m string) string {
+	out = envRef.ReplaceAllStringFunc(s, func(m string) string {
 		switch {
 		case m == "$${":
 			return "${"
@@ -28,10 +32,13 @@ func expandEnv(s string) (string, error) {
 		if !ok {
 			errs = append(errs, fmt.Sprintf("environment variable %s (in ${%s}) is not set", name, name))
 		}
+		if redact.SensitiveName(name) {
+			secrets = append(secrets, v)
+		}
 		return v
 	})
 	if len(errs) > 0 {
-		return "", errors.New(strings.Join(errs, "; "))
+		return "", nil, errors.New(strings.Join(errs, "; "))
 	}
-	return out, nil
+	return out, secrets, nil
 }

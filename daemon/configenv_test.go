@@ -46,3 +46,20 @@ func TestBackendEnvUnset(t *testing.T) {
 		}
 	}
 }
+
+// TestBackendEnvSecretMaskedAnywhere: the value of a ${NAME} whose name
+// looks like a credential is masked wherever it lands in the URL, not only
+// as its password.
+func TestBackendEnvSecretMaskedAnywhere(t *testing.T) {
+	const secret = "db-name-that-is-a-secret"
+	t.Setenv("LH_TEST_DB_SECRET", secret)
+	t.Setenv("LH_TEST_DB_HOST", "db.internal")
+	c, err := Parse("c.yaml", []byte("backend: \"postgres://app@${LH_TEST_DB_HOST}:5432/${LH_TEST_DB_SECRET}\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := c.scrubber().Text("connecting to " + c.Backend)
+	if strings.Contains(shown, secret) || !strings.Contains(shown, "db.internal") {
+		t.Fatalf("scrubbed %q: want the secret masked and the host shown", shown)
+	}
+}
