@@ -199,6 +199,9 @@ func Parse(path string, data []byte) (*Config, error) {
 			}
 			msg = goTypeWords(msg)
 			line, field := c.placeTypeError(&msg)
+			if u := unknownField.FindStringSubmatch(msg); u != nil {
+				msg = unknownFieldWords(field, u[1])
+			}
 			if field != "" {
 				typed[field] = true
 				msg = field + ": " + msg

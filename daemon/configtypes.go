@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -168,4 +169,65 @@ func join(prefix, name string) string {
 		return name
 	}
 	return prefix + "." + name
+}
+
+var indexRE = regexp.MustCompile(`\[\d+\]`)
+
+// unknownFieldWords says that name is no field at path (its place, such as
+// "jobs[0].comand"; "" if not known), names the fields there and the one
+// meant if it is a near miss — instead of yaml's "field comand not found in
+// type daemon.JobConfig".
+func unknownFieldWords(path, name string) string {
+	if path == "" { // not placed: the fields around it are not known
+		return fmt.Sprintf("unknown field %q", name)
+	}
+	parent := ""
+	if i := strings.LastIndex(path, "."); i >= 0 {
+		parent = indexRE.ReplaceAllString(path[:i], "[]")
+	}
+	var known []string
+	for _, f := range configFields() {
+		p, child := "", f.path
+		if i := strings.LastIndex(f.path, "."); i >= 0 {
+			p, child = f.path[:i], f.path[i+1:]
+		}
+		if p == parent {
+			known = append(known, child)
+		}
+	}
+	msg := fmt.Sprintf("unknown field %q", name)
+	if len(known) == 0 {
+		return msg
+	}
+	best, bestD := "", 3
+	for _, k := range known {
+		if d := editDistance(name, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", best)
+	}
+	return msg + "; the fields here are " + strings.Join(known, ", ")
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

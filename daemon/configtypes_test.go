@@ -66,3 +66,20 @@ func TestGoTypeWords(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownFieldNamesTheFieldsThere: an unknown field is named with the
+// fields of its mapping and the near miss, not a Go type.
+func TestUnknownFieldNamesTheFieldsThere(t *testing.T) {
+	_, err := Parse("c.yaml", []byte("gracee: 1s\njobs:\n  - name: t\n    schedule: \"@daily\"\n    command: {argv: [x], dirr: /}\n"))
+	for _, want := range []string{
+		`c.yaml:1: gracee: unknown field "gracee" (did you mean "grace"?); the fields here are backend, instance,`,
+		`c.yaml:5: jobs[0].command.dirr: unknown field "dirr" (did you mean "dir"?); the fields here are argv, env, env_passthrough, dir, max_output`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse = %v, want an error containing %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "daemon.") {
+		t.Errorf("an error names a Go type: %v", err)
+	}
+}
