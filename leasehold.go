@@ -55,6 +55,10 @@ var (
 	// ErrInvalid: bad input; nothing was changed. The message names the
 	// field and the value.
 	ErrInvalid = backend.ErrInvalid
+	// ErrRefused: the backend's server refused the request for want of
+	// permission (a Redis ACL, say); nothing was granted. Not
+	// ErrIndeterminate unless an earlier attempt's outcome was unknown.
+	ErrRefused = backend.ErrRefused
 	// ErrReleased is the cause of a Lock's context after Release.
 	ErrReleased = errors.New("leasehold: lock released")
 	// ErrResigned is the cause of a leader's context after Resign.

@@ -89,10 +89,13 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 
 // Acquire blocks until key is acquired or ctx ends. Between attempts it
 // waits with jittered exponential backoff, and wakes at once when the
-// backend pushes a release event. When ctx ends, the error wraps
-// ErrNotAcquired (or is ctx's error) if no request of the call can have
-// been applied, and ErrIndeterminate if one may have been: then Acquire has
-// started a bounded background search that releases the orphaned grant.
+// backend pushes a release event; it sends no attempt that ctx's deadline
+// would cut short (less than two round trips left) and waits the deadline
+// out instead. When ctx ends, the error wraps ErrNotAcquired and ctx's
+// error (naming the key and the holder last seen) if no request of the call
+// can have been applied, and ErrIndeterminate if one may have been: then
+// Acquire has started a bounded background search that releases the
+// orphaned grant.
 // On a backend that keeps waiters in line on the server (backend.Queue,
 // e.g. ZooKeeper) Acquire waits in that line instead of retrying, so a
 // release hands the key to the next in line without a write by the waiter.
@@ -188,6 +191,7 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 	for {
 		sent := time.Now()
 		g, err := lk.b.Acquire(ctx, bkey, owner, lk.cfg.ttl)
+		rtt := time.Since(sent)
 		if err == nil {
 			if firstUnknown.IsZero() && time.Until(sent.Add(lk.cfg.safeSpan(g.TTL))) > 0 {
 				return lk.hold(ctx, kind, key, bkey, owner, g, sent, leave), nil
@@ -248,10 +252,26 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 					go lk.cleanup(bkey, owner)
 					return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, lastErr)
 				}
-				return nil, werr
+				return nil, heldAtDeadline(key, held, werr)
+			}
+			// An attempt that ctx's deadline would cut short could only end
+			// with an unknown outcome: wait the deadline out instead, and
+			// report the key held.
+			if dl, ok := ctx.Deadline(); ok && firstUnknown.IsZero() && time.Until(dl) < 2*rtt {
+				<-ctx.Done()
+				return nil, heldAtDeadline(key, held, ctx.Err())
 			}
 			backoff = min(backoff*2, lk.cfg.backoffMax)
 			continue
+		case errors.Is(err, backend.ErrRefused):
+			// Refused for want of permission: a retry gets the same answer.
+			// Nothing is ours if nothing of this attempt ran and no earlier
+			// one may have been applied.
+			if firstUnknown.IsZero() && errors.Is(err, backend.ErrNotApplied) {
+				return nil, fmt.Errorf("acquire %q: refused by the backend's server (no permission?): %w", key, err)
+			}
+			go lk.cleanup(bkey, owner)
+			return nil, fmt.Errorf("%w: acquire %q: refused by the backend's server (no permission?) after an attempt that may have been applied: %w", ErrIndeterminate, key, err)
 		case errors.Is(err, backend.ErrClosed) && !firstUnknown.IsZero():
 			// Closed while an earlier attempt's outcome was unknown: it may
 			// hold the key until the backend expires it.
@@ -286,6 +306,14 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 		}
 		backoff = min(backoff*2, lk.cfg.backoffMax)
 	}
+}
+
+// heldAtDeadline is the error of a blocking acquire whose context ended
+// (cause) while held found the key held. Not a *HeldError: the key may have
+// changed hands since.
+func heldAtDeadline(key string, held *backend.HeldError, cause error) error {
+	return fmt.Errorf("%w: acquire %q: held by %s (token %d) when the wait ended: %w",
+		ErrNotAcquired, key, held.Holder.Owner.Instance, held.Holder.Token, cause)
 }
 
 // confirm renews a grant that may be the answer to an earlier attempt

@@ -91,7 +91,39 @@ var (
 	// queue). Unlike a timeout after sending, it leaves no outcome to find
 	// out.
 	ErrNotApplied = errors.New("leasehold/backend: request not sent")
+	// ErrRefused: the server refused the request for want of permission
+	// (an ACL, a missing grant, a failed authentication). Retrying gets the
+	// same answer until the server's configuration changes, so callers
+	// give up at once. When the refusal came before anything of the
+	// request ran, the error matches ErrNotApplied too (nothing to find
+	// out); else part of it may have run (see Refused).
+	ErrRefused = errors.New("leasehold/backend: refused by the server")
 )
+
+// Refused marks err, a server's refusal, as ErrRefused; notApplied says the
+// server refused the request before any of it ran, and makes the result
+// match ErrNotApplied too. The message is err's, unchanged; errors.As
+// still finds err's own type.
+func Refused(err error, notApplied bool) error {
+	if err == nil {
+		return nil
+	}
+	return &refusedError{err: err, notApplied: notApplied}
+}
+
+type refusedError struct {
+	err        error
+	notApplied bool
+}
+
+func (e *refusedError) Error() string { return e.err.Error() }
+
+func (e *refusedError) Unwrap() []error {
+	if e.notApplied {
+		return []error{ErrRefused, ErrNotApplied, e.err}
+	}
+	return []error{ErrRefused, e.err}
+}
 
 // Nonce is a 128-bit random value that identifies one grant (and one
 // request: retries of the same Acquire or Claim reuse it).

@@ -131,6 +131,26 @@ func (c *Config) adminTokens() ([]admin.Token, error) {
 	return out, nil
 }
 
+// ConfiguredToken returns a bearer token of the daemon's config that
+// allows scope — from http.tokens or the environment ($LEASEHOLD_ADMIN_TOKEN,
+// $LEASEHOLD_READ_TOKEN), an admin token for either scope — for a client
+// such as "leasehold status" that was given the config. ok is false if
+// the config has none (the daemon then generates one: AdminTokenFile).
+func (c *Config) ConfiguredToken(scope admin.Scope) (secret string, ok bool) {
+	ts, err := c.adminTokens()
+	if err != nil {
+		return "", false
+	}
+	for _, want := range []admin.Scope{scope, admin.ScopeAdmin} {
+		for _, t := range ts {
+			if t.Scope == want {
+				return t.Secret, true
+			}
+		}
+	}
+	return "", false
+}
+
 func parseLevel(s string) (slog.Level, error) {
 	switch strings.ToLower(s) {
 	case "debug":

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -30,7 +31,11 @@ var ErrConfig = errors.New("leasehold/daemon: invalid config")
 
 // Config is the daemon's configuration file (YAML).
 type Config struct {
-	// Backend URL; default: a SQLite file "leasehold.db" next to the config.
+	// Backend URL; default: a SQLite file "leasehold.db" next to the
+	// config. ${NAME} is replaced by the environment variable NAME (an
+	// unset one is an error; $${ is a literal ${), so that a password need
+	// not be in the file; logs and errors show the URL redacted (see
+	// scrubber).
 	Backend   string      `yaml:"backend"`
 	Instance  string      `yaml:"instance"`  // default: host name
 	Namespace string      `yaml:"namespace"` // default: "default"
@@ -40,9 +45,10 @@ type Config struct {
 	HTTP      HTTPConfig  `yaml:"http"` // admin API and dashboard
 	Log       LogConfig   `yaml:"log"`
 
-	path  string
-	lines map[string]int    // "jobs[2].schedule" -> line
-	at    map[[2]int]string // line, column of a value -> its field path
+	path       string
+	envSecrets []string          // values of ${NAME}s in backend whose names look like credentials
+	lines      map[string]int    // "jobs[2].schedule" -> line
+	at         map[[2]int]string // line, column of a value -> its field path
 }
 
 // JobConfig is one job. Exactly one of Command and HTTP is set.
@@ -64,6 +70,10 @@ type JobConfig struct {
 	// Revision is part of the schedule version: set a new one to return to
 	// a schedule that was replaced (see schedule.Job.Revision).
 	Revision int `yaml:"revision"`
+	// Paused makes the job start paused: no instance claims it until it
+	// is resumed (leasehold resume, or the admin API). The state recorded
+	// then rules: a job resumed once stays resumed across restarts.
+	Paused bool `yaml:"paused"`
 	// Retry retries failed runs after a backoff (see schedule.RetryPolicy).
 	Retry RetryConfig `yaml:"retry"`
 
@@ -110,9 +120,12 @@ type Duration time.Duration
 // message carries the value's line and column, by which Parse names the
 // field.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode { // reported by checkTypes, with its field
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %s is not a duration such as 30s or 5m", n.Line, describeNode(n))}}
+	}
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: %q is not a duration such as 30s or 5m", n.Line, n.Column, n.Value)}}
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: value %q is not a duration such as 30s or 5m", n.Line, n.Column, n.Value)}}
 	}
 	*d = Duration(v)
 	return nil
@@ -131,6 +144,8 @@ func Load(path string) (*Config, error) {
 }
 
 var (
+	yamlColumn   = regexp.MustCompile(`^line \d+: column \d+: `)
+	unmarshalMsg = regexp.MustCompile("cannot unmarshal !!(\\w+)(?: `([^`]*)`)? into \\S+")
 	yamlLine     = regexp.MustCompile(`^line (\d+): (?:column (\d+): )?`)
 	unknownField = regexp.MustCompile(`^field (\S+) not found in type`)
 )
@@ -159,10 +174,17 @@ func Parse(path string, data []byte) (*Config, error) {
 	}
 	c.path, c.lines, c.at = path, map[string]int{}, map[[2]int]string{}
 	collectLines(&root, "", c.lines, c.at)
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var errs []error
 	typed := map[string]bool{} // fields whose value could not be decoded
+	var kinds []typeErr
+	checkTypes(&root, reflect.TypeOf(c), "", &kinds)
+	for _, te := range kinds {
+		typed[te.field] = true
+		errs = append(errs, &configErr{line: te.line, field: te.field,
+			err: fmt.Errorf("%w: %s:%d: %s: %s", ErrConfig, path, te.line, te.field, te.msg)})
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
 		var te *yaml.TypeError
 		switch {
@@ -172,7 +194,14 @@ func Parse(path string, data []byte) (*Config, error) {
 			return nil, fail(0, "%s", strings.TrimPrefix(err.Error(), "yaml: "))
 		}
 		for _, msg := range te.Errors {
+			if len(kinds) > 0 && !yamlColumn.MatchString(msg) && !unknownField.MatchString(yamlLine.ReplaceAllString(msg, "")) {
+				continue // a value of the wrong kind: checkTypes said it better
+			}
+			msg = goTypeWords(msg)
 			line, field := c.placeTypeError(&msg)
+			if u := unknownField.FindStringSubmatch(msg); u != nil {
+				msg = unknownFieldWords(field, u[1])
+			}
 			if field != "" {
 				typed[field] = true
 				msg = field + ": " + msg
@@ -194,6 +223,20 @@ func Parse(path string, data []byte) (*Config, error) {
 		return nil, errors.Join(errs...)
 	}
 	return &c, nil
+}
+
+// goTypeWords rewrites a yaml decoding message that checkTypes did not
+// foresee so that it names no Go type: "cannot unmarshal !!str `x` into
+// int" becomes "value "x" is not valid here".
+func goTypeWords(msg string) string {
+	return unmarshalMsg.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := unmarshalMsg.FindStringSubmatch(m)
+		what := map[string]string{"seq": "a list", "map": "a mapping"}[sub[1]]
+		if what == "" {
+			what = fmt.Sprintf("value %q", sub[2])
+		}
+		return what + " is not valid here"
+	})
 }
 
 // errLine returns the line an error of Parse names, for sorting.
@@ -325,6 +368,11 @@ func jobKey(field string) string {
 func (c *Config) validate() []error {
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
+	if expanded, secrets, err := expandEnv(c.Backend); err != nil {
+		add(c.errf("backend", "%v", err))
+	} else {
+		c.Backend, c.envSecrets = expanded, secrets
+	}
 	if c.Backend == "" {
 		c.Backend = "sqlite://" + filepath.Join(filepath.Dir(absPath(c.path)), "leasehold.db")
 	}
@@ -445,7 +493,7 @@ func (j *JobConfig) job(fn schedule.Func, retention time.Duration) (schedule.Job
 		Name: j.Name, Schedule: j.Schedule, Zone: j.Zone, Func: fn,
 		Mode: schedule.Mode(j.Mode), Misfire: schedule.Misfire(j.Misfire), Crash: schedule.Crash(j.Crash),
 		Timeout: time.Duration(j.Timeout), Jitter: time.Duration(j.Jitter), LeaseTTL: time.Duration(j.LeaseTTL),
-		MaxConcurrent: j.MaxConcurrent, MaxAttempts: j.MaxAttempts, Revision: j.Revision,
+		MaxConcurrent: j.MaxConcurrent, MaxAttempts: j.MaxAttempts, Revision: j.Revision, StartPaused: j.Paused,
 		MisfireWindow: time.Duration(j.MisfireWindow), MisfireGrace: time.Duration(j.MisfireGrace), MaxCatchUp: j.MaxCatchUp,
 		Retry: schedule.RetryPolicy{Max: j.Retry.Max, Backoff: time.Duration(j.Retry.Backoff), MaxBackoff: time.Duration(j.Retry.MaxBackoff)},
 	}
@@ -467,11 +515,12 @@ func absPath(p string) string {
 func redactURL(s string) string { return redact.URL(s) }
 
 // scrubber masks the config's secrets wherever they could be repeated:
-// the backend URL's password and credential-like parameters, the same in
+// the backend URL's password and credential-like parameters, the values of
+// its ${NAME}s whose names look like credentials, the same in
 // HTTP jobs' URLs, HTTP jobs' credential-like header values, and the admin
 // API's tokens (from the config and the environment).
 func (c *Config) scrubber() *redact.Scrubber {
-	secrets := redact.Secrets(c.Backend)
+	secrets := append(redact.Secrets(c.Backend), c.envSecrets...)
 	for _, j := range c.Jobs {
 		if h := j.HTTP; h != nil {
 			secrets = append(secrets, redact.Secrets(h.URL)...)

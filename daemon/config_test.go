@@ -43,8 +43,8 @@ func TestConfigErrorsNameFileLineFieldValue(t *testing.T) {
 	cases := []struct{ yaml, want string }{
 		{"instance: a\njobs:\n  - name: r\n    schedule: \"61 * * * *\"\n    command: {argv: [x]}\n", `c.yaml:4: jobs[0].schedule: job "r": leasehold/schedule: invalid schedule: schedule "61 * * * *"`},
 		{"jobs:\n  - name: r\n    schedule: \"@daily\"\n    zone: Mars/Base\n    command: {argv: [x]}\n", `c.yaml:4: jobs[0].zone:`},
-		{"jobs:\n  - name: r\n    schedule: \"@daily\"\n    timeout: soon\n", `c.yaml:4: jobs[0].timeout: "soon" is not a duration`},
-		{"jobs:\n  - name: r\n    schedul: \"@daily\"\n", `c.yaml:3: jobs[0].schedul: field schedul not found`},
+		{"jobs:\n  - name: r\n    schedule: \"@daily\"\n    timeout: soon\n", `c.yaml:4: jobs[0].timeout: value "soon" is not a duration`},
+		{"jobs:\n  - name: r\n    schedul: \"@daily\"\n", `c.yaml:3: jobs[0].schedul: unknown field "schedul" (did you mean "schedule"?)`},
 		{"jobs:\n  - name: r\n    schedule: \"@daily\"\n", `c.yaml:2: jobs[0]: job "r" needs exactly one of command or http`},
 		{"jobs:\n  - name: r\n    schedule: \"@daily\"\n    command: {argv: []}\n", `c.yaml:4: jobs[0].command.argv`},
 		{"jobs:\n  - name: r\n    schedule: \"@daily\"\n    http: {url: \"ftp://user:secret@h/x\"}\n", `"ftp://user:xxxxx@h/x" is not an http(s) URL`},

@@ -57,12 +57,12 @@ log:
 	want := []string{
 		"c.yaml:2: grace: -1s is negative",
 		"c.yaml:6: jobs[0].timeout: ",
-		`c.yaml:10: jobs[1].jitter: "soon" is not a duration`,
+		`c.yaml:10: jobs[1].jitter: value "soon" is not a duration`,
 		"c.yaml:11: jobs[1].misfire_window: ",
 		`c.yaml:14: jobs[2].schedule: `,
 		`c.yaml:15: jobs[2].zone: `,
 		"c.yaml:16: jobs[2].max_catch_up: ",
-		`c.yaml:17: jobs[2].lease_ttl: "forever" is not a duration`,
+		`c.yaml:17: jobs[2].lease_ttl: value "forever" is not a duration`,
 		`c.yaml:18: jobs[2].http.url: `,
 		"c.yaml:20: log.level: ",
 	}
@@ -100,7 +100,7 @@ log:
 // apart by their field.
 func TestConfigErrorsInFlowMappings(t *testing.T) {
 	_, err := Parse("c.yaml", []byte("jobs:\n  - {name: r, schedule: \"@daily\", timeout: soon, jitter: later, command: {argv: [x]}}\n"))
-	for _, w := range []string{`c.yaml:2: jobs[0].timeout: "soon"`, `c.yaml:2: jobs[0].jitter: "later"`} {
+	for _, w := range []string{`c.yaml:2: jobs[0].timeout: value "soon"`, `c.yaml:2: jobs[0].jitter: value "later"`} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("Parse = %v, want an error line containing %q", err, w)
 		}

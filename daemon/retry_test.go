@@ -40,8 +40,8 @@ func TestParseRetryInvalid(t *testing.T) {
 		{"retry: {max: -2}", "/etc/l.yaml:6: jobs[0].retry.max: "},
 		{"retry: {max: 2, backoff: -1s}", "/etc/l.yaml:6: jobs[0].retry.backoff: "},
 		{"retry: {max: 2, backoff: 1m, max_backoff: 10s}", "/etc/l.yaml:6: jobs[0].retry.max_backoff: "},
-		{"retry: {max: 2, backoff: 10 seconds}", `/etc/l.yaml:6: jobs[0].retry.backoff: "10 seconds" is not a duration`},
-		{"retry: {max: 2, tries: 3}", "/etc/l.yaml:6: jobs[0].retry.tries: field tries not found"},
+		{"retry: {max: 2, backoff: 10 seconds}", `/etc/l.yaml:6: jobs[0].retry.backoff: value "10 seconds" is not a duration`},
+		{"retry: {max: 2, tries: 3}", `/etc/l.yaml:6: jobs[0].retry.tries: unknown field "tries"; the fields here are max, backoff, max_backoff`},
 		{"retry: {max: 5}\n    max_attempts: 2", "/etc/l.yaml:7: jobs[0].max_attempts: "},
 		{"retry: {max: 5}\n    crash: skip", "/etc/l.yaml:6: jobs[0].retry.max: "},
 	} {

@@ -102,6 +102,11 @@ type Job struct {
 	// (an instance restarted with an old config). To return to an earlier
 	// schedule on purpose, give it a revision never used before.
 	Revision int
+	// StartPaused makes the job start paused: until Resume is called (on
+	// any instance of the namespace) it is paused as if Pause had been
+	// called. The paused state recorded in the backend, once there is one,
+	// rules: a job resumed once stays resumed across restarts.
+	StartPaused bool
 
 	Timeout time.Duration // per run; 0 = none
 	// Jitter delays each run by a random span up to Jitter; it never changes

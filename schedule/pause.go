@@ -25,7 +25,8 @@ import (
 // is logged. Crash recovery (the sweeper) is not affected by a pause: an
 // occurrence claimed before the pause is finished by the crash policy.
 // Trigger refuses a paused job with ErrPaused (it reads the state like a
-// claim loop; there, a read error refuses the trigger).
+// claim loop; there, a read error refuses the trigger). A job with
+// StartPaused whose state was never recorded reads as paused.
 
 const (
 	pauseInfix   = backend.MetaSep + "pause" + backend.MetaSep // reserved space: see backend.MetaSep
@@ -62,13 +63,21 @@ func (s *Scheduler) readPaused(ctx context.Context, job string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("reading the paused state of job %q: %w", job, err)
 	}
-	return state == statePaused, nil
+	return state == statePaused || (state == "" && s.startsPaused(job)), nil
 }
 
 func (s *Scheduler) registered(job string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.jobs[job] != nil
+}
+
+// startsPaused reports whether job is registered with StartPaused.
+func (s *Scheduler) startsPaused(job string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.jobs[job]
+	return e != nil && e.job.StartPaused
 }
 
 func (s *Scheduler) setPaused(ctx context.Context, job string, paused bool) error {
@@ -83,7 +92,7 @@ func (s *Scheduler) setPaused(ctx context.Context, job string, paused bool) erro
 	if err != nil {
 		return fmt.Errorf("reading the paused state of job %q: %w", job, err)
 	}
-	if cur == state || (cur == "" && !paused) {
+	if cur == state || (cur == "" && !paused && !s.startsPaused(job)) {
 		return nil
 	}
 	at := backend.Instant(s.cfg.clock.Now())

@@ -78,7 +78,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		}
 		// Released or expired in between: try again.
 	}
-	return backend.Grant{}, fmt.Errorf("leasehold/mysql: %s: no answer after 10 attempts under contention", what)
+	return backend.Grant{}, fmt.Errorf("mysql: %s: no answer after 10 attempts under contention", what)
 }
 
 // leaseGuard: held by owner+token, unexpired. Arguments: key, instance,

@@ -205,7 +205,7 @@ func OpenConfig(ctx context.Context, cfg *driver.Config, opts ...Option) (*Backe
 	b := newBackend(db, true, cfg.DBName, c.prefix)
 	if err := b.init(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("leasehold/mysql: open %s@%s/%s: %w", cfg.User, cfg.Addr, cfg.DBName, err)
+		return nil, fmt.Errorf("mysql: open %s@%s/%s: %w", cfg.User, cfg.Addr, cfg.DBName, err)
 	}
 	return b, nil
 }
@@ -253,7 +253,7 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Backend, error) {
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("leasehold/mysql: new: %w", err)
+		return nil, fmt.Errorf("mysql: new: %w", err)
 	}
 	defer conn.Close()
 	var (
@@ -262,7 +262,7 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Backend, error) {
 		dbName sql.NullString
 	)
 	if err := conn.QueryRowContext(ctx, `SELECT @@session.time_zone, NOW(6), DATABASE()`).Scan(&tz, &now, &dbName); err != nil {
-		return nil, fmt.Errorf("leasehold/mysql: new: read the session: %w", err)
+		return nil, fmt.Errorf("mysql: new: read the session: %w", err)
 	}
 	if tz != "+00:00" {
 		return nil, fmt.Errorf("%w: session time_zone is %q, want '+00:00' (DSN parameter time_zone=%%27%%2B00%%3A00%%27)", ErrSession, tz)
@@ -278,7 +278,7 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Backend, error) {
 	}
 	b := newBackend(db, false, dbName.String, c.prefix)
 	if err := b.init(ctx); err != nil {
-		return nil, fmt.Errorf("leasehold/mysql: new in database %s: %w", dbName.String, err)
+		return nil, fmt.Errorf("mysql: new in database %s: %w", dbName.String, err)
 	}
 	return b, nil
 }
@@ -400,17 +400,17 @@ func probeFoundRows(ctx context.Context, conn *sql.Conn) error {
 	const tbl = "leasehold_found_rows_probe"
 	for _, q := range []string{`DROP TEMPORARY TABLE IF EXISTS ` + tbl, `CREATE TEMPORARY TABLE ` + tbl + ` (x INT)`, `INSERT INTO ` + tbl + ` VALUES (1)`} {
 		if _, err := conn.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("leasehold/mysql: new: probe clientFoundRows: %w", err)
+			return fmt.Errorf("mysql: new: probe clientFoundRows: %w", err)
 		}
 	}
 	defer conn.ExecContext(context.WithoutCancel(ctx), `DROP TEMPORARY TABLE IF EXISTS `+tbl)
 	res, err := conn.ExecContext(ctx, `UPDATE `+tbl+` SET x = x`)
 	if err != nil {
-		return fmt.Errorf("leasehold/mysql: new: probe clientFoundRows: %w", err)
+		return fmt.Errorf("mysql: new: probe clientFoundRows: %w", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("leasehold/mysql: new: probe clientFoundRows: %w", err)
+		return fmt.Errorf("mysql: new: probe clientFoundRows: %w", err)
 	}
 	if n != 1 {
 		return fmt.Errorf("%w: an UPDATE that changes nothing reports %d rows, want 1 (DSN parameter clientFoundRows=true)", ErrSession, n)
@@ -445,11 +445,21 @@ func (b *Backend) enter() error {
 }
 
 func dbErr(ctx context.Context, what string, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("leasehold/mysql: %s: %w (%w)", what, err, cerr)
+	var me *driver.MySQLError
+	if errors.As(err, &me) && refusedErrors[me.Number] {
+		err = backend.Refused(err, true) // the statement did not run; its transaction is rolled back
 	}
-	return fmt.Errorf("leasehold/mysql: %s: %w", what, err)
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("mysql: %s: %w (%w)", what, err, cerr)
+	}
+	return fmt.Errorf("mysql: %s: %w", what, err)
 }
+
+// refusedErrors are the server errors of a refusal for want of permission
+// (backend.ErrRefused): database access denied (1044), access denied
+// (1045), command denied on a table (1142) or column (1143), a privilege
+// missing (1227).
+var refusedErrors = map[uint16]bool{1044: true, 1045: true, 1142: true, 1143: true, 1227: true}
 
 // isErr reports whether err is the server error number n.
 func isErr(err error, n uint16) bool {

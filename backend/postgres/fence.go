@@ -14,7 +14,7 @@ import (
 // ErrFenced: Fence or FenceRun found that the token no longer holds the
 // lease or the occurrence; the caller must roll its transaction back.
 // It wraps backend.ErrLeaseLost.
-var ErrFenced = fmt.Errorf("leasehold/postgres: fenced out: %w", backend.ErrLeaseLost)
+var ErrFenced = fmt.Errorf("postgres: fenced out: %w", backend.ErrLeaseLost)
 
 // Fence makes the caller's transaction tx a fenced write: it checks, by the
 // server's clock, that token still holds the unexpired lease on key (the

@@ -97,7 +97,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 			return backend.Grant{}, gerr
 		}
 		if attempt == 10 {
-			return backend.Grant{}, fmt.Errorf("leasehold/postgres: %s: no answer after %d attempts under contention", what, attempt+1)
+			return backend.Grant{}, fmt.Errorf("postgres: %s: no answer after %d attempts under contention", what, attempt+1)
 		}
 	}
 }

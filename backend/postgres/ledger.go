@@ -163,7 +163,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		// The conflicting run vanished (pruned after finishing): try again,
 		// and be told it is finished or claim it.
 	}
-	return backend.Grant{}, fmt.Errorf("leasehold/postgres: %s: no answer after 10 attempts under contention", what)
+	return backend.Grant{}, fmt.Errorf("postgres: %s: no answer after 10 attempts under contention", what)
 }
 
 // claimInsertFirst is Claim without MaxRunning, in a transaction that

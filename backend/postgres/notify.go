@@ -171,7 +171,7 @@ func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error)
 		return w.ch, nil
 	case err != nil:
 		n.drop(key, w)
-		return nil, fmt.Errorf("leasehold/postgres: wait for key %q: %w", key, err)
+		return nil, fmt.Errorf("postgres: wait for key %q: %w", key, err)
 	}
 	n.mu.Lock()
 	if _, ok := n.waiters[key][w]; ok {

@@ -58,6 +58,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/backend"
@@ -149,7 +150,7 @@ func Open(ctx context.Context, connURL string, opts ...Option) (*Backend, error)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("leasehold/postgres: connect %s: %w", redact(connURL), err)
+		return nil, fmt.Errorf("postgres: connect %s: %w", redact(connURL), err)
 	}
 	b, err := newBackend(ctx, pool, true, opts)
 	if err != nil {
@@ -229,7 +230,7 @@ func (b *Backend) readDurability(ctx context.Context) error {
 	var fsync, syncCommit string
 	err := b.pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&fsync, &syncCommit)
 	if err != nil {
-		return fmt.Errorf("leasehold/postgres: read fsync and synchronous_commit: %w", err)
+		return fmt.Errorf("postgres: read fsync and synchronous_commit: %w", err)
 	}
 	b.durable = fsync == "on" && syncCommit != "off"
 	return nil
@@ -239,7 +240,7 @@ func (b *Backend) readDurability(ctx context.Context) error {
 // advisory lock, so that processes starting together do not race.
 func (b *Backend) migrate(ctx context.Context) error {
 	fail := func(err error) error {
-		return fmt.Errorf("leasehold/postgres: schema %q prefix %q: %w", b.schema, b.prefix, err)
+		return fmt.Errorf("postgres: schema %q prefix %q: %w", b.schema, b.prefix, err)
 	}
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
@@ -412,11 +413,20 @@ func (b *Backend) enter() error {
 // dbErr wraps a database error, adding the context's error when the context
 // ended (so errors.Is(err, context.Canceled) works).
 func dbErr(ctx context.Context, what string, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("leasehold/postgres: %s: %w (%w)", what, err, cerr)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && refusedCodes[pe.Code] {
+		err = backend.Refused(err, true) // the statement did not run; its transaction is rolled back
 	}
-	return fmt.Errorf("leasehold/postgres: %s: %w", what, err)
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("postgres: %s: %w (%w)", what, err, cerr)
+	}
+	return fmt.Errorf("postgres: %s: %w", what, err)
 }
+
+// refusedCodes are the SQLSTATEs of a refusal for want of permission:
+// insufficient_privilege, invalid_authorization_specification,
+// invalid_password (backend.ErrRefused).
+var refusedCodes = map[string]bool{"42501": true, "28000": true, "28P01": true}
 
 // micros returns d in whole microseconds, rounded up, the resolution of
 // PostgreSQL intervals: a granted TTL is never shorter than asked.

@@ -123,7 +123,10 @@ func WithProbeTimeout(d time.Duration) Option { return func(c *config) { c.timeo
 
 // New returns a backend over client, which the caller keeps owning (Close
 // does not close it). It reads the server's configuration to compute
-// Capabilities and fails if the server cannot be reached.
+// Capabilities and fails if the server cannot be reached. It adds a hook
+// to client that makes the server's permission refusals (NOPERM, NOAUTH,
+// WRONGPASS, a script's refused command) match backend.ErrRefused; their
+// messages stay as they are.
 func New(client goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redis client is nil", backend.ErrInvalid)
@@ -142,6 +145,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	if c, ok := client.(*goredis.Client); ok {
 		b.db = c.Options().DB
 	}
+	client.AddHook(refusalHook{}) // permission refusals match backend.ErrRefused (refused.go)
 	b.gate = newGate(client)
 	b.ps = newNotifier(b)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)

@@ -137,7 +137,7 @@ func (b *Backend) prepare(ctx context.Context) error {
 	for i, q := range stmtSQL {
 		st, err := b.db.PrepareContext(ctx, q)
 		if err != nil {
-			return fmt.Errorf("leasehold/sqlite: prepare statement %d: %w", i, err)
+			return fmt.Errorf("sqlite: prepare statement %d: %w", i, err)
 		}
 		b.stmts[i] = st
 	}

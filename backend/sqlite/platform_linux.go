@@ -27,11 +27,11 @@ func bootTime() (int64, error) {
 func readBootID() (string, error) {
 	b, err := os.ReadFile(bootIDPath)
 	if err != nil {
-		return "", fmt.Errorf("leasehold/sqlite: reading the kernel boot id: %w", err)
+		return "", fmt.Errorf("sqlite: reading the kernel boot id: %w", err)
 	}
 	id := strings.TrimSpace(string(b))
 	if id == "" {
-		return "", fmt.Errorf("leasehold/sqlite: %s is empty", bootIDPath)
+		return "", fmt.Errorf("sqlite: %s is empty", bootIDPath)
 	}
 	return id, nil
 }
@@ -42,7 +42,7 @@ func checkLocalFS(path string) error {
 	dir := filepath.Dir(path)
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
-		return fmt.Errorf("leasehold/sqlite: database %s: statfs %s: %w", path, dir, err)
+		return fmt.Errorf("sqlite: database %s: statfs %s: %w", path, dir, err)
 	}
 	magic := uint32(st.Type)
 	if name, bad := networkFS(magic); bad {

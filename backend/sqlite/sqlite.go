@@ -164,7 +164,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, fmt.Errorf("leasehold/sqlite: database path %q: %w", path, err)
+		return nil, fmt.Errorf("sqlite: database path %q: %w", path, err)
 	}
 	if err := checkLocalFS(abs); err != nil {
 		return nil, err
@@ -187,7 +187,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	dsn := u.String() + fmt.Sprintf("?_txlock=immediate&_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(%s)", ms, syncMode)
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
-		return nil, fmt.Errorf("leasehold/sqlite: open %s: %w", abs, err)
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
 	// One connection per process: in-process writers queue in database/sql
 	// rather than on SQLite's busy handler; other processes are handled by
@@ -209,14 +209,14 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 func (b *Backend) init(ctx context.Context) error {
 	var mode string
 	if err := b.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		return fmt.Errorf("leasehold/sqlite: open %s: %w", b.path, err)
+		return fmt.Errorf("sqlite: open %s: %w", b.path, err)
 	}
 	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("leasehold/sqlite: open %s: journal_mode is %q, not wal", b.path, mode)
+		return fmt.Errorf("sqlite: open %s: journal_mode is %q, not wal", b.path, mode)
 	}
 	var syncLevel int
 	if err := b.db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&syncLevel); err != nil {
-		return fmt.Errorf("leasehold/sqlite: open %s: %w", b.path, err)
+		return fmt.Errorf("sqlite: open %s: %w", b.path, err)
 	}
 	b.durable = syncLevel >= 2 // FULL (2) or EXTRA (3)
 	if err := b.migrate(ctx); err != nil {
@@ -273,7 +273,7 @@ var schema = []string{
 // migrate creates the schema in an immediate transaction, or checks the
 // version of an existing one.
 func (b *Backend) migrate(ctx context.Context) error {
-	fail := func(err error) error { return fmt.Errorf("leasehold/sqlite: schema of %s: %w", b.path, err) }
+	fail := func(err error) error { return fmt.Errorf("sqlite: schema of %s: %w", b.path, err) }
 	tx, err := b.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fail(err)
@@ -360,7 +360,7 @@ func (b *Backend) enter() error {
 // wrapped with what (which names the key or job).
 func (b *Backend) write(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("leasehold/sqlite: %s: %w: %w", what, backend.ErrNotApplied, err)
+		return fmt.Errorf("sqlite: %s: %w: %w", what, backend.ErrNotApplied, err)
 	}
 	if err := b.enter(); err != nil {
 		return err
@@ -384,16 +384,16 @@ func (b *Backend) write(ctx context.Context, what string, fn func(tx *sql.Tx) er
 // context ended (so errors.Is(err, context.Canceled) works).
 func dbErr(ctx context.Context, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("leasehold/sqlite: %s: %w (%w)", what, err, cerr)
+		return fmt.Errorf("sqlite: %s: %w (%w)", what, err, cerr)
 	}
-	return fmt.Errorf("leasehold/sqlite: %s: %w", what, err)
+	return fmt.Errorf("sqlite: %s: %w", what, err)
 }
 
 // now reads the monotonic clock, wrapping a failure.
 func (b *Backend) now(what string) (int64, error) {
 	n, err := b.mono()
 	if err != nil {
-		return 0, fmt.Errorf("leasehold/sqlite: %s: %w", what, err)
+		return 0, fmt.Errorf("sqlite: %s: %w", what, err)
 	}
 	return n, nil
 }

@@ -26,8 +26,9 @@ type lockInfo struct {
 
 func newLocksCmd(a *app) *cobra.Command {
 	var asJSON bool
+	var config string
 	cmd := &cobra.Command{
-		Use:   "locks",
+		Use:   "locks [--config leasehold.yaml]",
 		Short: "List the held locks of the namespace",
 		Long: `List the locks of the namespace that are held now: key, holder instance,
 fencing token and the time left on the lease by the backend's clock (for
@@ -37,20 +38,22 @@ users ("lock") from the leases running daemons hold on their instance ids
 
 With --json, print a JSON array of objects with the fields key, kind, instance,
 token (a decimal string: JSON numbers cannot hold every uint64), remaining
-(a Go duration) and remaining_ms.`,
+(a Go duration) and remaining_ms.
+
+` + targetHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			b, err := a.openBackend(ctx)
+			b, ns, err := a.openTarget(ctx, cmd, config)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			prefix := leasehold.LockPrefix(a.namespace)
+			prefix := leasehold.LockPrefix(ns)
 			leases, err := b.List(ctx, prefix, 0)
 			if err != nil {
-				return fmt.Errorf("list locks of namespace %q: %w", a.namespace, err)
+				return fmt.Errorf("list locks of namespace %q: %w", ns, err)
 			}
 			rows := make([]lockInfo, 0, len(leases))
 			for _, l := range leases {
@@ -77,6 +80,7 @@ token (a decimal string: JSON numbers cannot hold every uint64), remaining
 			return tw.Flush()
 		},
 	}
+	cmd.Flags().StringVar(&config, "config", "", configFlagHelp)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

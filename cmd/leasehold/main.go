@@ -5,10 +5,12 @@
 // Usage:
 //
 //	leasehold lock [flags] KEY -- CMD [ARGS...]   run CMD while holding KEY (flock(1) for a cluster)
-//	leasehold locks [--json]                      list the held locks of a namespace
+//	leasehold locks [--config F] [--json]         list the held locks of a namespace
 //	leasehold run --config leasehold.yaml         the scheduler daemon: each occurrence claimed once
 //	leasehold jobs --config leasehold.yaml        jobs and their next occurrences
-//	leasehold runs [--job NAME]                   run history from the ledger
+//	leasehold runs [--config F] [--job NAME]      run history from the ledger
+//	leasehold status, trigger JOB, pause JOB, resume JOB, resign ROLE
+//	                                              a running daemon's admin API
 //	leasehold demo                                3 daemons, one killed mid-job: see each occurrence run once
 //	leasehold version                             print the module and Go versions
 //
@@ -17,9 +19,18 @@
 // Run "leasehold help lock" for the exit codes.
 package main
 
-import "os"
+import (
+	"os"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
+)
 
 func main() {
+	// go-redis logs every failed dial on its own, through a logger that is
+	// global to the process; the error reaches leasehold's message and log
+	// anyway. A library cannot choose for its users, so the command does.
+	goredis.SetLogger(&logging.VoidLogger{})
 	if len(os.Args) == 2 && os.Args[1] == watchdogArg {
 		os.Exit(watchdogMain())
 	}

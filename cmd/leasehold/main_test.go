@@ -60,6 +60,9 @@ type env struct {
 	t   *testing.T
 	dir string
 	url string
+	// bare: commands get no --backend (they take it from --config or the
+	// default).
+	bare bool
 }
 
 func newEnv(t *testing.T) *env {
@@ -76,6 +79,9 @@ func (e *env) path(name string) string { return filepath.Join(e.dir, name) }
 // from sleeping a second at exit, which the race detector does by default.
 func (e *env) command(args ...string) *exec.Cmd {
 	cmd := exec.Command(bin, append([]string{"--backend", e.url}, args...)...)
+	if e.bare {
+		cmd = exec.Command(bin, args...)
+	}
 	cmd.Env = append(os.Environ(),
 		"LEASEHOLD_BACKEND=", "HOME="+e.dir, "XDG_STATE_HOME="+e.path("state"),
 		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))

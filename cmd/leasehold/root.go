@@ -170,7 +170,8 @@ $XDG_STATE_HOME/leasehold/leasehold.db, or ~/.local/state/leasehold/leasehold.db
 	pf.StringVar(&a.namespace, "namespace", leasehold.DefaultNamespace, "key `namespace`")
 	pf.StringVar(&a.instance, "instance", host, "instance `name` shown as the holder")
 
-	root.AddCommand(newLockCmd(a), newLocksCmd(a), newRunCmd(a), newJobsCmd(a), newRunsCmd(a), newDemoCmd(a), newDemoJobCmd(a), newVersionCmd(a), newBenchCmd(a), newChaosCmd(a), newStatusCmd(a), newDoctorCmd(a))
+	root.AddCommand(newLockCmd(a), newLocksCmd(a), newRunCmd(a), newJobsCmd(a), newRunsCmd(a), newDemoCmd(a), newDemoJobCmd(a), newVersionCmd(a), newBenchCmd(a), newChaosCmd(a), newStatusCmd(a), newDoctorCmd(a),
+		newTriggerCmd(a), newPauseCmd(a), newResumeCmd(a), newResignCmd(a))
 	return root
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -179,14 +180,47 @@ func announceToken(a *app, d *daemon.Daemon) {
 		"leasehold: \"leasehold status\" reads it from there; the dashboard asks for it.\n", path, secret)
 }
 
+// jobInfo is one element of "leasehold jobs --json". Every field is always
+// present; instants are RFC 3339 in UTC with milliseconds, "" for none.
+type jobInfo struct {
+	Name     string   `json:"name"`
+	Schedule string   `json:"schedule"`
+	Zone     string   `json:"zone"`
+	Mode     string   `json:"mode"`
+	Paused   bool     `json:"paused_at_start"` // the config's paused: true (the live state: leasehold status)
+	Last     string   `json:"last_claimed"`
+	Next     []string `json:"next"`
+	Version  string   `json:"version"`
+	// VersionState is how the config's schedule version stands in the
+	// ledger: "unrecorded", "pending" (switches in at SwitchesAt), "current",
+	// "new" (switches in once a daemon runs it) or "refused" (superseded by
+	// CurrentVersion: daemons with this config claim nothing for the job).
+	VersionState   string `json:"version_state"`
+	CurrentVersion string `json:"current_version"`
+	SwitchesAt     string `json:"switches_at"`
+}
+
 func newJobsCmd(a *app) *cobra.Command {
 	var config string
 	var n int
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "jobs --config leasehold.yaml",
 		Short: "Show the jobs of a config file and their next occurrences",
-		Args:  cobra.NoArgs,
+		Long: `Show the jobs of a config file: schedule, zone, the last occurrence claimed
+(from the config's backend and namespace; --backend and --namespace
+override them) and the next occurrences.
+
+With --json, print a JSON array of objects with the fields name, schedule,
+zone, mode, paused_at_start, last_claimed, next (an array), version,
+version_state (unrecorded, pending, current, new or refused),
+current_version and switches_at; every field is always present, instants
+are RFC 3339 UTC with milliseconds and "" stands for none.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if n < 0 || n > 100 {
+				return usageErrorf("--next %d: must be in 0..100", n)
+			}
 			cfg, err := a.loadConfig(cmd, config)
 			if err != nil {
 				return err
@@ -202,9 +236,8 @@ func newJobsCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "JOB\tSCHEDULE\tZONE\tLAST CLAIMED\tNEXT (UTC)\tVERSION")
 			now := time.Now()
+			rows := make([]jobInfo, 0, len(cfg.Jobs))
 			for _, j := range cfg.Jobs {
 				spec, err := schedule.Parse(j.Schedule, j.Zone)
 				if err != nil {
@@ -220,44 +253,85 @@ func newJobsCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				last := "-"
-				if !hw.IsZero() {
-					last = hw.Format(daemon.InstantFormat)
+				row := jobInfo{Name: j.Name, Schedule: j.Schedule, Zone: j.Zone, Mode: j.Mode, Paused: j.Paused, Next: []string{}, Version: spec.Version()}
+				if row.Zone == "" {
+					row.Zone = "UTC"
 				}
-				var next []string
+				if row.Mode == "" {
+					row.Mode = string(schedule.Once)
+				}
+				if !hw.IsZero() {
+					row.Last = hw.Format(daemon.InstantFormat)
+				}
 				at := now
 				for range n {
 					at = spec.Next(at)
-					next = append(next, at.Format(daemon.InstantFormat))
+					row.Next = append(row.Next, at.Format(daemon.InstantFormat))
 				}
-				zone := j.Zone
-				if zone == "" {
-					zone = "UTC"
+				row.VersionState, row.CurrentVersion = versionState(spec.Version(), vs, now), vs.Current
+				if vs.Current == spec.Version() && vs.From.After(now) {
+					row.SwitchesAt = vs.From.Format(daemon.InstantFormat)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(j.Name), cell(j.Schedule), cell(zone), last, joinComma(next), versionCell(spec.Version(), vs, now))
+				rows = append(rows, row)
+			}
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rows)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "JOB\tSCHEDULE\tZONE\tLAST CLAIMED\tNEXT (UTC)\tVERSION")
+			for _, r := range rows {
+				last := r.Last
+				if last == "" {
+					last = "-"
+				}
+				name := cell(r.Name)
+				if r.Paused {
+					name += " (paused at start)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, cell(r.Schedule), cell(r.Zone), last, joinComma(r.Next), versionCell(r))
 			}
 			return tw.Flush()
 		},
 	}
 	cmd.Flags().StringVar(&config, "config", "", "config `file` (YAML)")
 	cmd.Flags().IntVar(&n, "next", 3, "how many next occurrences to show")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 
-// versionCell says how the config's schedule version v stands in the
-// ledger; a refused one is spelled out, since its daemons run nothing.
-func versionCell(v string, vs schedule.VersionState, now time.Time) string {
+// versionState names how the config's schedule version v stands in the
+// ledger (see jobInfo.VersionState).
+func versionState(v string, vs schedule.VersionState, now time.Time) string {
 	switch {
 	case vs.Current == "":
-		return v + " (not recorded yet)"
+		return "unrecorded"
 	case vs.Current == v && vs.From.After(now):
-		return v + " (switches in at " + vs.From.Format(daemon.InstantFormat) + ")"
+		return "pending"
 	case vs.Current == v:
-		return v + " (current)"
+		return "current"
 	case vs.Superseded:
-		return v + " REFUSED: superseded by " + vs.Current + "; daemons with this config claim nothing for the job (deploy the current config, or set a new revision to return to it)"
+		return "refused"
 	}
-	return v + " (new: switches in once a daemon runs it; current " + vs.Current + ")"
+	return "new"
+}
+
+// versionCell says how a job's schedule version stands in the ledger; a
+// refused one is spelled out, since its daemons run nothing.
+func versionCell(r jobInfo) string {
+	v := r.Version
+	switch r.VersionState {
+	case "unrecorded":
+		return v + " (not recorded yet)"
+	case "pending":
+		return v + " (switches in at " + r.SwitchesAt + ")"
+	case "current":
+		return v + " (current)"
+	case "refused":
+		return v + " REFUSED: superseded by " + r.CurrentVersion + "; daemons with this config claim nothing for the job (deploy the current config, or set a new revision to return to it)"
+	}
+	return v + " (new: switches in once a daemon runs it; current " + r.CurrentVersion + ")"
 }
 
 func joinComma(s []string) string {
@@ -286,13 +360,16 @@ type runInfo struct {
 }
 
 func newRunsCmd(a *app) *cobra.Command {
-	var job, state string
+	var job, state, config string
 	var limit int
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "runs [--job NAME]",
+		Use:   "runs [--config leasehold.yaml] [--job NAME]",
 		Short: "Show run history from the ledger, newest first",
-		Args:  cobra.NoArgs,
+		Long: `Show the run history of the namespace's jobs from the ledger, newest first.
+
+` + targetHelp,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 1 || limit > 10000 {
 				return usageErrorf("--limit %d: must be in 1..10000", limit)
@@ -311,7 +388,7 @@ func newRunsCmd(a *app) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			l, err := a.openBackend(ctx)
+			l, ns, err := a.openTarget(ctx, cmd, config)
 			if err != nil {
 				return err
 			}
@@ -320,7 +397,7 @@ func newRunsCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			runs, err := schedule.NamespaceLedger(b, a.namespace).ListRuns(ctx, backend.RunFilter{Job: job, State: backend.RunState(state), Limit: limit})
+			runs, err := listRuns(ctx, schedule.NamespaceLedger(b, ns), backend.RunFilter{Job: job, State: backend.RunState(state), Limit: limit})
 			if err != nil {
 				return err
 			}
@@ -354,11 +431,49 @@ func newRunsCmd(a *app) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+	cmd.Flags().StringVar(&config, "config", "", configFlagHelp)
 	cmd.Flags().StringVar(&job, "job", "", "only this job")
 	cmd.Flags().StringVar(&state, "state", "", "only runs in this state (running, succeeded, failed, abandoned)")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many runs")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (tokens as strings)")
 	return cmd
+}
+
+// listRuns lists runs as f asks; without f.Job it leaves out the
+// scheduler's own records (schedule versions, pause states, trigger keys:
+// job names with a '!', which no job has) and reads on, page after page, so
+// that up to f.Limit runs are shown.
+func listRuns(ctx context.Context, l backend.Ledger, f backend.RunFilter) ([]backend.Run, error) {
+	if f.Job != "" {
+		return l.ListRuns(ctx, f)
+	}
+	var out []backend.Run
+	seen := map[string]bool{}
+	for page := 0; page < 100 && len(out) < f.Limit; page++ {
+		rs, err := l.ListRuns(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rs {
+			id := r.Job + "@" + r.ScheduledAt.String()
+			if seen[id] || strings.ContainsRune(r.Job, '!') || len(out) == f.Limit {
+				continue
+			}
+			seen[id] = true
+			out = append(out, r)
+		}
+		if len(rs) < f.Limit {
+			break // the ledger has no more
+		}
+		// The next page: runs before the last instant listed, and those at
+		// it that the limit cut off (seen keeps them from repeating).
+		next := rs[len(rs)-1].ScheduledAt.Add(time.Millisecond)
+		if !f.Before.IsZero() && !next.Before(f.Before) {
+			next = rs[len(rs)-1].ScheduledAt
+		}
+		f.Before = next
+	}
+	return out, nil
 }
 
 // oneLine returns the first line of s, at most n runes of it, escaped

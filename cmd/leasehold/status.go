@@ -1,18 +1,15 @@
 package main
 
 import (
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,7 +19,6 @@ import (
 	"github.com/leasehold/leasehold/daemon"
 	"github.com/leasehold/leasehold/daemon/admin"
 	"github.com/leasehold/leasehold/internal/open"
-	"github.com/leasehold/leasehold/internal/redact"
 )
 
 // EnvAPIToken holds the bearer token "leasehold status" sends when --token
@@ -30,28 +26,17 @@ import (
 const EnvAPIToken = "LEASEHOLD_API_TOKEN"
 
 func newStatusCmd(a *app) *cobra.Command {
-	var apiURL, token, caFile, config string
+	var f apiFlags
 	var runs int
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "status [--api URL]",
+		Use:   "status [--config leasehold.yaml | --api URL]",
 		Short: "Show a running daemon's instances, leaders, locks, jobs and last runs",
 		Long: `Read the admin API of a running "leasehold run" daemon and print its
 namespace's instances, election leaders, held locks, jobs and last runs.
+The token needs the read scope.
 
-The token (--token, default $` + EnvAPIToken + `) is sent as a bearer token; it
-needs the read scope. Without either, the admin token a daemon generated is
-read from its file: next to the SQLite database of --config's backend (or of
---backend, $LEASEHOLD_BACKEND or the default), as <database>.admin-token, or
-leasehold.admin-token next to --config for other backends.
-
-With --config and no --api, the API is the config's http.listen (https when
-the config has tls_cert; the default address if it names none; 0.0.0.0 or ::
-is reached on loopback), and the config's tls_cert is trusted for it. A token
-read from the file is sent to that listener only: an --api that is not the
-config's http.listen is refused unless the token comes from --token or
-$` + EnvAPIToken + `. (When the config names no http.listen, the daemon's --http is
-not known, and --api is taken as its address.)
+` + apiHelp + `
 
 Fencing tokens are printed in decimal; with --json the API's status document
 is printed as is (tokens as JSON strings).`,
@@ -60,73 +45,11 @@ is printed as is (tokens as JSON strings).`,
 			if runs < 0 || runs > 1000 {
 				return usageErrorf("--runs %d: must be in 0..1000", runs)
 			}
-			a.noteSecrets(apiURL) // its userinfo, in whatever form an error repeats it
-			shown := redact.URL(apiURL)
-			u, err := url.Parse(apiURL)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return usageErrorf("--api %q: not an http(s) URL such as http://127.0.0.1:7070", shown)
+			api, err := a.dialAdmin(cmd, &f, admin.ScopeRead)
+			if err != nil {
+				return err
 			}
-			var cfg *daemon.Config
-			var listener *url.URL // the config's admin API, nil if unknown
-			if config != "" {
-				if cfg, err = a.loadConfig(cmd, config); err != nil {
-					return err
-				}
-				if listener, err = configListener(cfg); err != nil && !cmd.Flags().Changed("api") {
-					return usageErrorf("--config %s: %v; give --api", config, err)
-				}
-				if !cmd.Flags().Changed("api") {
-					u, shown = listener, listener.String()
-				}
-			}
-			if token == "" {
-				token = os.Getenv(EnvAPIToken)
-			}
-			tokenFile := ""
-			if token == "" {
-				if token, tokenFile, err = a.generatedToken(cfg); err != nil {
-					return err
-				}
-				// The generated token goes to the config's listener only:
-				// whoever else listens on --api must not receive it.
-				if token != "" && cfg != nil && !sameListener(u, listener) && cfg.ListenNamed() {
-					where := "its http.listen is unknown"
-					if listener != nil {
-						where = "it listens on " + listener.String()
-					}
-					return usageErrorf("--api %s is not the admin API of --config %s (%s): the admin token read from %s is sent to that API only; give --token or $%s to talk to another address",
-						redact.URL(u.String()), config, where, tokenFile, EnvAPIToken)
-				}
-			}
-			client := &http.Client{Timeout: 30 * time.Second}
-			switch {
-			case caFile != "":
-				pem, err := os.ReadFile(caFile)
-				if err != nil {
-					return usageErrorf("--cacert: %v", err)
-				}
-				pool := x509.NewCertPool()
-				if !pool.AppendCertsFromPEM(pem) {
-					return usageErrorf("--cacert %q: no PEM certificate in it", caFile)
-				}
-				client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
-			case cfg != nil && cfg.HTTP.TLSCert != "" && u.Scheme == "https" && sameListener(u, listener):
-				// The daemon's own certificate is trusted for its listener
-				// (as well as the system's roots), if we may read it.
-				if pem, err := os.ReadFile(cfg.HTTP.TLSCert); err == nil {
-					pool, err := x509.SystemCertPool()
-					if err != nil {
-						pool = x509.NewCertPool()
-					}
-					if pool.AppendCertsFromPEM(pem) {
-						client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
-					}
-				}
-			}
-			body, err := fetchStatus(cmd.Context(), client, u, token, runs)
-			if err != nil && token == "" {
-				err = fmt.Errorf("%w (no token: give --token or $%s, or --config of the daemon; no token file at %q)", err, EnvAPIToken, tokenFile)
-			}
+			body, err := api.call(cmd.Context(), "GET", "/api/v1/status", url.Values{"runs": {strconv.Itoa(runs)}})
 			if err != nil {
 				return &exitError{code: ExitInternal, err: err}
 			}
@@ -136,15 +59,12 @@ is printed as is (tokens as JSON strings).`,
 			}
 			var st admin.Status
 			if err := json.Unmarshal(body, &st); err != nil {
-				return &exitError{code: ExitInternal, err: fmt.Errorf("%s: the answer is not a status document: %w", shown, err)}
+				return &exitError{code: ExitInternal, err: fmt.Errorf("%s: the answer is not a status document: %w", api.shown, err)}
 			}
 			return printStatus(a.stdout, &st)
 		},
 	}
-	cmd.Flags().StringVar(&apiURL, "api", "http://"+admin.DefaultAddress, "admin API `URL` of a running daemon (with --config: its http.listen)")
-	cmd.Flags().StringVar(&token, "token", "", "bearer `token` (default $"+EnvAPIToken+")")
-	cmd.Flags().StringVar(&config, "config", "", "the daemon's config `file`: read the admin token it generated next to its database")
-	cmd.Flags().StringVar(&caFile, "cacert", "", "PEM `file` of the CA (or self-signed certificate) to trust for https")
+	f.add(cmd)
 	cmd.Flags().IntVar(&runs, "runs", 10, "how many last runs to show")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON")
 	return cmd
@@ -239,35 +159,6 @@ func sameListener(u, l *url.URL) bool {
 	}
 	ui, li := net.ParseIP(uh), net.ParseIP(lh)
 	return ui != nil && li != nil && ui.Equal(li)
-}
-
-// fetchStatus GETs the status document from the admin API at u. Errors
-// show u without its userinfo.
-func fetchStatus(ctx context.Context, client *http.Client, u *url.URL, token string, runs int) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/api/v1/status?runs=%d", strings.TrimSuffix(u.String(), "/"), runs), nil)
-	if err != nil {
-		return nil, fmt.Errorf("admin API %s: %w", redact.URL(u.String()), err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("admin API: %w (is \"leasehold run\" running with --http %s?)", err, u.Host)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, fmt.Errorf("admin API: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("admin API answered %s: %s", resp.Status, e.Error)
-		}
-		return nil, fmt.Errorf("admin API answered %s", resp.Status)
-	}
-	return body, nil
 }
 
 func printStatus(w io.Writer, st *admin.Status) error {

@@ -1,0 +1,84 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/redis"
+	"github.com/leasehold/leasehold/internal/testserver"
+)
+
+// openAs creates the ACL user with every permission but rules (and INFO,
+// CONFIG GET for the probe) and opens a backend as that user.
+func openAs(t *testing.T, addr, user string, rules ...any) *redis.Backend {
+	t.Helper()
+	admin := client(t, addr)
+	args := append([]any{"ACL", "SETUSER", user, "reset", "on", ">pw-0123456789", "~*", "&*", "+@all"}, rules...)
+	if err := admin.Do(context.Background(), args...).Err(); err != nil {
+		t.Fatalf("ACL SETUSER %s: %v", user, err)
+	}
+	b, err := redis.Open(context.Background(), "redis://"+user+":pw-0123456789@"+addr)
+	if err != nil {
+		t.Fatalf("Open as %s: %v", user, err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// TestNoPermIsRefused: a user whose ACL refuses the scripts gets NOPERM
+// before anything ran: the backend's error is ErrRefused and ErrNotApplied,
+// and the Locker reports a refusal at once — not an indeterminate outcome,
+// not "held by another owner", and without waiting for its deadline.
+func TestNoPermIsRefused(t *testing.T) {
+	srv := testserver.Redis(t)
+	b := openAs(t, srv.Addr(), "noscripts", "-@scripting")
+	ctx := context.Background()
+	_, err := b.Acquire(ctx, "k", backend.Owner{Instance: "a", Nonce: backend.NewNonce()}, time.Minute)
+	if !errors.Is(err, backend.ErrRefused) || !errors.Is(err, backend.ErrNotApplied) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("backend Acquire refused by ACL: %v, want ErrRefused and ErrNotApplied with the server's NOPERM", err)
+	}
+	lk, err := leasehold.NewLocker(b, leasehold.WithInstance("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, acquire := range map[string]func(context.Context, string) (*leasehold.Lock, error){
+		"TryAcquire": lk.TryAcquire, "Acquire": lk.Acquire,
+	} {
+		actx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err := acquire(actx, "jobs/x")
+		cancel()
+		if !errors.Is(err, leasehold.ErrRefused) || errors.Is(err, leasehold.ErrIndeterminate) || errors.Is(err, leasehold.ErrNotAcquired) ||
+			errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s refused by ACL: %v, want ErrRefused only (not indeterminate, not held, not at its deadline)", name, err)
+		} else if !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), `"jobs/x"`) {
+			t.Errorf("%s refused by ACL: %q does not say refused and name the key", name, err)
+		}
+	}
+}
+
+// TestScriptRefusalIsRefused: an ACL that lets the scripts run but refuses
+// a command inside one fails the script after its earlier commands ran:
+// ErrRefused, not ErrNotApplied; the Locker does not retry it, and says the
+// outcome is not known.
+func TestScriptRefusalIsRefused(t *testing.T) {
+	srv := testserver.Redis(t)
+	b := openAs(t, srv.Addr(), "noset", "-set")
+	ctx := context.Background()
+	_, err := b.Acquire(ctx, "k", backend.Owner{Instance: "a", Nonce: backend.NewNonce()}, time.Minute)
+	if !errors.Is(err, backend.ErrRefused) || errors.Is(err, backend.ErrNotApplied) {
+		t.Fatalf("backend Acquire whose SET the ACL refuses: %v, want ErrRefused and not ErrNotApplied", err)
+	}
+	lk, err := leasehold.NewLocker(b, leasehold.WithInstance("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = lk.TryAcquire(ctx, "jobs/x")
+	if !errors.Is(err, leasehold.ErrRefused) || !errors.Is(err, leasehold.ErrIndeterminate) {
+		t.Fatalf("TryAcquire whose script the ACL refuses midway: %v, want ErrRefused and ErrIndeterminate", err)
+	}
+}

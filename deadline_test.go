@@ -1,0 +1,92 @@
+package leasehold_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/memory"
+)
+
+// slowAcquires answers every Acquire after delay (or ctx's end, with its
+// error: a request cut short, whose outcome is unknown).
+type slowAcquires struct {
+	backend.Backend
+	delay time.Duration
+}
+
+func (b *slowAcquires) Acquire(ctx context.Context, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
+	t := time.NewTimer(b.delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return backend.Grant{}, ctx.Err()
+	case <-t.C:
+	}
+	return b.Backend.Acquire(ctx, key, o, ttl)
+}
+
+// TestAcquireAtDeadlineIsNotAcquired: an Acquire whose context ends while
+// another instance holds the key fails with ErrNotAcquired (and the
+// context's error), naming the key and the holder; nothing is
+// indeterminate, since every request was answered.
+func TestAcquireAtDeadlineIsNotAcquired(t *testing.T) {
+	b := memory.New()
+	holder, err := leasehold.NewLocker(b, leasehold.WithInstance("holder-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := leasehold.NewLocker(b, leasehold.WithInstance("waiter-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := holder.TryAcquire(context.Background(), "jobs/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = waiter.Acquire(ctx, "jobs/x")
+	if !errors.Is(err, leasehold.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, leasehold.ErrIndeterminate) {
+		t.Fatalf("Acquire at its deadline: %v, want ErrNotAcquired wrapping DeadlineExceeded", err)
+	}
+	want := `acquire "jobs/x": held by holder-a (token ` + l.Token().String() + `)`
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("Acquire at its deadline: %q, want it to contain %q", err, want)
+	}
+}
+
+// TestAcquireWaitsOutADeadlineItCannotBeat: with less than two round trips
+// left before its deadline, a blocking Acquire sends no attempt (one cut
+// short would leave an unknown outcome and a cleanup): it reports the key
+// held, ErrNotAcquired, not ErrIndeterminate.
+func TestAcquireWaitsOutADeadlineItCannotBeat(t *testing.T) {
+	mem := memory.New()
+	holder, err := leasehold.NewLocker(mem, leasehold.WithInstance("holder-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := holder.TryAcquire(context.Background(), "jobs/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	// Round trips of 200 ms, a deadline of 700 ms: the second attempt is
+	// answered with about 250 ms left, less than two round trips.
+	waiter, err := leasehold.NewLocker(&slowAcquires{Backend: mem, delay: 200 * time.Millisecond},
+		leasehold.WithInstance("waiter-b"), leasehold.WithBackoff(time.Millisecond, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	_, err = waiter.Acquire(ctx, "jobs/x")
+	if !errors.Is(err, leasehold.ErrNotAcquired) || errors.Is(err, leasehold.ErrIndeterminate) || !strings.Contains(err.Error(), "held by holder-a") {
+		t.Fatalf("Acquire near its deadline: %v, want ErrNotAcquired naming holder-a, not indeterminate", err)
+	}
+}
