@@ -71,6 +71,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/redispipe"
 )
 
 // MinTTL is the shortest lease the backend grants: PX is in milliseconds.
@@ -95,7 +96,7 @@ type Backend struct {
 	db     int
 
 	closed atomic.Bool
-	gate   gate // see gate.go
+	pipe   *redispipe.Pipe // group commit of the script calls (internal/redispipe)
 	ps     *notifier
 	once   sync.Once
 }
@@ -142,7 +143,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	if c, ok := client.(*goredis.Client); ok {
 		b.db = c.Options().DB
 	}
-	b.gate = newGate(client)
+	b.pipe = redispipe.New(client)
 	b.ps = newNotifier(b)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 	defer cancel()
@@ -223,6 +224,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.ps.close()
+	b.pipe.Close()
 	if b.ownsConn {
 		return b.c.Close()
 	}

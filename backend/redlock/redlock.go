@@ -60,6 +60,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	rb "github.com/leasehold/leasehold/backend/redis"
+	"github.com/leasehold/leasehold/internal/redispipe"
 )
 
 // MinTTL is the shortest lease granted: a lease shorter than the node
@@ -85,6 +86,7 @@ type Backend struct {
 
 type node struct {
 	c    goredis.UniversalClient
+	p    *redispipe.Pipe // the node's script calls, grouped (internal/redispipe)
 	w    *rb.Backend // push events (and, after Open, the connection's owner)
 	owns bool
 }
@@ -132,7 +134,7 @@ func New(clients []goredis.UniversalClient, opts ...Option) (*Backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redlock node %d: %w", i, err)
 		}
-		b.nodes = append(b.nodes, &node{c: c, w: w})
+		b.nodes = append(b.nodes, &node{c: c, p: redispipe.New(c), w: w})
 	}
 	return b, nil
 }
@@ -195,6 +197,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	for _, n := range b.nodes {
+		n.p.Close()
 		n.w.Close()
 	}
 	return nil
