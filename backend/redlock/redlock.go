@@ -87,7 +87,7 @@ type Backend struct {
 type node struct {
 	c    goredis.UniversalClient
 	p    *redispipe.Pipe // the node's script calls, grouped (internal/redispipe)
-	w    *rb.Backend // push events (and, after Open, the connection's owner)
+	w    *rb.Backend     // push events (and, after Open, the connection's owner)
 	owns bool
 }
 
