@@ -140,8 +140,8 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	oa := ownerArg(owner)
 	start := time.Now()
 	rs := make([]nodeReply, len(b.nodes))
-	b.each(ctx, b.nodeTimeout, func(ctx context.Context, i int, n *node) {
-		res, err := n.p.Do(ctx, acquireLua, []string{b.leaseKey(key), b.tokenKey(key)}, oa, px).Slice()
+	for i, c := range b.onAll(ctx, b.nodeTimeout, acquireLua, []string{b.leaseKey(key), b.tokenKey(key)}, oa, px) {
+		res, err := c.Slice()
 		switch {
 		case err != nil:
 			rs[i].err = err
@@ -155,7 +155,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		default:
 			rs[i].err = fmt.Errorf("unexpected reply %v", res)
 		}
-	})
+	}
 	var (
 		granted []int
 		top     uint64
@@ -288,13 +288,10 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 	px := ceilMS(ttl + drift(ttl))
 	val := strconv.FormatUint(token, 10) + ":" + ownerArg(owner)
 	start := time.Now()
-	var mu sync.Mutex
 	var ok, lost int
 	var firstEr error
-	b.each(ctx, b.nodeTimeout, func(ctx context.Context, i int, n *node) {
-		v, err := n.p.Do(ctx, renewLua, []string{b.leaseKey(key)}, val, px).Int()
-		mu.Lock()
-		defer mu.Unlock()
+	for i, c := range b.onAll(ctx, b.nodeTimeout, renewLua, []string{b.leaseKey(key)}, val, px) {
+		v, err := c.Int()
 		switch {
 		case err != nil:
 			if firstEr == nil {
@@ -305,7 +302,7 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 		default:
 			lost++
 		}
-	})
+	}
 	validity := time.Duration(px)*time.Millisecond - time.Since(start) - drift(ttl)
 	if ok >= b.quorum && validity > 0 {
 		return backend.Grant{Token: token, TTL: ttl}, nil
@@ -325,13 +322,11 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	if err := b.check(); err != nil {
 		return err
 	}
-	var mu sync.Mutex
 	var exact int
 	var firstEr error
-	b.each(ctx, max(10*b.nodeTimeout, time.Second), func(ctx context.Context, i int, n *node) {
-		v, err := n.p.Do(ctx, releaseLua, []string{b.leaseKey(key)}, ownerArg(owner), b.channel(key), strconv.FormatUint(token, 10)).Int()
-		mu.Lock()
-		defer mu.Unlock()
+	for i, c := range b.onAll(ctx, max(10*b.nodeTimeout, time.Second), releaseLua, []string{b.leaseKey(key)},
+		ownerArg(owner), b.channel(key), strconv.FormatUint(token, 10)) {
+		v, err := c.Int()
 		switch {
 		case err != nil:
 			if firstEr == nil {
@@ -340,7 +335,7 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 		case v == 1:
 			exact++
 		}
-	})
+	}
 	switch {
 	case exact >= b.quorum:
 		return nil
@@ -363,13 +358,10 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 		v    string
 		pttl time.Duration
 	}
-	var mu sync.Mutex
 	var vals []seen
 	var firstEr error
-	b.each(ctx, b.nodeTimeout, func(ctx context.Context, i int, n *node) {
-		res, err := n.p.Do(ctx, getLua, []string{b.leaseKey(key)}).Slice()
-		mu.Lock()
-		defer mu.Unlock()
+	for i, c := range b.onAll(ctx, b.nodeTimeout, getLua, []string{b.leaseKey(key)}) {
+		res, err := c.Slice()
 		switch {
 		case errors.Is(err, goredis.Nil):
 		case err != nil:
@@ -379,7 +371,7 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 		case len(res) == 2:
 			vals = append(vals, seen{fmt.Sprint(res[0]), time.Duration(toInt(res[1])) * time.Millisecond})
 		}
-	})
+	}
 	byVal := map[string][]time.Duration{}
 	for _, s := range vals {
 		byVal[s.v] = append(byVal[s.v], s.pttl)

@@ -226,6 +226,28 @@ func (b *Backend) each(ctx context.Context, timeout time.Duration, fn func(ctx c
 	wg.Wait()
 }
 
+// onAll sends script to every node at once (each through its pipe) with
+// one context bounded by timeout, and returns every node's reply, in node
+// order, when all are in or the context has ended. No goroutine or context
+// per node: a crowd of callers would spend more on those than on the calls.
+func (b *Backend) onAll(ctx context.Context, timeout time.Duration, script *goredis.Script, keys []string, args ...any) []*goredis.Cmd {
+	nctx := ctx
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > timeout {
+		var cancel context.CancelFunc
+		nctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	ps := make([]*redispipe.Pending, len(b.nodes))
+	for i, n := range b.nodes {
+		ps[i] = n.p.Start(nctx, script, keys, args...)
+	}
+	out := make([]*goredis.Cmd, len(ps))
+	for i, w := range ps {
+		out[i] = w.Wait()
+	}
+	return out
+}
+
 func (b *Backend) leaseKey(k string) string { return b.prefix + "lease:{" + k + "}" }
 func (b *Backend) tokenKey(k string) string { return b.prefix + "token:{" + k + "}" }
 func (b *Backend) channel(k string) string  { return b.prefix + "released:{" + k + "}" }

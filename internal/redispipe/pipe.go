@@ -23,6 +23,12 @@
 //
 // A reply that arrived before the caller looked wins over "unknown".
 //
+// One exception to the lanes: a request that finds nothing in flight is
+// sent by its caller, on its own context (see alone), so that a lone
+// caller pays no hand-over. Its outcome when the context ends is unknown,
+// and go-redis closes that one connection; the requests that arrive
+// meanwhile queue for the lanes as usual.
+//
 // Cluster clients are not batched here: no Cluster test server is
 // available, and go-redis's Cluster pipeline splits by node and redirects
 // on its own terms. A Pipe over anything but a *goredis.Client runs each
@@ -33,6 +39,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -56,7 +63,7 @@ const DefaultMaxBatch = 256
 // timeout of its own.
 const defaultTimeout = 3 * time.Second
 
-type state uint8
+type state = uint32
 
 const (
 	queued  state = iota
@@ -71,7 +78,7 @@ type request struct {
 	args   []any
 
 	done  chan *goredis.Cmd // buffered: exactly one answer
-	state state             // guarded by Pipe.mu
+	state atomic.Uint32     // a state: queued → taken by a lane, or → dropped by the caller or Close
 }
 
 // Pipe queues script calls for one client. The zero value is not usable;
@@ -91,6 +98,10 @@ type Pipe struct {
 	base   context.Context // every lane's context: cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// Batch, if set, sends even a lone request through a lane (tests of
+	// the lanes; see alone). Set it before the first call.
+	Batch bool
 
 	// BeforeSend, if set, is called by a lane with the size of each batch
 	// before the batch is sent (tests: stage a caller whose context ends
@@ -122,7 +133,7 @@ func (p *Pipe) Queued() int {
 	defer p.mu.Unlock()
 	n := 0
 	for _, r := range p.queue {
-		if r.state == queued {
+		if r.state.Load() == queued {
 			n++
 		}
 	}
@@ -147,14 +158,41 @@ func (p *Pipe) Do(ctx context.Context, script *goredis.Script, keys []string, ar
 	if !p.batched {
 		return script.Run(ctx, p.c, keys, args...)
 	}
+	return p.start(ctx, script, keys, args, !p.Batch).Wait()
+}
+
+// Pending is a request started by Start.
+type Pending struct {
+	r   *request
+	cmd *goredis.Cmd // answered at once
+}
+
+// Start queues the call (always for a lane: a caller that starts calls on
+// several pipes must not send one of them itself) and returns at once;
+// Wait returns its reply as Do would.
+func (p *Pipe) Start(ctx context.Context, script *goredis.Script, keys []string, args ...any) *Pending {
+	if !p.batched {
+		done := make(chan *goredis.Cmd, 1)
+		go func() { done <- script.Run(ctx, p.c, keys, args...) }()
+		r := &request{ctx: ctx, done: done}
+		r.state.Store(taken)
+		return &Pending{r: r}
+	}
+	return p.start(ctx, script, keys, args, false)
+}
+
+func (p *Pipe) start(ctx context.Context, script *goredis.Script, keys []string, args []any, alone bool) *Pending {
 	if ctx.Err() != nil {
-		return failed(NotSent(ctx))
+		return &Pending{cmd: failed(NotSent(ctx))}
 	}
 	r := &request{ctx: ctx, script: script, keys: keys, args: args, done: make(chan *goredis.Cmd, 1)}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return failed(backend.ErrClosed)
+		return &Pending{cmd: failed(backend.ErrClosed)}
+	}
+	if alone && p.inflight == 0 {
+		return &Pending{cmd: p.alone(r)}
 	}
 	p.queue = append(p.queue, r)
 	if p.inflight < p.lanes {
@@ -163,20 +201,29 @@ func (p *Pipe) Do(ctx context.Context, script *goredis.Script, keys []string, ar
 		go p.lane()
 	}
 	p.mu.Unlock()
+	return &Pending{r: r}
+}
+
+// Wait returns the reply when it is in, or when the request's context ends.
+func (w *Pending) Wait() *goredis.Cmd {
+	if w.cmd != nil {
+		return w.cmd
+	}
+	r, ctx := w.r, w.r.ctx
 	select {
 	case c := <-r.done:
 		return c
 	case <-ctx.Done():
 	}
-	p.mu.Lock()
-	if r.state == queued {
-		// Left in the queue, skipped by take: removing it here would cost
-		// O(queue) per caller, and a crowd's deadlines end together.
-		r.state = dropped
-		p.mu.Unlock()
+	// No lock here: a crowd's deadlines end together, and thousands of
+	// callers queueing for the Pipe's mutex at once would keep the lanes
+	// from it. A request left in the queue is skipped by take.
+	if r.state.CompareAndSwap(queued, dropped) {
 		return failed(NotSent(ctx))
 	}
-	p.mu.Unlock()
+	if r.state.Load() == dropped {
+		return <-r.done // Close answered it, never sent
+	}
 	select {
 	case c := <-r.done: // answered meanwhile: an answer beats "unknown"
 		return c
@@ -189,6 +236,32 @@ func (p *Pipe) Do(ctx context.Context, script *goredis.Script, keys []string, ar
 type laneState struct {
 	sending  bool // a batch is out
 	detached bool // no longer counted in inflight: exits after this batch
+}
+
+// alone sends r on the caller's own context, as a plain script call,
+// when nothing else is in flight: a lone caller pays no hand-over to a
+// lane and back (two goroutine wake-ups, which cost more than the round
+// trip itself on a busy host). It holds a lane's place meanwhile, so
+// requests that arrive queue as usual, and a lane takes them when it
+// returns. Only this one request can then close its connection when its
+// context ends mid-read, and only one is ever in flight this way. Called
+// with p.mu held; unlocks it.
+func (p *Pipe) alone(r *request) *goredis.Cmd {
+	p.inflight++
+	p.mu.Unlock()
+	if p.BeforeSend != nil {
+		p.BeforeSend(1)
+	}
+	c := r.script.Run(r.ctx, p.c, r.keys, r.args...)
+	p.mu.Lock()
+	if !p.closed && len(p.queue) > 0 {
+		p.wg.Add(1)
+		go p.lane() // keeps the place
+	} else {
+		p.inflight--
+	}
+	p.mu.Unlock()
+	return c
 }
 
 // lane sends batches until the queue is empty.
@@ -268,12 +341,11 @@ func (p *Pipe) take() ([]*request, time.Time) {
 		r := p.queue[i]
 		p.queue[i] = nil
 		switch {
-		case r.state != queued:
 		case r.ctx.Err() != nil:
-			r.state = dropped
-			r.done <- failed(NotSent(r.ctx))
+			// Its caller drops it (Pending.Wait), if it has not already.
+		case !r.state.CompareAndSwap(queued, taken):
+			// Dropped by its caller.
 		default:
-			r.state = taken
 			batch = append(batch, r)
 			if d, ok := r.ctx.Deadline(); !ok {
 				unbound = true
@@ -334,8 +406,7 @@ func (p *Pipe) Close() {
 	}
 	p.closed = true
 	for _, r := range p.queue {
-		if r.state == queued {
-			r.state = dropped
+		if r.state.CompareAndSwap(queued, dropped) {
 			r.done <- failed(fmt.Errorf("not sent: %w: %w", backend.ErrNotApplied, backend.ErrClosed))
 		}
 	}
