@@ -291,3 +291,36 @@ func itoa(i int) string {
 		}
 	}
 }
+
+// TestCloseAnswersQueued: Close answers a request still queued with
+// ErrNotApplied and ErrClosed (it was never sent) instead of leaving its
+// caller waiting, and later calls fail with ErrClosed.
+func TestCloseAnswersQueued(t *testing.T) {
+	b, _ := newCounted(t, 4)
+	ctx := context.Background()
+	_, batches, release := holdLanes(t, b.pipe)
+	for i := range redispipe.DefaultLanes {
+		go func() { _, _ = b.Get(ctx, "busy") }()
+		waitFor(t, "a lane to hold a batch", func() bool { return batches.Load() == int64(i+1) })
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(ctx, "k", backend.Owner{Instance: "q", Nonce: backend.NewNonce()}, time.Minute)
+		got <- err
+	}()
+	waitFor(t, "the acquire to queue", func() bool { return b.pipe.Queued() == 1 })
+	closed := make(chan struct{})
+	go func() {
+		b.pipe.Close() // waits for the held lanes
+		close(closed)
+	}()
+	err := <-got
+	if !errors.Is(err, backend.ErrNotApplied) || !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("queued acquire at Close: %v, want ErrNotApplied and ErrClosed", err)
+	}
+	release()
+	<-closed
+	if _, err := b.Get(ctx, "k"); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("Get after Close: %v, want ErrClosed", err)
+	}
+}
