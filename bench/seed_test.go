@@ -24,11 +24,11 @@ import (
 	"github.com/leasehold/leasehold/internal/benchkit"
 )
 
-// The seed's scenario: n clients start at once (a start barrier), each
-// takes ITS OWN key with up to seedTries tries, each try bounded by a
-// seedTry context, seedGap apart, with a benchkit.SeedTTL lease; a client that got
-// its lock releases it at once. Every implementation runs under the same
-// harness, in one benchmark run:
+// The seed's scenario (benchkit.Seed): n clients start at once (a start
+// barrier), each takes ITS OWN key with up to 3 tries, each bounded by a
+// 50 ms context, 10 ms apart, on a 2 s lease; a client that got its lock
+// releases it at once. Every implementation runs under the same harness, in
+// one benchmark run:
 //
 //	cd bench && go test -run '^$' -bench 'SeedScenario' -benchtime 1x -timeout 30m
 //
@@ -36,8 +36,10 @@ import (
 // lock), p50/p99/p99.9-ms of the time from the barrier to the grant (of the
 // clients that got it), the last try's outcome of the others
 // (not-acquired, indeterminate — a timeout whose outcome is unknown —,
-// errors), and late-p99-ms / late-max-ms: how long after its context's
-// deadline a try returned (0 when every try returned by its deadline).
+// errors), late-p99-ms / late-max-ms (how long after its context's deadline
+// a try returned; 0 when every try returned by its deadline) and wall-ms.
+// leasehold-memory is the harness and the Locker alone, without a network.
+
 type seedImpl struct {
 	name string
 	try  benchkit.Try
