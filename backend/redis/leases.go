@@ -41,13 +41,8 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	if err := b.check(); err != nil {
 		return backend.Grant{}, err
 	}
-	leave, err := b.gate.enter(ctx, "acquire", key)
-	if err != nil {
-		return backend.Grant{}, err
-	}
-	defer leave()
 	ms := ttlMS(ttl)
-	res, err := acquireLua.Run(ctx, b.c, []string{b.leaseKey(key), b.tokenKey(key)},
+	res, err := b.pipe.Do(ctx, acquireLua, []string{b.leaseKey(key), b.tokenKey(key)},
 		owner.Nonce.String(), owner.Instance, ms).Slice()
 	if err != nil {
 		return backend.Grant{}, fmt.Errorf("redis: acquire %q: %w", key, err)
@@ -79,13 +74,8 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 	if err := b.check(); err != nil {
 		return backend.Grant{}, err
 	}
-	leave, err := b.gate.enter(ctx, "renew", key)
-	if err != nil {
-		return backend.Grant{}, err
-	}
-	defer leave()
 	ms := ttlMS(ttl)
-	n, err := renewLua.Run(ctx, b.c, []string{b.leaseKey(key)}, value(token, owner), ms).Int64()
+	n, err := b.pipe.Do(ctx, renewLua, []string{b.leaseKey(key)}, value(token, owner), ms).Int64()
 	if err != nil {
 		return backend.Grant{}, fmt.Errorf("redis: renew %q token %d: %w", key, token, err)
 	}
@@ -104,12 +94,7 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	if err := b.check(); err != nil {
 		return err
 	}
-	leave, err := b.gate.enter(ctx, "release", key)
-	if err != nil {
-		return err
-	}
-	defer leave()
-	n, err := releaseLua.Run(ctx, b.c, []string{b.leaseKey(key)}, value(token, owner), b.channel(key)).Int64()
+	n, err := b.pipe.Do(ctx, releaseLua, []string{b.leaseKey(key)}, value(token, owner), b.channel(key)).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: release %q token %d: %w", key, token, err)
 	}
@@ -127,7 +112,7 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 	if err := b.check(); err != nil {
 		return backend.Lease{}, err
 	}
-	res, err := getLua.Run(ctx, b.c, []string{b.leaseKey(key)}).Slice()
+	res, err := b.pipe.Do(ctx, getLua, []string{b.leaseKey(key)}).Slice()
 	if errors.Is(err, goredis.Nil) {
 		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
 	}

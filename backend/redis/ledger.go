@@ -69,14 +69,9 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	if err := b.check(); err != nil {
 		return backend.Grant{}, err
 	}
-	leave, err := b.gate.enter(ctx, "claim", req.Job)
-	if err != nil {
-		return backend.Grant{}, err
-	}
-	defer leave()
 	at := backend.Instant(req.ScheduledAt)
 	ttl := time.Duration(ttlMS(req.TTL)) * time.Millisecond
-	res, err := claimLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, req.Job, fmtAt(at), req.SpecVersion,
+	res, err := b.pipe.Do(ctx, claimLua, b.ledgerKeys(), b.ledger, req.Job, fmtAt(at), req.SpecVersion,
 		req.Owner.Instance, req.Owner.Nonce.String(), ttl.Microseconds(), req.MaxEarly.Microseconds(), req.MaxRunning,
 		int64((req.MaxLate+time.Microsecond-1)/time.Microsecond)).Slice() // rounded up: a bound under 1 µs stays a bound
 	if err != nil {
@@ -123,7 +118,7 @@ func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner
 		return err
 	}
 	ttl = time.Duration(ttlMS(ttl)) * time.Millisecond
-	n, err := heartbeatLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, job, fmtAt(at), owner.Instance, owner.Nonce.String(),
+	n, err := b.pipe.Do(ctx, heartbeatLua, b.ledgerKeys(), b.ledger, job, fmtAt(at), owner.Instance, owner.Nonce.String(),
 		strconv.FormatUint(token, 10), ttl.Microseconds()).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: heartbeat %q token %d: %w", job, token, err)
@@ -147,7 +142,7 @@ func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner ba
 	if err := b.check(); err != nil {
 		return err
 	}
-	n, err := finishLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, job, fmtAt(at), owner.Instance, owner.Nonce.String(),
+	n, err := b.pipe.Do(ctx, finishLua, b.ledgerKeys(), b.ledger, job, fmtAt(at), owner.Instance, owner.Nonce.String(),
 		strconv.FormatUint(token, 10), string(out.State), int64(out.Duration), out.Result, out.Error).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: finish %q token %d: %w", job, token, err)
@@ -168,7 +163,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	}
 	at := backend.Instant(req.ScheduledAt)
 	ttl := time.Duration(ttlMS(req.TTL)) * time.Millisecond
-	res, err := reclaimLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, req.Job, fmtAt(at), req.SpecVersion,
+	res, err := b.pipe.Do(ctx, reclaimLua, b.ledgerKeys(), b.ledger, req.Job, fmtAt(at), req.SpecVersion,
 		req.Owner.Instance, req.Owner.Nonce.String(), ttl.Microseconds(), req.MaxRunning).Slice()
 	if err != nil {
 		return backend.Grant{}, backend.Run{}, fmt.Errorf("redis: reclaim %q at %s: %w", req.Job, at.Format(time.RFC3339Nano), err)
@@ -210,7 +205,7 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 		return backend.Run{}, err
 	}
 	at = backend.Instant(at)
-	res, err := abandonLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, job, fmtAt(at)).Slice()
+	res, err := b.pipe.Do(ctx, abandonLua, b.ledgerKeys(), b.ledger, job, fmtAt(at)).Slice()
 	if err != nil {
 		return backend.Run{}, fmt.Errorf("redis: abandon %q at %s: %w", job, at.Format(time.RFC3339Nano), err)
 	}
@@ -239,7 +234,7 @@ func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend
 	if err := b.check(); err != nil {
 		return backend.Run{}, err
 	}
-	res, err := getRunLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, job, fmtAt(at)).Slice()
+	res, err := b.pipe.Do(ctx, getRunLua, b.ledgerKeys(), b.ledger, job, fmtAt(at)).Slice()
 	if err != nil {
 		return backend.Run{}, fmt.Errorf("redis: get run %q: %w", job, err)
 	}
@@ -286,7 +281,7 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 		hi = "(" + strconv.FormatInt(ceilUnit(f.Before, time.Millisecond), 10)
 	}
 	limit := f.EffectiveLimit()
-	res, err := listRunsLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, f.Job, string(f.State), lo, hi, limit).Slice()
+	res, err := b.pipe.Do(ctx, listRunsLua, b.ledgerKeys(), b.ledger, f.Job, string(f.State), lo, hi, limit).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis: list runs: %w", err)
 	}
@@ -323,7 +318,7 @@ func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (in
 	if err := b.check(); err != nil {
 		return 0, err
 	}
-	n, err := pruneLua.Run(ctx, b.c, b.ledgerKeys(), b.ledger, "("+strconv.FormatInt(ceilUnit(olderThan, time.Microsecond), 10), batch).Int()
+	n, err := b.pipe.Do(ctx, pruneLua, b.ledgerKeys(), b.ledger, "("+strconv.FormatInt(ceilUnit(olderThan, time.Microsecond), 10), batch).Int()
 	if err != nil {
 		return 0, fmt.Errorf("redis: prune: %w", err)
 	}

@@ -2,7 +2,8 @@
 // node, a Sentinel-managed primary or a Cluster), through go-redis v9.
 //
 // Every operation that changes state is one Lua script, so acquire, renew
-// and release each take one round trip and are atomic on the server. The
+// and release each take one round trip (or a share of one, see Group
+// commit) and are atomic on the server. The
 // scripts are loaded once per server (EVALSHA, falling back to EVAL on
 // NOSCRIPT). Lease expiry is judged by Redis itself (SET … PX); the owner
 // (instance + nonce) and the fencing token are compared inside the script.
@@ -51,6 +52,21 @@
 // non-Cluster deployment, the backend also listens to them; they fire when
 // Redis actually reaps the key, which can lag the TTL, so the timer stays.
 //
+// # Group commit
+//
+// On a single node or a Sentinel-managed primary (*goredis.Client) the
+// script calls go through internal/redispipe: while calls are in flight,
+// the next ones queue, and a few lanes send each batch as one pipeline of
+// EVALSHA calls and read the replies themselves, so a burst of n requests
+// costs about n/256 round trips and a caller whose context ends does not
+// make go-redis close a pooled connection. A request still queued when its
+// context ends reports backend.ErrNotApplied (never sent); one already in
+// a batch reports an unknown outcome. The holder's deadline still counts
+// from before the call (the Locker reads the clock before it calls), which
+// is no later than the batch's send time. Cluster clients send each call
+// on its own (no Cluster test server is available to test batching by
+// hash slot).
+//
 // Use a client with ContextTimeoutEnabled (Open sets it): otherwise go-redis
 // ignores context deadlines on reads and a renewal whose reply is delayed
 // blocks until the client's ReadTimeout, although the holder's deadline
@@ -71,6 +87,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/redispipe"
 )
 
 // MinTTL is the shortest lease the backend grants: PX is in milliseconds.
@@ -95,7 +112,7 @@ type Backend struct {
 	db     int
 
 	closed atomic.Bool
-	gate   gate // see gate.go
+	pipe   *redispipe.Pipe // group commit of the script calls (internal/redispipe)
 	ps     *notifier
 	once   sync.Once
 }
@@ -146,7 +163,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Backend, error) {
 		b.db = c.Options().DB
 	}
 	client.AddHook(refusalHook{}) // permission refusals match backend.ErrRefused (refused.go)
-	b.gate = newGate(client)
+	b.pipe = redispipe.New(client)
 	b.ps = newNotifier(b)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 	defer cancel()
@@ -227,6 +244,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.ps.close()
+	b.pipe.Close()
 	if b.ownsConn {
 		return b.c.Close()
 	}

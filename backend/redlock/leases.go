@@ -122,6 +122,9 @@ type nodeReply struct {
 	holder string // value held by another owner
 	pttl   time.Duration
 	err    error
+	// notSent: the request never left the node's queue (err wraps
+	// ErrNotApplied), so the node holds nothing of it.
+	notSent bool
 }
 
 // Acquire implements backend.Leases with Redlock's quorum grant.
@@ -137,11 +140,12 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	oa := ownerArg(owner)
 	start := time.Now()
 	rs := make([]nodeReply, len(b.nodes))
-	b.each(ctx, b.nodeTimeout, func(ctx context.Context, i int, n *node) {
-		res, err := acquireLua.Run(ctx, n.c, []string{b.leaseKey(key), b.tokenKey(key)}, oa, px).Slice()
+	for i, c := range b.onAll(ctx, b.nodeTimeout, acquireLua, []string{b.leaseKey(key), b.tokenKey(key)}, oa, px) {
+		res, err := c.Slice()
 		switch {
 		case err != nil:
 			rs[i].err = err
+			rs[i].notSent = errors.Is(err, backend.ErrNotApplied)
 		case len(res) == 2:
 			rs[i].ok = true
 			rs[i].token, rs[i].err = strconv.ParseUint(fmt.Sprint(res[1]), 10, 64)
@@ -151,7 +155,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		default:
 			rs[i].err = fmt.Errorf("unexpected reply %v", res)
 		}
-	})
+	}
 	var (
 		granted []int
 		top     uint64
@@ -174,7 +178,9 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	if len(granted) >= b.quorum && validity > 0 && b.raise(ctx, key, oa, top, granted, rs) {
 		return backend.Grant{Token: top, TTL: ttl}, nil
 	}
-	b.undo(key, owner, rs)
+	if err := b.undo(ctx, key, owner, rs); err != nil {
+		return backend.Grant{}, fmt.Errorf("redlock: acquire %q: %d of %d nodes granted, quorum %d: %w", key, len(granted), len(b.nodes), b.quorum, err)
+	}
 	// Report the holder seen on most nodes, if any.
 	votes := map[string]int{}
 	var best string
@@ -196,6 +202,10 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		return backend.Grant{}, &backend.HeldError{Holder: l}
 	}
 	if nerr > 0 {
+		if !slices.ContainsFunc(rs, func(r nodeReply) bool { return !r.notSent }) {
+			// Sent to no node: nothing of it exists anywhere.
+			return backend.Grant{}, fmt.Errorf("redlock: acquire %q: sent to none of %d nodes: %w", key, len(b.nodes), firstEr)
+		}
 		return backend.Grant{}, fmt.Errorf("redlock: acquire %q: %d of %d nodes granted, quorum %d: %w", key, len(granted), len(b.nodes), b.quorum, firstEr)
 	}
 	return backend.Grant{}, fmt.Errorf("redlock: acquire %q: %d of %d nodes granted, validity left %v", key, len(granted), len(b.nodes), validity)
@@ -220,7 +230,7 @@ func (b *Backend) raise(ctx context.Context, key, oa string, top uint64, granted
 		if !slices.Contains(fix, i) {
 			return
 		}
-		v, err := raiseLua.Run(ctx, n.c, []string{b.leaseKey(key), b.tokenKey(key)}, oa, top).Int()
+		v, err := n.p.Do(ctx, raiseLua, []string{b.leaseKey(key), b.tokenKey(key)}, oa, top).Int()
 		if err == nil && v == 1 {
 			mu.Lock()
 			at++
@@ -231,15 +241,38 @@ func (b *Backend) raise(ctx context.Context, key, oa string, top uint64, granted
 }
 
 // undo deletes owner's lease on every node where the acquire may have been
-// applied (granted, or no reply), even when the caller's ctx has ended. A
-// node that answered "held by another" applied nothing.
-func (b *Backend) undo(key string, owner backend.Owner, rs []nodeReply) {
-	b.each(context.Background(), b.nodeTimeout, func(ctx context.Context, i int, n *node) {
-		if rs[i].holder != "" && rs[i].err == nil {
-			return
-		}
-		_ = releaseLua.Run(ctx, n.c, []string{b.leaseKey(key)}, ownerArg(owner), b.channel(key), "0").Err()
-	})
+// applied (granted, or no reply), even when the caller's ctx has ended; a
+// node that answered "held by another", or that was never sent the
+// request, holds nothing of it. It waits for the deletions until ctx ends,
+// not longer: then it returns an error (the acquire's outcome is unknown
+// to the caller, which must not retry under this nonce while the deletions
+// may still land) and the deletions go on in the background.
+func (b *Backend) undo(ctx context.Context, key string, owner backend.Owner, rs []nodeReply) error {
+	if !slices.ContainsFunc(rs, func(r nodeReply) bool { return mayHold(r) }) {
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.each(context.Background(), b.nodeTimeout, func(ctx context.Context, i int, n *node) {
+			if !mayHold(rs[i]) {
+				return
+			}
+			_ = n.p.Do(ctx, releaseLua, []string{b.leaseKey(key)}, ownerArg(owner), b.channel(key), "0").Err()
+		})
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("undoing a partial grant: %w", context.Cause(ctx))
+	}
+}
+
+// mayHold: the node may hold the acquire's lease (granted, or sent with no
+// reply).
+func mayHold(r nodeReply) bool {
+	return r.ok || (r.err != nil && !r.notSent)
 }
 
 // Renew implements backend.Leases: extends on every node, succeeds on a
@@ -255,13 +288,10 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 	px := ceilMS(ttl + drift(ttl))
 	val := strconv.FormatUint(token, 10) + ":" + ownerArg(owner)
 	start := time.Now()
-	var mu sync.Mutex
 	var ok, lost int
 	var firstEr error
-	b.each(ctx, b.nodeTimeout, func(ctx context.Context, i int, n *node) {
-		v, err := renewLua.Run(ctx, n.c, []string{b.leaseKey(key)}, val, px).Int()
-		mu.Lock()
-		defer mu.Unlock()
+	for i, c := range b.onAll(ctx, b.nodeTimeout, renewLua, []string{b.leaseKey(key)}, val, px) {
+		v, err := c.Int()
 		switch {
 		case err != nil:
 			if firstEr == nil {
@@ -272,7 +302,7 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 		default:
 			lost++
 		}
-	})
+	}
 	validity := time.Duration(px)*time.Millisecond - time.Since(start) - drift(ttl)
 	if ok >= b.quorum && validity > 0 {
 		return backend.Grant{Token: token, TTL: ttl}, nil
@@ -292,13 +322,11 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	if err := b.check(); err != nil {
 		return err
 	}
-	var mu sync.Mutex
 	var exact int
 	var firstEr error
-	b.each(ctx, max(10*b.nodeTimeout, time.Second), func(ctx context.Context, i int, n *node) {
-		v, err := releaseLua.Run(ctx, n.c, []string{b.leaseKey(key)}, ownerArg(owner), b.channel(key), strconv.FormatUint(token, 10)).Int()
-		mu.Lock()
-		defer mu.Unlock()
+	for i, c := range b.onAll(ctx, max(10*b.nodeTimeout, time.Second), releaseLua, []string{b.leaseKey(key)},
+		ownerArg(owner), b.channel(key), strconv.FormatUint(token, 10)) {
+		v, err := c.Int()
 		switch {
 		case err != nil:
 			if firstEr == nil {
@@ -307,7 +335,7 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 		case v == 1:
 			exact++
 		}
-	})
+	}
 	switch {
 	case exact >= b.quorum:
 		return nil
@@ -330,13 +358,10 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 		v    string
 		pttl time.Duration
 	}
-	var mu sync.Mutex
 	var vals []seen
 	var firstEr error
-	b.each(ctx, b.nodeTimeout, func(ctx context.Context, i int, n *node) {
-		res, err := getLua.Run(ctx, n.c, []string{b.leaseKey(key)}).Slice()
-		mu.Lock()
-		defer mu.Unlock()
+	for i, c := range b.onAll(ctx, b.nodeTimeout, getLua, []string{b.leaseKey(key)}) {
+		res, err := c.Slice()
 		switch {
 		case errors.Is(err, goredis.Nil):
 		case err != nil:
@@ -346,7 +371,7 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 		case len(res) == 2:
 			vals = append(vals, seen{fmt.Sprint(res[0]), time.Duration(toInt(res[1])) * time.Millisecond})
 		}
-	})
+	}
 	byVal := map[string][]time.Duration{}
 	for _, s := range vals {
 		byVal[s.v] = append(byVal[s.v], s.pttl)

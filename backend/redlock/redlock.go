@@ -62,6 +62,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	rb "github.com/leasehold/leasehold/backend/redis"
+	"github.com/leasehold/leasehold/internal/redispipe"
 )
 
 // MinTTL is the shortest lease granted: a lease shorter than the node
@@ -83,7 +84,8 @@ type Backend struct {
 
 type node struct {
 	c    goredis.UniversalClient
-	w    *rb.Backend // push events (and, after Open, the connection's owner)
+	p    *redispipe.Pipe // the node's script calls, grouped (internal/redispipe)
+	w    *rb.Backend     // push events (and, after Open, the connection's owner)
 	owns bool
 }
 
@@ -126,7 +128,7 @@ func New(clients []goredis.UniversalClient, opts ...Option) (*Backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redlock node %d: %w", i, err)
 		}
-		b.nodes = append(b.nodes, &node{c: c, w: w})
+		b.nodes = append(b.nodes, &node{c: c, p: redispipe.New(c), w: w})
 	}
 	return b, nil
 }
@@ -255,6 +257,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	for _, n := range b.nodes {
+		n.p.Close()
 		n.w.Close()
 	}
 	return nil
@@ -281,6 +284,28 @@ func (b *Backend) each(ctx context.Context, timeout time.Duration, fn func(ctx c
 		}()
 	}
 	wg.Wait()
+}
+
+// onAll sends script to every node at once (each through its pipe) with
+// one context bounded by timeout, and returns every node's reply, in node
+// order, when all are in or the context has ended. No goroutine or context
+// per node: a crowd of callers would spend more on those than on the calls.
+func (b *Backend) onAll(ctx context.Context, timeout time.Duration, script *goredis.Script, keys []string, args ...any) []*goredis.Cmd {
+	nctx := ctx
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > timeout {
+		var cancel context.CancelFunc
+		nctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	ps := make([]*redispipe.Pending, len(b.nodes))
+	for i, n := range b.nodes {
+		ps[i] = n.p.Start(nctx, script, keys, args...)
+	}
+	out := make([]*goredis.Cmd, len(ps))
+	for i, w := range ps {
+		out[i] = w.Wait()
+	}
+	return out
 }
 
 func (b *Backend) leaseKey(k string) string { return b.prefix + "lease:{" + k + "}" }

@@ -1,0 +1,417 @@
+// Package redispipe is the group commit of the Redis backends: the Lua
+// script calls of a backend queue in one Pipe, and a few lanes each send
+// everything queued as ONE pipeline of EVALSHA calls on a connection, read
+// every reply themselves and hand each caller its own. A burst of n
+// requests costs about n/MaxBatch round trips instead of n.
+//
+// Why the lanes read the replies, not the callers: go-redis closes a pooled
+// connection whose read was cut short by the caller's context (the reply
+// may still come and would be read by the next user), so a crowd of
+// short-deadline requests used to close and re-dial connection after
+// connection, and collapsed. A lane sends and reads on its own context
+// (bounded by the client's read timeout, ended by Close, and ended when
+// every caller of its batch has stopped waiting), so a caller whose context
+// ends just stops waiting and the connection stays healthy; a batch nobody
+// waits for any more no longer holds a lane, and is not retried.
+//
+// What a caller is told when its context ends:
+//
+//   - still queued (no lane took it): the request was never sent; the
+//     error wraps backend.ErrNotApplied and the context's cause;
+//   - taken into a batch that is being sent: the outcome is unknown; the
+//     error wraps the context's cause only (not ErrNotApplied).
+//
+// A reply that arrived before the caller looked wins over "unknown".
+//
+// One exception to the lanes: a request that finds nothing in flight is
+// sent by its caller, on its own context (see alone), so that a lone
+// caller pays no hand-over. Its outcome when the context ends is unknown,
+// and go-redis closes that one connection; the requests that arrive
+// meanwhile queue for the lanes as usual.
+//
+// Cluster clients are not batched here: no Cluster test server is
+// available, and go-redis's Cluster pipeline splits by node and redirects
+// on its own terms. A Pipe over anything but a *goredis.Client runs each
+// call as before (Script.Run on the caller's context).
+package redispipe
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// DefaultLanes is how many pipelines of one Pipe may be in flight at once.
+// One lane would make two concurrent callers wait a round trip for each
+// other; with a few, a lone caller never waits behind a batch and a burst
+// still goes out in large batches.
+const DefaultLanes = 4
+
+// DefaultMaxBatch bounds the calls of one pipeline, so that a burst is
+// split over the lanes (the server answers one batch while the next is
+// on the wire) and the first caller of a batch does not wait for thousands
+// of replies.
+const DefaultMaxBatch = 256
+
+// defaultTimeout bounds one batch's round trip when the client has no read
+// timeout of its own.
+const defaultTimeout = 3 * time.Second
+
+type state = uint32
+
+const (
+	queued  state = iota
+	taken         // in a batch being sent: its outcome is the batch's
+	dropped       // answered without being sent
+)
+
+type request struct {
+	ctx    context.Context
+	script *goredis.Script
+	keys   []string
+	args   []any
+
+	done  chan *goredis.Cmd // buffered: exactly one answer
+	state atomic.Uint32     // a state: queued → taken by a lane, or → dropped by the caller or Close
+}
+
+// Pipe queues script calls for one client. The zero value is not usable;
+// create one with New.
+type Pipe struct {
+	c       goredis.UniversalClient
+	batched bool
+	lanes   int
+	max     int
+	timeout time.Duration
+
+	mu       sync.Mutex
+	queue    []*request
+	inflight int
+	closed   bool
+
+	base   context.Context // every lane's context: cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// Batch, if set, sends even a lone request through a lane (tests of
+	// the lanes; see alone). Set it before the first call.
+	Batch bool
+
+	// BeforeSend, if set, is called by a lane with the size of each batch
+	// before the batch is sent (tests: stage a caller whose context ends
+	// mid-batch, or hold the lanes while a burst queues). Set it before
+	// the first call.
+	BeforeSend func(n int)
+}
+
+// New returns a Pipe over c. Calls are batched when c is a *goredis.Client
+// (a single node, or a Sentinel-managed primary).
+func New(c goredis.UniversalClient) *Pipe {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pipe{c: c, lanes: DefaultLanes, max: DefaultMaxBatch, timeout: defaultTimeout, base: ctx, cancel: cancel}
+	if cc, ok := c.(*goredis.Client); ok {
+		p.batched = true
+		if rt := cc.Options().ReadTimeout; rt > 0 {
+			p.timeout = rt + max(cc.Options().WriteTimeout, 0)
+		}
+	}
+	return p
+}
+
+// Batched reports whether calls go through the lanes.
+func (p *Pipe) Batched() bool { return p.batched }
+
+// Queued returns how many requests wait for a lane (tests).
+func (p *Pipe) Queued() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, r := range p.queue {
+		if r.state.Load() == queued {
+			n++
+		}
+	}
+	return n
+}
+
+// NotSent is the error of a request that never left the queue.
+func NotSent(ctx context.Context) error {
+	return fmt.Errorf("not sent: %w: %w", backend.ErrNotApplied, context.Cause(ctx))
+}
+
+func failed(err error) *goredis.Cmd {
+	c := goredis.NewCmd(context.Background())
+	c.SetErr(err)
+	return c
+}
+
+// Do runs script with keys and args and returns its reply as a Cmd (read it
+// with Slice, Int64, ...). It returns when the reply is in or when ctx ends,
+// whichever comes first; see the package doc for the errors.
+func (p *Pipe) Do(ctx context.Context, script *goredis.Script, keys []string, args ...any) *goredis.Cmd {
+	if !p.batched {
+		return script.Run(ctx, p.c, keys, args...)
+	}
+	return p.start(ctx, script, keys, args, !p.Batch).Wait()
+}
+
+// Pending is a request started by Start.
+type Pending struct {
+	r   *request
+	cmd *goredis.Cmd // answered at once
+}
+
+// Start queues the call (always for a lane: a caller that starts calls on
+// several pipes must not send one of them itself) and returns at once;
+// Wait returns its reply as Do would.
+func (p *Pipe) Start(ctx context.Context, script *goredis.Script, keys []string, args ...any) *Pending {
+	if !p.batched {
+		done := make(chan *goredis.Cmd, 1)
+		go func() { done <- script.Run(ctx, p.c, keys, args...) }()
+		r := &request{ctx: ctx, done: done}
+		r.state.Store(taken)
+		return &Pending{r: r}
+	}
+	return p.start(ctx, script, keys, args, false)
+}
+
+func (p *Pipe) start(ctx context.Context, script *goredis.Script, keys []string, args []any, alone bool) *Pending {
+	if ctx.Err() != nil {
+		return &Pending{cmd: failed(NotSent(ctx))}
+	}
+	r := &request{ctx: ctx, script: script, keys: keys, args: args, done: make(chan *goredis.Cmd, 1)}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return &Pending{cmd: failed(backend.ErrClosed)}
+	}
+	if alone && p.inflight == 0 {
+		return &Pending{cmd: p.alone(r)}
+	}
+	p.queue = append(p.queue, r)
+	if p.inflight < p.lanes {
+		p.inflight++
+		p.wg.Add(1)
+		go p.lane()
+	}
+	p.mu.Unlock()
+	return &Pending{r: r}
+}
+
+// Wait returns the reply when it is in, or when the request's context ends.
+func (w *Pending) Wait() *goredis.Cmd {
+	if w.cmd != nil {
+		return w.cmd
+	}
+	r, ctx := w.r, w.r.ctx
+	select {
+	case c := <-r.done:
+		return c
+	case <-ctx.Done():
+	}
+	// No lock here: a crowd's deadlines end together, and thousands of
+	// callers queueing for the Pipe's mutex at once would keep the lanes
+	// from it. A request left in the queue is skipped by take.
+	if r.state.CompareAndSwap(queued, dropped) {
+		return failed(NotSent(ctx))
+	}
+	if r.state.Load() == dropped {
+		return <-r.done // Close answered it, never sent
+	}
+	select {
+	case c := <-r.done: // answered meanwhile: an answer beats "unknown"
+		return c
+	default:
+		return failed(fmt.Errorf("sent in a pipeline, no reply before the context ended: %w", context.Cause(ctx)))
+	}
+}
+
+// laneState is one lane's, guarded by Pipe.mu.
+type laneState struct {
+	sending  bool // a batch is out
+	detached bool // no longer counted in inflight: exits after this batch
+}
+
+// alone sends r on the caller's own context, as a plain script call,
+// when nothing else is in flight: a lone caller pays no hand-over to a
+// lane and back (two goroutine wake-ups, which cost more than the round
+// trip itself on a busy host). It holds a lane's place meanwhile, so
+// requests that arrive queue as usual, and a lane takes them when it
+// returns. Only this one request can then close its connection when its
+// context ends mid-read, and only one is ever in flight this way. Called
+// with p.mu held; unlocks it.
+func (p *Pipe) alone(r *request) *goredis.Cmd {
+	p.inflight++
+	p.mu.Unlock()
+	if p.BeforeSend != nil {
+		p.BeforeSend(1)
+	}
+	c := r.script.Run(r.ctx, p.c, r.keys, r.args...)
+	p.mu.Lock()
+	if !p.closed && len(p.queue) > 0 {
+		p.wg.Add(1)
+		go p.lane() // keeps the place
+	} else {
+		p.inflight--
+	}
+	p.mu.Unlock()
+	return c
+}
+
+// lane sends batches until the queue is empty.
+func (p *Pipe) lane() {
+	defer p.wg.Done()
+	l := &laneState{}
+	for {
+		p.mu.Lock()
+		batch, latest := p.take()
+		if batch == nil {
+			p.inflight--
+			p.mu.Unlock()
+			return
+		}
+		l.sending = true
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(p.base, p.timeout)
+		var stop func() bool
+		if !latest.IsZero() {
+			stop = time.AfterFunc(time.Until(latest), func() {
+				p.detach(l)
+				cancel()
+			}).Stop
+		}
+		p.send(ctx, batch)
+		if stop != nil {
+			stop()
+		}
+		cancel()
+		p.mu.Lock()
+		l.sending = false
+		if l.detached {
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+}
+
+// detach runs when every member of l's batch has stopped waiting (their
+// deadlines passed) while the batch is still out: the lane's connection is
+// slow or gone, so it stops counting against the lanes and another lane
+// takes what is queued. The lane's round trip is then cancelled: nobody
+// waits for its replies, and go-redis must not retry the batch on a new
+// connection (it would apply requests whose callers already reported them
+// unknown, later than need be). go-redis closes the connection.
+func (p *Pipe) detach(l *laneState) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !l.sending || l.detached {
+		return
+	}
+	l.detached = true
+	p.inflight--
+	if !p.closed && len(p.queue) > 0 && p.inflight < p.lanes {
+		p.inflight++
+		p.wg.Add(1)
+		go p.lane()
+	}
+}
+
+// take removes the next batch from the queue, in arrival order. Requests
+// whose context ended are answered "not sent". It also returns the latest
+// deadline of the batch's members (zero when one has none). Called with
+// p.mu held.
+func (p *Pipe) take() ([]*request, time.Time) {
+	if p.closed {
+		return nil, time.Time{}
+	}
+	var (
+		batch   []*request
+		latest  time.Time
+		unbound bool
+	)
+	i := 0
+	for ; i < len(p.queue) && len(batch) < p.max; i++ {
+		r := p.queue[i]
+		p.queue[i] = nil
+		switch {
+		case r.ctx.Err() != nil:
+			// Its caller drops it (Pending.Wait), if it has not already.
+		case !r.state.CompareAndSwap(queued, taken):
+			// Dropped by its caller.
+		default:
+			batch = append(batch, r)
+			if d, ok := r.ctx.Deadline(); !ok {
+				unbound = true
+			} else if d.After(latest) {
+				latest = d
+			}
+		}
+	}
+	p.queue = p.queue[i:]
+	if len(p.queue) == 0 {
+		p.queue = nil // let the backing array go after a burst
+	}
+	if unbound {
+		latest = time.Time{}
+	}
+	return batch, latest
+}
+
+// send runs one batch as a pipeline on ctx (bounded by the client's read
+// timeout, cancelled by Close and by detach) and answers its members.
+func (p *Pipe) send(ctx context.Context, batch []*request) {
+	if p.BeforeSend != nil {
+		p.BeforeSend(len(batch))
+	}
+	cmds := make([]*goredis.Cmd, len(batch))
+	pipe := p.c.Pipeline()
+	for i, r := range batch {
+		cmds[i] = r.script.EvalSha(ctx, pipe, r.keys, r.args...)
+	}
+	_, _ = pipe.Exec(ctx) // every cmd carries its own error
+	var again []int
+	for i, c := range cmds {
+		if err := c.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			again = append(again, i) // not run: safe to send again
+		}
+	}
+	if len(again) > 0 {
+		pipe = p.c.Pipeline()
+		for _, i := range again {
+			r := batch[i]
+			cmds[i] = r.script.Eval(ctx, pipe, r.keys, r.args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	for i, r := range batch {
+		r.done <- cmds[i]
+	}
+}
+
+// Close answers every queued request ErrClosed (never sent), ends the
+// lanes' round trips and waits for the lanes to exit. Later calls fail
+// with ErrClosed.
+func (p *Pipe) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	for _, r := range p.queue {
+		if r.state.CompareAndSwap(queued, dropped) {
+			r.done <- failed(fmt.Errorf("not sent: %w: %w", backend.ErrNotApplied, backend.ErrClosed))
+		}
+	}
+	p.queue = nil
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
+}
