@@ -15,9 +15,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/childproc"
 )
 
 // bin is the leasehold binary under test, built by TestMain.
@@ -145,7 +146,7 @@ func (e *env) start(args ...string) *proc {
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
 	e.t.Cleanup(func() {
-		p.cmd.Process.Signal(syscall.SIGCONT)
+		p.cmd.Process.Signal(childproc.SigCont)
 		p.cmd.Process.Kill()
 		<-p.done
 	})

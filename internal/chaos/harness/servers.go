@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 
 	"github.com/leasehold/leasehold/internal/testserver"
 )
@@ -27,7 +26,7 @@ type backendServer struct {
 
 // startBackend resolves spec: a kind name starts a private server (or a
 // SQLite file in dir), anything else is a URL of an existing backend.
-func startBackend(t testing.TB, spec, dir string) (backendServer, error) {
+func startBackend(t testserver.TB, spec, dir string) (backendServer, error) {
 	switch spec {
 	case "sqlite":
 		return backendServer{url: "sqlite://" + filepath.Join(dir, "chaos.db")}, nil
@@ -74,31 +73,27 @@ func viaProxy(rawURL, proxyAddr string) (string, error) {
 	return u.String(), nil
 }
 
-// runTB lets the command line use internal/testserver, which is written for
-// tests: Fatalf and Skipf panic with a tbAbort that Run recovers, Cleanup
+// runTB is the testserver.TB of the command line (internal/testserver is
+// written for tests): Fatalf and Skipf panic with a tbAbort that Run recovers, Cleanup
 // functions run (last first) when the run ends.
 type runTB struct {
-	testing.TB // nil: the methods below are all that testserver calls
-	mu         sync.Mutex
-	dir        string
-	n          int
-	cleanups   []func()
+	mu       sync.Mutex
+	dir      string
+	n        int
+	cleanups []func()
 }
+
+var _ testserver.TB = (*runTB)(nil)
 
 type tbAbort struct{ msg string }
 
 func newRunTB(dir string) *runTB { return &runTB{dir: dir} }
 
 func (t *runTB) Helper()                   {}
-func (t *runTB) Name() string              { return "chaos" }
-func (t *runTB) Logf(string, ...any)       {}
-func (t *runTB) Log(...any)                {}
-func (t *runTB) Failed() bool              { return false }
 func (t *runTB) Fatalf(f string, a ...any) { panic(tbAbort{fmt.Sprintf(f, a...)}) }
 func (t *runTB) Fatal(a ...any)            { panic(tbAbort{fmt.Sprint(a...)}) }
 func (t *runTB) Errorf(f string, a ...any) { panic(tbAbort{fmt.Sprintf(f, a...)}) }
 func (t *runTB) Skipf(f string, a ...any)  { panic(tbAbort{"cannot test: " + fmt.Sprintf(f, a...)}) }
-func (t *runTB) Skip(a ...any)             { panic(tbAbort{"cannot test: " + fmt.Sprint(a...)}) }
 func (t *runTB) Cleanup(f func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
