@@ -149,9 +149,8 @@ $XDG_STATE_HOME/leasehold/leasehold.db, or ~/.local/state/leasehold/leasehold.db
   /path/to/file.db          a bare path is a SQLite file
 
 ` + exitCodesHelp,
-		SilenceErrors:     true,
-		SilenceUsage:      true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		SilenceErrors: true,
+		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			a.started = true
 			if err := leasehold.ValidatePath("namespace", a.namespace); err != nil {
