@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/eventually"
 )
 
 // gone reports whether pid no longer runs (a zombie counts as gone).
@@ -26,13 +28,7 @@ func gone(pid int) bool {
 // waitGone waits up to within for pid to be gone.
 func waitGone(t *testing.T, pid int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !gone(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d still runs %v later", pid, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.True(t, within, "pid "+strconv.Itoa(pid)+" gone", func() bool { return gone(pid) })
 }
 
 // readPids waits for the file a script writes its pids to.
