@@ -25,6 +25,7 @@ import (
 	"github.com/leasehold/leasehold/daemon/admin"
 	"github.com/leasehold/leasehold/internal/doctor"
 	"github.com/leasehold/leasehold/internal/redact"
+	"github.com/leasehold/leasehold/internal/sdnotify"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -181,6 +182,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	defer stopAdmin()
 	close(d.ready)
+	// Under systemd (Type=notify): started now, and the watchdog's pings.
+	notify, nerr := sdnotify.FromEnv()
+	if nerr != nil {
+		d.log.Warn("systemd watchdog not served", "err", nerr)
+	}
+	if err := notify.Send("READY=1\nSTATUS=running"); err != nil {
+		d.log.Warn("systemd notification failed", "err", err)
+	}
+	defer notify.Watchdog(func() bool { return true })()
 	d.mu.Lock()
 	njobs := len(d.jobs)
 	d.mu.Unlock()
@@ -203,6 +213,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}
 	d.log.Info("shutting down: no new claims; running jobs get the grace period", "grace", time.Duration(d.cfg.Grace))
+	_ = notify.Send("STOPPING=1\nSTATUS=stopping: running jobs get the grace period")
 	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.cfg.Grace)+10*time.Second)
 	defer cancel()
 	runErr := d.sched.Shutdown(sctx)

@@ -8,16 +8,15 @@ import (
 	"net/http"
 	"net/url"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/childproc"
 	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -66,8 +65,9 @@ const outputWait = 2 * time.Second
 
 // commandFunc runs a command job: argv without a shell, in its own process
 // group, killed (SIGTERM, then SIGKILL after killGraceFor) when the run's
-// context ends — SIGKILL at once when the run's lease is lost — and killed
-// by the kernel if the daemon dies (Pdeathsig).
+// context ends — SIGKILL at once when the run's lease is lost — and, on
+// Linux, killed by the kernel if the daemon dies (see internal/childproc
+// for what other systems do).
 func commandFunc(j *JobConfig, instance string) schedule.Func {
 	c := j.Command
 	grace := killGraceFor(j)
@@ -81,39 +81,22 @@ func commandFunc(j *JobConfig, instance string) schedule.Func {
 		cmd.Env = jobEnv(c, r, instance) // a clean environment: never the daemon's tokens
 		out := &capped{max: max}
 		cmd.Stdout, cmd.Stderr = out, out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		cmd.WaitDelay = outputWait
 
-		// Pdeathsig fires when the thread that forked exits: keep this
-		// goroutine on its thread until the child is gone.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
+		child, err := childproc.Start(cmd, childproc.Options{Group: true, DieWithParent: true})
+		if err != nil {
 			return fmt.Errorf("command %q: %w", c.Argv[0], err)
 		}
-		waited := make(chan error, 1)
-		go func() { waited <- cmd.Wait() }()
-		var err error
 		select {
-		case err = <-waited:
+		case <-child.Done():
+			err = child.Wait()
 		case <-ctx.Done():
-			pgid := cmd.Process.Pid
-			kill := time.NewTimer(grace)
-			defer kill.Stop()
+			g := grace
 			if errors.Is(context.Cause(ctx), leasehold.ErrLeaseLost) {
-				kill.Reset(0) // the lease is ending: no grace
-			} else {
-				_ = syscall.Kill(-pgid, syscall.SIGTERM)
+				g = 0 // the lease is ending: no grace
 			}
-			select {
-			case err = <-waited:
-			case <-kill.C:
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
-				err = <-waited
-			case <-r.LeaseLost(): // lost while the command was stopping
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
-				err = <-waited
-			}
+			// Lost while the command was stopping: SIGKILL at once.
+			err = child.Stop(g, r.LeaseLost())
 			err = fmt.Errorf("command %q stopped: %w (%v)", c.Argv[0], context.Cause(ctx), err)
 		}
 		if errors.Is(err, exec.ErrWaitDelay) {

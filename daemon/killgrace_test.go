@@ -1,3 +1,5 @@
+//go:build unix
+
 package daemon
 
 import (
@@ -14,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -200,11 +203,5 @@ func startSched(t *testing.T, b backend.Backend, instance string, job schedule.J
 
 func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %v", what, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, within, what, cond)
 }

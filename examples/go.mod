@@ -3,6 +3,7 @@ module github.com/leasehold/leasehold/examples
 go 1.26.0
 
 require (
+	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/leasehold/leasehold v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 )
@@ -10,6 +11,7 @@ require (
 require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/klauspost/compress v1.20.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect

@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -57,13 +58,7 @@ func (f *effects) instants() []int64 {
 
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %v", what, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, within, what, cond)
 }
 
 func newScheduler(t *testing.T, b backend.Backend, name string, opts ...schedule.Option) *schedule.Scheduler {

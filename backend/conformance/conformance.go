@@ -51,6 +51,10 @@ type Harness struct {
 	// declared anomaly: it returns two tokens granted on one key in grant
 	// order where the second is not greater than the first.
 	UnsafeFencing func(t testing.TB) (first, second uint64)
+	// Parallel runs the checks in parallel (t.Parallel). Set it only where
+	// New and Reopen touch nothing another check's backend uses: its own
+	// file or schema, not a shared server that Reopen restarts.
+	Parallel bool
 }
 
 // T is the part of testing.T the checks use, so that the negative control
@@ -153,6 +157,9 @@ func Run(t *testing.T, h Harness) {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
+			if h.Parallel {
+				t.Parallel()
+			}
 			c.fn(t, &env{h: h, tb: t})
 		})
 	}

@@ -10,7 +10,8 @@ import (
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness{
-		New: func(testing.TB) backend.Leases { return memory.New() },
+		New:      func(testing.TB) backend.Leases { return memory.New() },
+		Parallel: true, // each New is a backend of its own
 		Want: backend.Capabilities{
 			Name: "memory", ServerClock: true, SafeFencing: true, PushEvents: true, MinTTL: memory.MinTTL,
 		},

@@ -64,8 +64,9 @@ var want = backend.Capabilities{
 // restarted process would; TestRestartKeepsTokens restarts the server.
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness{
-		New:  func(t testing.TB) backend.Leases { return openTest(t) },
-		Want: want,
+		New:      func(t testing.TB) backend.Leases { return openTest(t) },
+		Want:     want,
+		Parallel: true, // each New is a schema of its own; Reopen opens a new pool on it
 		Reopen: func(t testing.TB, old backend.Leases) backend.Leases {
 			pb := old.(*Backend)
 			u := testserver.PostgresURL(t)

@@ -31,6 +31,7 @@ func TestConformance(t *testing.T) {
 			MultiProcess:   true,
 			MinTTL:         time.Millisecond,
 		},
+		Parallel: true, // each New is a file of its own
 		// Reopen closes the backend and opens the same file again, as a
 		// restarted process would.
 		Reopen: func(t testing.TB, old backend.Leases) backend.Leases {

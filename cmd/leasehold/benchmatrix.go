@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,6 +22,7 @@ import (
 	"github.com/leasehold/leasehold/internal/benchkit"
 	"github.com/leasehold/leasehold/internal/chaos/checker"
 	"github.com/leasehold/leasehold/internal/chaos/harness"
+	"github.com/leasehold/leasehold/internal/childproc"
 	"github.com/leasehold/leasehold/internal/open"
 )
 
@@ -295,11 +295,11 @@ func rtoKill(ctx context.Context, exe, url, ns, key string, ttl time.Duration, w
 	flag := filepath.Join(dir, key+".held")
 	holder := exec.Command(exe, "--backend", url, "--namespace", ns, "--instance", "holder", "lock", "--ttl", ttl.String(), key,
 		"--", "sh", "-c", "echo > "+flag+"; exec sleep 600")
-	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := holder.Start(); err != nil {
+	child, err := childproc.Start(holder, childproc.Options{Group: true})
+	if err != nil {
 		return 0, err
 	}
-	defer func() { _ = syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); _ = holder.Wait() }()
+	defer func() { _ = child.Kill(); _ = child.Wait() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := os.Stat(flag); err == nil {
@@ -322,7 +322,7 @@ func rtoKill(ctx context.Context, exe, url, ns, key string, ttl time.Duration, w
 	}()
 	time.Sleep(100 * time.Millisecond) // the waiter finds it held
 	t0 := time.Now()
-	if err := syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); err != nil {
+	if err := child.Kill(); err != nil {
 		return 0, err
 	}
 	if err := <-got; err != nil {

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/daemon"
+	"github.com/leasehold/leasehold/internal/childproc"
 )
 
 const demoConfig = `# written by leasehold demo
@@ -85,7 +85,7 @@ func (a *app) demo(ctx context.Context, dir string) error {
 	start := time.Now()
 	since := func() string { return fmt.Sprintf("t+%4.1fs", time.Since(start).Seconds()) }
 
-	procs := map[string]*exec.Cmd{}
+	procs := map[string]*childproc.Child{}
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("demo-%d", i)
 		logf, err := os.Create(filepath.Join(dir, name+".log"))
@@ -93,15 +93,16 @@ func (a *app) demo(ctx context.Context, dir string) error {
 			return err
 		}
 		defer logf.Close()
-		c := exec.Command(exe, "run", "--config", conf, "--instance", name)
-		c.Stdout, c.Stderr = logf, logf
-		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := c.Start(); err != nil {
+		cmd := exec.Command(exe, "run", "--config", conf, "--instance", name)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		// On Linux the kernel kills the daemons if the demo dies.
+		c, err := childproc.Start(cmd, childproc.Options{DieWithParent: true})
+		if err != nil {
 			return err
 		}
 		procs[name] = c
-		defer func() { _ = c.Process.Kill(); _, _ = c.Process.Wait() }()
-		fmt.Fprintf(out, "%s  started %s (pid %d)\n", since(), name, c.Process.Pid)
+		defer func() { _ = c.Kill(); _ = c.Wait() }()
+		fmt.Fprintf(out, "%s  started %s (pid %d)\n", since(), name, c.Pid())
 	}
 
 	// Wait for the slow job to be running somewhere, then kill that daemon.
@@ -118,8 +119,8 @@ func (a *app) demo(ctx context.Context, dir string) error {
 		return fmt.Errorf("demo: the slow job never started; see the logs in %s", dir)
 	}
 	vp := procs[victim.instance]
-	_ = vp.Process.Signal(syscall.SIGKILL)
-	_, _ = vp.Process.Wait()
+	_ = vp.Kill()
+	_ = vp.Wait()
 	fmt.Fprintf(out, "%s  killed %s with SIGKILL while it ran report @ %s (token %d, attempt %d)\n",
 		since(), victim.instance, victim.at, victim.token, victim.attempt)
 
@@ -135,7 +136,7 @@ func (a *app) demo(ctx context.Context, dir string) error {
 	time.Sleep(3 * time.Second) // let a few more occurrences run on the survivors
 	for name, c := range procs {
 		if name != victim.instance {
-			_ = c.Process.Signal(syscall.SIGTERM)
+			_ = c.Terminate()
 		}
 	}
 	for name, c := range procs {

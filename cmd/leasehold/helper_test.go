@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/leasehold/leasehold/internal/chaos/history"
 )
 
 // helperMain runs when the test binary is started with $LEASEHOLD_TEST_HELPER
@@ -28,7 +28,7 @@ func helperMain() int {
 			return err
 		}
 		// One write per line: O_APPEND makes each write land at the end.
-		_, err = fmt.Fprintf(f, "%s %s %d %d\n", kind, token, os.Getpid(), monoNow())
+		_, err = fmt.Fprintf(f, "%s %s %d %d\n", kind, token, os.Getpid(), history.Mono())
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -44,13 +44,4 @@ func helperMain() int {
 		return 1
 	}
 	return 0
-}
-
-// monoNow reads CLOCK_MONOTONIC in nanoseconds.
-func monoNow() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		panic(err)
-	}
-	return ts.Nano()
 }

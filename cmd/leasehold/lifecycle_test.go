@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/childproc"
 )
 
 // lifeJob is a config job that appends "<job> <scheduled instant>" to the
@@ -193,12 +194,12 @@ func TestPausePastTheInstanceTTLRejoins(t *testing.T) {
 	// TTL after the signal. (The CLI cannot watch it expire: the paused
 	// daemon may hold SQLite's write lock.)
 	stopped := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := p.cmd.Process.Signal(childproc.SigStop); err != nil {
 		t.Fatal(err)
 	}
 	expired := stopped.Add(leasehold.DefaultTTL + time.Second)
 	waitFor(t, leasehold.DefaultTTL+10*time.Second, "the paused daemon's instance lease to expire", func() bool { return time.Now().After(expired) })
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	_ = p.cmd.Process.Signal(childproc.SigCont)
 	resumed := time.Now()
 	waitFor(t, 30*time.Second, "the lease loss noticed, the instance id held again and a running again", func() bool {
 		s := p.stderr.String()

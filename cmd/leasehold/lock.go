@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/childproc"
 )
 
 // releaseTimeout bounds the release of the lock after the command exited.
@@ -221,8 +221,7 @@ func (a *app) runHolding(l *leasehold.Lock, o lockOptions, argv []string, sigCh 
 		"LEASEHOLD_INSTANCE="+a.instance,
 	)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdin, a.stdout, a.stderr
-	cmd.SysProcAttr = childSysProcAttr()
-	if err := becomeSubreaper(); err != nil {
+	if err := childproc.BecomeSubreaper(); err != nil {
 		fmt.Fprintf(a.stderr, "leasehold: cannot become the subreaper of the command's processes: %v\n", err)
 	}
 	wd, err := startWatchdog()
@@ -232,26 +231,14 @@ func (a *app) runHolding(l *leasehold.Lock, o lockOptions, argv []string, sigCh 
 	}
 	defer wd.stop()
 
-	started := make(chan error, 1)
-	exited := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the thread that started the child exits, so
-		// the child is started and waited for on one locked thread, which
-		// stays locked (and alive) until the child has exited.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if l.Context().Err() != nil {
-			started <- context.Cause(l.Context())
-			return
-		}
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		exited <- cmd.Wait()
-	}()
-	if err := <-started; err != nil {
+	var child *childproc.Child
+	err = context.Cause(l.Context())
+	if err == nil {
+		// Its own process group; on Linux killed by the kernel if leasehold
+		// dies, even by SIGKILL (see internal/childproc).
+		child, err = childproc.Start(cmd, childproc.Options{Group: true, DieWithParent: true})
+	}
+	if err != nil {
 		lost := errors.Is(err, leasehold.ErrLeaseLost)
 		releaseLock(a, l)
 		switch {
@@ -263,7 +250,7 @@ func (a *app) runHolding(l *leasehold.Lock, o lockOptions, argv []string, sigCh 
 			return &exitError{code: ExitCannotExec, err: err}
 		}
 	}
-	pgid := cmd.Process.Pid // Setpgid with Pgid 0: the group is the child's pid
+	pgid := child.Pid() // the group is the child's pid
 	if err := wd.watch(pgid); err != nil {
 		fmt.Fprintf(a.stderr, "leasehold: watchdog: %v (if leasehold is killed, the command's children may survive)\n", err)
 	}
@@ -282,8 +269,8 @@ func (a *app) runHolding(l *leasehold.Lock, o lockOptions, argv []string, sigCh 
 		lost    bool
 		waitErr error
 	)
-	killGroup := func(s syscall.Signal) {
-		if err := syscall.Kill(-pgid, s); err != nil && !errors.Is(err, syscall.ESRCH) {
+	killGroup := func(s os.Signal) {
+		if err := child.Signal(s); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			fmt.Fprintf(a.stderr, "leasehold: send %v to the command's process group %d: %v\n", s, pgid, err)
 		}
 	}
@@ -297,13 +284,14 @@ loop:
 		default:
 		}
 		select {
-		case waitErr = <-exited:
+		case <-child.Done():
+			waitErr = child.Wait()
 			break loop
 		case <-lostCh:
 			lost, lostCh = true, nil
 			killGroup(syscall.SIGKILL)
 		case s := <-sigCh:
-			killGroup(s.(syscall.Signal))
+			killGroup(s)
 		case <-graceC:
 			// Renewals move the deadline: check it again.
 			if left := time.Until(l.Deadline()); left > o.killGrace {
@@ -325,9 +313,9 @@ loop:
 	// Nothing of the command may outlive the lock: kill what it left
 	// running, in its group or reparented to leasehold, before the release.
 	killGroup(syscall.SIGKILL)
-	for _, pid := range children() {
+	for _, pid := range childproc.Children() {
 		if pid != wd.pid() {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			_ = childproc.KillPID(pid)
 		}
 	}
 	releaseLock(a, l)

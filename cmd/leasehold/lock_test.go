@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -10,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/childproc"
 )
 
 func TestLockPassesEnvAndExitCode(t *testing.T) {
@@ -218,7 +222,7 @@ func TestLeaseLost(t *testing.T) {
 	ready := e.path("ready")
 	holder := e.start("lock", "--ttl", "600ms", "k", "--", "sh", "-c", holderScript("exec sleep 60"), ready)
 	token1, pid := readReady(t, holder, ready)
-	if err := holder.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := holder.cmd.Process.Signal(childproc.SigStop); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
@@ -226,7 +230,7 @@ func TestLeaseLost(t *testing.T) {
 	// another process gets the key.
 	r := e.run("lock", "--wait", "5s", "k", "--", "sh", "-c", `echo "$LEASEHOLD_TOKEN"`)
 	if r.code != 0 {
-		holder.cmd.Process.Signal(syscall.SIGCONT)
+		holder.cmd.Process.Signal(childproc.SigCont)
 		t.Fatalf("second lock exited %d while the holder was stopped; stderr: %s", r.code, r.stderr)
 	}
 	if token2 := parseToken(t, r.stdout); token2 <= token1 {
@@ -241,7 +245,7 @@ func TestLeaseLost(t *testing.T) {
 	if d := 1500*time.Millisecond - time.Since(stopped); d > 0 {
 		time.Sleep(d)
 	}
-	if err := holder.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := holder.cmd.Process.Signal(childproc.SigCont); err != nil {
 		t.Fatal(err)
 	}
 	if code := holder.wait(t, 20*time.Second); code != ExitLeaseLost {

@@ -15,9 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/childproc"
+	"github.com/leasehold/leasehold/internal/eventually"
 )
 
 // bin is the leasehold binary under test, built by TestMain.
@@ -151,7 +153,7 @@ func (e *env) start(args ...string) *proc {
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
 	e.t.Cleanup(func() {
-		p.cmd.Process.Signal(syscall.SIGCONT)
+		p.cmd.Process.Signal(childproc.SigCont)
 		p.cmd.Process.Kill()
 		<-p.done
 	})
@@ -179,13 +181,7 @@ func (p *proc) wait(t *testing.T, timeout time.Duration) int {
 // waitFor polls cond until it holds or timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, timeout, what, cond)
 }
 
 // holderScript is a command for "leasehold lock" that writes

@@ -148,9 +148,8 @@ $XDG_STATE_HOME/leasehold/leasehold.db, or ~/.local/state/leasehold/leasehold.db
 "leasehold doctor" shows what the one in use guarantees, and why:
 ` + bopen.Help() + `
 ` + exitCodesHelp,
-		SilenceErrors:     true,
-		SilenceUsage:      true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		SilenceErrors: true,
+		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			a.started = true
 			if err := leasehold.ValidatePath("namespace", a.namespace); err != nil {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/childproc"
 )
 
 // watchdogArg, as the only argument, runs leasehold as the watchdog of a
@@ -40,7 +42,7 @@ func startWatchdog() (*watchdog, error) {
 	cmd.ExtraFiles = []*os.File{r} // fd 3; nothing else of leasehold's
 	// Its own process group: a signal to leasehold's group (Ctrl-C, or
 	// kill -9 of the job) does not take the watchdog along.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	childproc.Prepare(cmd, childproc.Options{Group: true})
 	if err := cmd.Start(); err != nil {
 		r.Close()
 		w.Close()
@@ -87,7 +89,7 @@ func watchdogMain() int {
 		}
 	}
 	for _, g := range groups {
-		_ = syscall.Kill(-g, syscall.SIGKILL)
+		_ = childproc.SignalGroup(g, os.Kill)
 	}
 	return 0
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/daemon"
+	"github.com/leasehold/leasehold/internal/eventually"
 )
 
 // node is a real daemon (daemon.Daemon, in process) serving its admin API
@@ -157,13 +158,7 @@ func (n *node) mustGet(path string, out any) {
 
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %v", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(t, within, what, cond)
 }
 
 func inCI() bool { return os.Getenv("CI") == "true" }

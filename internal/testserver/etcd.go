@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 )
 
@@ -35,7 +34,7 @@ func etcdBinary() string {
 
 // peerPort returns the peer port recorded in dir, picking and recording a
 // free one the first time, so that a restarted member keeps its peer URL.
-func peerPort(t testing.TB, dir string) int {
+func peerPort(t TB, dir string) int {
 	f := filepath.Join(dir, "peer-port")
 	if b, err := os.ReadFile(f); err == nil {
 		if p, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
@@ -67,7 +66,7 @@ func etcdArgs(name string, port int, dataDir, peerURL, cluster string, extra []s
 // loopback port. Its data survives Restart, Kill and Start, so revisions —
 // and the fencing tokens built on them — continue. extra arguments are
 // appended to the command line.
-func Etcd(t testing.TB, extra ...string) *Server {
+func Etcd(t TB, extra ...string) *Server {
 	t.Helper()
 	return Start(t, Spec{
 		Name:   "etcd",
@@ -121,7 +120,7 @@ type EtcdCluster struct {
 
 // EtcdCluster3 starts a 3-member etcd cluster and waits until every member
 // reports healthy (a leader is elected and reads are served).
-func EtcdCluster3(t testing.TB, extra ...string) *EtcdCluster {
+func EtcdCluster3(t TB, extra ...string) *EtcdCluster {
 	t.Helper()
 	const n = 3
 	peers := make([]string, n)
@@ -158,7 +157,7 @@ func (c *EtcdCluster) Endpoints() []string {
 }
 
 // WaitHealthy waits until every running member's /health answers true.
-func (c *EtcdCluster) WaitHealthy(t testing.TB, within time.Duration) {
+func (c *EtcdCluster) WaitHealthy(t TB, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for _, m := range c.Members {
@@ -184,7 +183,7 @@ func (c *EtcdCluster) WaitHealthy(t testing.TB, within time.Duration) {
 // only, with the server certificate certFile/keyFile and client
 // certificates required and verified against caFile. Ready means the TLS
 // port accepts connections; the caller's client waits for the rest.
-func EtcdTLS(t testing.TB, caFile, certFile, keyFile string) *Server {
+func EtcdTLS(t TB, caFile, certFile, keyFile string) *Server {
 	t.Helper()
 	return Start(t, Spec{
 		Name:   "etcd-tls",

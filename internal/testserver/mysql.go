@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	driver "github.com/go-sql-driver/mysql"
@@ -22,7 +21,7 @@ const DefaultMySQLURL = "mysql://root@127.0.0.1:3306/test"
 // $LEASEHOLD_TEST_MYSQL_URL, or DefaultMySQLURL (mysql://user:pass@host:port/db).
 // It skips the test (fails it when CI=true) when the server does not
 // answer within 5 s.
-func MySQLURL(t testing.TB) string {
+func MySQLURL(t TB) string {
 	t.Helper()
 	u := os.Getenv("LEASEHOLD_TEST_MYSQL_URL")
 	if u == "" {
@@ -70,7 +69,7 @@ func mysqlPing(ctx context.Context, rawURL string) error {
 
 // MySQLExec runs statements on the server at rawURL (e.g. CREATE
 // DATABASE for a test).
-func MySQLExec(t testing.TB, rawURL string, stmts ...string) {
+func MySQLExec(t TB, rawURL string, stmts ...string) {
 	t.Helper()
 	cfg, err := mysqlConfig(rawURL)
 	if err != nil {
@@ -93,7 +92,7 @@ func MySQLExec(t testing.TB, rawURL string, stmts ...string) {
 
 // MariaDB starts a private mariadbd (mariadb-install-db on first start) on
 // a free port with its data in a temp dir; connect with MariaDBURL.
-func MariaDB(t testing.TB, extra ...string) *Server {
+func MariaDB(t TB, extra ...string) *Server {
 	t.Helper()
 	for _, b := range []string{"mariadbd", "mariadb-install-db"} {
 		if _, err := exec.LookPath(b); err != nil {

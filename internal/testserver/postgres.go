@@ -9,7 +9,6 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,7 +22,7 @@ const PostgresBinDir = "/usr/lib/postgresql/15/bin"
 const DefaultPostgresURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 // skipOrFail skips the test locally and fails it when CI=true.
-func skipOrFail(t testing.TB, format string, args ...any) {
+func skipOrFail(t TB, format string, args ...any) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf(format+" (CI=true: an untestable backend fails the run)", args...)
@@ -35,7 +34,7 @@ func skipOrFail(t testing.TB, format string, args ...any) {
 // $LEASEHOLD_TEST_POSTGRES_URL, or DefaultPostgresURL. It skips the test
 // (fails it when CI=true) when the server does not answer within 5 s. The
 // password, if any, never appears in messages.
-func PostgresURL(t testing.TB) string {
+func PostgresURL(t TB) string {
 	t.Helper()
 	u := os.Getenv("LEASEHOLD_TEST_POSTGRES_URL")
 	if u == "" {
@@ -72,7 +71,7 @@ func pgPing(ctx context.Context, connURL string) error {
 // Server's PID is the postmaster's, so Kill is a crash of the server and
 // Start recovers from its WAL. Connect with PostgresServerURL. Stop is a
 // "smart" shutdown: close client pools first (or use Kill).
-func Postgres(t testing.TB, extra ...string) *Server {
+func Postgres(t TB, extra ...string) *Server {
 	t.Helper()
 	postgres := filepath.Join(PostgresBinDir, "postgres")
 	initdb := filepath.Join(PostgresBinDir, "initdb")
@@ -121,7 +120,7 @@ func Postgres(t testing.TB, extra ...string) *Server {
 
 // pgInitdb creates the cluster in data, owned by the postgres user when
 // running as root (the test's temp dirs are made traversable for it).
-func pgInitdb(t testing.TB, initdb, dir, data string, asPostgres bool, uid, gid int) {
+func pgInitdb(t TB, initdb, dir, data string, asPostgres bool, uid, gid int) {
 	t.Helper()
 	cmd := exec.Command(initdb, "-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "--no-instructions", "-E", "UTF8")
 	if asPostgres {

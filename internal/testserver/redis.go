@@ -7,7 +7,6 @@ import (
 	"net"
 	"os/exec"
 	"strings"
-	"testing"
 )
 
 // RedisBinary is where Debian's redis-server package installs the server.
@@ -19,7 +18,7 @@ const RedisBinary = "/usr/bin/redis-server"
 //	testserver.Redis(t, "--appendonly", "yes", "--appendfsync", "always")
 //
 // Later arguments override earlier ones, as on redis-server's command line.
-func Redis(t testing.TB, extra ...string) *Server {
+func Redis(t TB, extra ...string) *Server {
 	t.Helper()
 	bin := RedisBinary
 	if _, err := exec.LookPath(bin); err != nil {

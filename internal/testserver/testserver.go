@@ -23,9 +23,24 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/childproc"
 )
+
+// TB is what this package needs of a test: *testing.T and *testing.B are
+// one, and so is the chaos harness's stand-in when it starts servers
+// outside tests. The package does not import testing, so a program that
+// uses it (leasehold chaos) does not link the test framework.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	TempDir() string
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Skipf(format string, args ...any)
+}
 
 // Spec describes one kind of server.
 type Spec struct {
@@ -45,7 +60,7 @@ type Spec struct {
 
 // Server is one running (or stopped) server process.
 type Server struct {
-	t    testing.TB
+	t    TB
 	spec Spec
 	port int
 	dir  string
@@ -59,7 +74,7 @@ type Server struct {
 // Start starts a server described by spec on a free loopback port, with its
 // data in a fresh t.TempDir(), and stops it in t.Cleanup. It skips the test
 // (fails it when CI=true) if the binary cannot be found.
-func Start(t testing.TB, spec Spec) *Server {
+func Start(t TB, spec Spec) *Server {
 	t.Helper()
 	bin, err := exec.LookPath(spec.Binary)
 	if err != nil {
@@ -91,7 +106,7 @@ func Start(t testing.TB, spec Spec) *Server {
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort(t testing.TB) int {
+func FreePort(t TB) int {
 	t.Helper()
 	for {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -158,7 +173,7 @@ func (s *Server) start() error {
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group, so a SIGINT to the test run does not race
 	// with Cleanup, and SIGSTOP stops only the server.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	childproc.Prepare(cmd, childproc.Options{Group: true})
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", s.spec.Binary, err)
@@ -186,7 +201,7 @@ func (s *Server) start() error {
 		}
 		select {
 		case <-ctx.Done():
-			s.signal(syscall.SIGKILL)
+			s.signal(os.Kill)
 			<-done
 			return fmt.Errorf("%s at %s not ready within %v: %v; log:\n%s", s.spec.Name, s.Addr(), s.spec.StartTimeout, last, s.tail())
 		case <-done:
@@ -204,7 +219,7 @@ func (s *Server) tail() string {
 	return string(bytes.TrimSpace(b))
 }
 
-func (s *Server) signal(sig syscall.Signal) bool {
+func (s *Server) signal(sig os.Signal) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil || s.cmd.Process == nil {
@@ -215,7 +230,7 @@ func (s *Server) signal(sig syscall.Signal) bool {
 		return false
 	default:
 	}
-	return s.cmd.Process.Signal(sig) == nil
+	return childproc.Signal(s.cmd.Process, sig) == nil
 }
 
 // wait waits for the process to exit, killing it after grace.
@@ -229,8 +244,8 @@ func (s *Server) wait(grace time.Duration) {
 	select {
 	case <-done:
 	case <-time.After(grace):
-		s.signal(syscall.SIGCONT)
-		s.signal(syscall.SIGKILL)
+		s.signal(childproc.SigCont)
+		s.signal(os.Kill)
 		<-done
 	}
 	s.mu.Lock()
@@ -241,7 +256,7 @@ func (s *Server) wait(grace time.Duration) {
 // Stop stops the server gracefully (SIGTERM, then SIGKILL after 10 s). A
 // paused server is resumed first. Stop is idempotent.
 func (s *Server) Stop() {
-	s.signal(syscall.SIGCONT)
+	s.signal(childproc.SigCont)
 	s.signal(syscall.SIGTERM)
 	s.wait(10 * time.Second)
 }
@@ -249,21 +264,21 @@ func (s *Server) Stop() {
 // Kill kills the server with SIGKILL (a crash: nothing is flushed) and
 // waits for it to exit.
 func (s *Server) Kill() {
-	s.signal(syscall.SIGKILL)
+	s.signal(os.Kill)
 	s.wait(10 * time.Second)
 }
 
 // Pause stops the server with SIGSTOP; connections stay open and requests
 // hang until Resume.
 func (s *Server) Pause() {
-	if !s.signal(syscall.SIGSTOP) {
+	if !s.signal(childproc.SigStop) {
 		s.t.Fatalf("testserver: pause %s: not running", s.spec.Name)
 	}
 }
 
 // Resume continues a paused server with SIGCONT.
 func (s *Server) Resume() {
-	if !s.signal(syscall.SIGCONT) {
+	if !s.signal(childproc.SigCont) {
 		s.t.Fatalf("testserver: resume %s: not running", s.spec.Name)
 	}
 }

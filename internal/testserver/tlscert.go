@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"testing"
 	"time"
 )
 
@@ -24,7 +23,7 @@ type TLSFiles struct {
 
 // WriteTLSCerts writes a fresh CA and a server/client certificate for
 // 127.0.0.1 signed by it into dir, valid for an hour either side of now.
-func WriteTLSCerts(t testing.TB, dir string) TLSFiles {
+func WriteTLSCerts(t TB, dir string) TLSFiles {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

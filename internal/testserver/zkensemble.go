@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/chaos"
@@ -30,7 +29,7 @@ type ZooKeeperEnsemble struct {
 // ZooKeeper: tickTime 200 ms; a follower gives up a leader it has not heard
 // from for syncLimit = 5 ticks) and waits until each member serves. extra
 // are zoo.cfg lines for every member.
-func ZooKeeperEnsemble3(t testing.TB, extra ...string) *ZooKeeperEnsemble {
+func ZooKeeperEnsemble3(t TB, extra ...string) *ZooKeeperEnsemble {
 	t.Helper()
 	java := zkJava(t)
 	const n = 3
@@ -99,7 +98,7 @@ func (e *ZooKeeperEnsemble) Addrs() []string {
 
 // WaitServing waits until every running member serves clients (srvr
 // reports its mode) and returns the index of the leader.
-func (e *ZooKeeperEnsemble) WaitServing(t testing.TB, within time.Duration) int {
+func (e *ZooKeeperEnsemble) WaitServing(t TB, within time.Duration) int {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	leader := -1

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"testing"
 	"time"
 )
 
@@ -31,7 +30,7 @@ const (
 // JVM's and Kill, Pause and Resume reach it). extra are zoo.cfg lines
 // ("key=value"). Its data directory survives Restart. Ready when the four
 // letter word ruok answers imok.
-func ZooKeeper(t testing.TB, extra ...string) *Server {
+func ZooKeeper(t TB, extra ...string) *Server {
 	t.Helper()
 	java := zkJava(t)
 	return Start(t, Spec{
@@ -47,7 +46,7 @@ func ZooKeeper(t testing.TB, extra ...string) *Server {
 
 // zkJava returns the java binary, skipping the test (failing it when
 // CI=true) if the server's jar is missing.
-func zkJava(t testing.TB) string {
+func zkJava(t TB) string {
 	t.Helper()
 	if _, err := os.Stat(ZooKeeperJar); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -64,7 +63,7 @@ func zkJava(t testing.TB) string {
 
 // zkArgs writes dir/zoo.cfg (the test timing, then extra lines) and
 // returns the JVM's command line.
-func zkArgs(t testing.TB, port int, dir string, extra []string) []string {
+func zkArgs(t TB, port int, dir string, extra []string) []string {
 	cfg := filepath.Join(dir, "zoo.cfg")
 	lines := []string{
 		fmt.Sprintf("tickTime=%d", zkTickMS),

@@ -30,12 +30,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/childproc"
 )
 
 // HelperEnv is the environment variable that makes the re-executed test
@@ -306,7 +306,7 @@ func Start(t testing.TB, k Kit) *Proc {
 	}
 	p := &Proc{cmd: cmd, in: in, lines: make(chan string, 4096)}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = childproc.Signal(cmd.Process, childproc.SigCont)
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
@@ -358,9 +358,9 @@ func (p *Proc) Drain() {
 }
 
 // Signal sends sig to the helper.
-func (p *Proc) Signal(t testing.TB, sig syscall.Signal) {
+func (p *Proc) Signal(t testing.TB, sig os.Signal) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
+	if err := childproc.Signal(p.cmd.Process, sig); err != nil {
 		t.Fatalf("signal %v to the helper: %v", sig, err)
 	}
 }

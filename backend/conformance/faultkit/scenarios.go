@@ -3,15 +3,16 @@ package faultkit
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/chaos"
+	"github.com/leasehold/leasehold/internal/childproc"
 )
 
 // checkHolderSeen asserts the server shows the helper's grant on key.
@@ -28,7 +29,7 @@ func checkHolderSeen(t testing.TB, ctx context.Context, b backend.Backend, h *Ho
 // in this process (waiting for the server to expire the holder's lease).
 // It fails t unless the new token is greater; it returns the new lock and
 // how long after sig it came.
-func takeOver(t *testing.T, ctx context.Context, k Kit, b backend.Backend, key string, sig syscall.Signal) (*Holder, *leasehold.Lock, time.Duration) {
+func takeOver(t *testing.T, ctx context.Context, k Kit, b backend.Backend, key string, sig os.Signal) (*Holder, *leasehold.Lock, time.Duration) {
 	t.Helper()
 	h := StartHolder(t, k, key)
 	h.nextAct(t, 10*time.Second)
@@ -53,7 +54,7 @@ func takeOver(t *testing.T, ctx context.Context, k Kit, b backend.Backend, key s
 // (within k.ExpiryBound when set), with a greater token.
 func KillHolder(t *testing.T, k Kit) {
 	b := k.open(t)
-	_, _, waited := takeOver(t, ctx(t, 60*time.Second), k, b, "job/kill", syscall.SIGKILL)
+	_, _, waited := takeOver(t, ctx(t, 60*time.Second), k, b, "job/kill", os.Kill)
 	if k.ExpiryBound > 0 && waited > k.ExpiryBound {
 		t.Errorf("next holder waited %v after kill -9, want ≤ %v (TTL %v)", waited, k.ExpiryBound, k.TTL)
 	}
@@ -67,9 +68,9 @@ func KillHolder(t *testing.T, k Kit) {
 func PausedHolder(t *testing.T, k Kit) {
 	b := k.open(t)
 	ctx := ctx(t, 90*time.Second)
-	h, l, _ := takeOver(t, ctx, k, b, "job/pause", syscall.SIGSTOP)
+	h, l, _ := takeOver(t, ctx, k, b, "job/pause", childproc.SigStop)
 	resumed := time.Now()
-	h.Signal(t, syscall.SIGCONT)
+	h.Signal(t, childproc.SigCont)
 	want := "stale renew=lost release=lost fence=none"
 	if k.Fenced != nil {
 		want = "stale renew=lost release=lost fence=rejected"

@@ -28,13 +28,14 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/internal/chaos/history"
+	"github.com/leasehold/leasehold/internal/childproc"
 	"github.com/leasehold/leasehold/internal/open"
+	"github.com/leasehold/leasehold/internal/testserver"
 )
 
 // jobGrace is both jobs' misfire grace: an occurrence that would start
@@ -94,7 +95,7 @@ type Config struct {
 	// WorkerFromEnv (the harness adds EnvWorker to env).
 	WorkerCommand func(env []string) *exec.Cmd
 	// TB is used to start servers (internal/testserver); nil outside tests.
-	TB testing.TB
+	TB testserver.TB
 	// Log receives progress lines (default: discard).
 	Log io.Writer
 
@@ -154,6 +155,9 @@ type worker struct {
 // Execute runs the harness as cfg says and returns what run.json holds.
 // The history is in cfg.Out; package checker reads it.
 func Execute(ctx context.Context, cfg Config) (*Run, error) {
+	if !childproc.CanPause {
+		return nil, fmt.Errorf("harness: the fault harness pauses workers with SIGSTOP and steers them with SIGUSR1: %w", childproc.ErrUnsupported)
+	}
 	if cfg.WorkerCommand == nil {
 		return nil, fmt.Errorf("%w: harness: WorkerCommand is nil", backend.ErrInvalid)
 	}
@@ -210,7 +214,7 @@ func Execute(ctx context.Context, cfg Config) (*Run, error) {
 	return run, err
 }
 
-func execute(ctx context.Context, cfg Config, tb testing.TB) (*Run, error) {
+func execute(ctx context.Context, cfg Config, tb testserver.TB) (*Run, error) {
 	logf := func(f string, a ...any) { fmt.Fprintf(cfg.Log, "chaos: "+f+"\n", a...) }
 	for _, f := range []string{HistoryFile, SinkFile, UnfencedFile} {
 		_ = os.Remove(filepath.Join(cfg.Out, f))
@@ -337,9 +341,9 @@ func execute(ctx context.Context, cfg Config, tb testing.TB) (*Run, error) {
 				f.Detail += ", mid-run"
 			}
 			f.From = history.Mono()
-			workers[i].signal(syscall.SIGSTOP)
+			workers[i].signal(childproc.SigStop)
 			sleepCtx(ctx, d)
-			workers[i].signal(syscall.SIGCONT)
+			workers[i].signal(childproc.SigCont)
 		case FaultPartition:
 			d := 2*ttl + time.Duration(rng.IntN(1000))*time.Millisecond
 			if rng.IntN(2) == 0 {
@@ -365,11 +369,11 @@ func execute(ctx context.Context, cfg Config, tb testing.TB) (*Run, error) {
 			d := max(3*ttl, 3*time.Second) + time.Duration(rng.IntN(1000))*time.Millisecond
 			f.Target, f.Detail = "all", "SIGSTOP every worker for "+d.String()
 			for _, w := range workers {
-				w.signal(syscall.SIGSTOP)
+				w.signal(childproc.SigStop)
 			}
 			sleepCtx(ctx, d)
 			for _, w := range workers {
-				w.signal(syscall.SIGCONT)
+				w.signal(childproc.SigCont)
 			}
 		case FaultClockStep:
 			// The host's wall clock steps, as an NTP step or an operator's
@@ -465,7 +469,7 @@ func (w *worker) start(cfg Config, logPath string) error {
 	}
 	cmd := cfg.WorkerCommand(append(os.Environ(), w.env...))
 	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	childproc.Prepare(cmd, childproc.Options{Group: true})
 	if err := cmd.Start(); err != nil {
 		lf.Close()
 		return fmt.Errorf("start worker %s: %w", w.name, err)
@@ -478,17 +482,17 @@ func (w *worker) start(cfg Config, logPath string) error {
 	return nil
 }
 
-func (w *worker) signal(sig syscall.Signal) {
+func (w *worker) signal(sig os.Signal) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.cmd != nil {
-		_ = w.cmd.Process.Signal(sig)
+		_ = childproc.Signal(w.cmd.Process, sig)
 	}
 }
 
 // kill kills the worker with SIGKILL and starts it again after down.
 func (w *worker) kill(cfg Config, logPath string, down time.Duration) error {
-	w.signal(syscall.SIGKILL)
+	w.signal(os.Kill)
 	w.mu.Lock()
 	done := w.done
 	w.mu.Unlock()
@@ -505,7 +509,7 @@ func (w *worker) setRate(rate float64) { w.control("rate " + strconv.FormatFloat
 // SIGUSR1: "rate R", "step D", "overrun D", "trigger N".
 func (w *worker) control(cmd string) {
 	if err := os.WriteFile(w.cfg.RateFile, []byte(cmd), 0o644); err == nil {
-		w.signal(syscall.SIGUSR1)
+		w.signal(childproc.SigUsr1)
 	}
 }
 
@@ -519,8 +523,8 @@ func (w *worker) stop() {
 	if cmd == nil {
 		return
 	}
-	_ = cmd.Process.Signal(syscall.SIGCONT)
-	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = childproc.Signal(cmd.Process, childproc.SigCont)
+	_ = childproc.Signal(cmd.Process, syscall.SIGTERM)
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"testing"
 
 	"github.com/leasehold/leasehold/internal/testserver"
 )
@@ -22,41 +21,41 @@ type serverKind struct {
 	// chaos: chaos runs and the matrix can use it (one endpoint to proxy,
 	// one server to kill and restart, several processes to share it).
 	chaos bool
-	start func(t testing.TB, dir string) backendServer
+	start func(t testserver.TB, dir string) backendServer
 }
 
 // serverKinds is the harness's table, one row per backend of
 // backend/open.Backends (a test holds the two tables to each other).
 func serverKinds() []serverKind {
 	return []serverKind{
-		{name: "memory", start: func(testing.TB, string) backendServer { return backendServer{url: "memory://"} }},
-		{name: "sqlite", chaos: true, start: func(_ testing.TB, dir string) backendServer {
+		{name: "memory", start: func(testserver.TB, string) backendServer { return backendServer{url: "memory://"} }},
+		{name: "sqlite", chaos: true, start: func(_ testserver.TB, dir string) backendServer {
 			return backendServer{url: "sqlite://" + filepath.Join(dir, "chaos.db")}
 		}},
-		{name: "postgres", chaos: true, start: func(t testing.TB, _ string) backendServer {
+		{name: "postgres", chaos: true, start: func(t testserver.TB, _ string) backendServer {
 			s := testserver.Postgres(t)
 			return backendServer{url: testserver.PostgresServerURL(s), server: s, addr: s.Addr()}
 		}},
-		{name: "mysql", aliases: []string{"mariadb"}, chaos: true, start: func(t testing.TB, _ string) backendServer {
+		{name: "mysql", aliases: []string{"mariadb"}, chaos: true, start: func(t testserver.TB, _ string) backendServer {
 			s := testserver.MariaDB(t)
 			return backendServer{url: testserver.MariaDBURL(s), server: s, addr: s.Addr()}
 		}},
-		{name: "redis", chaos: true, start: func(t testing.TB, _ string) backendServer {
+		{name: "redis", chaos: true, start: func(t testserver.TB, _ string) backendServer {
 			s := testserver.Redis(t)
 			return backendServer{url: "redis://" + s.Addr() + "/0", server: s, addr: s.Addr()}
 		}},
-		{name: "redlock", start: func(t testing.TB, _ string) backendServer {
+		{name: "redlock", start: func(t testserver.TB, _ string) backendServer {
 			var hosts []string
 			for range 3 {
 				hosts = append(hosts, testserver.Redis(t).Addr())
 			}
 			return backendServer{url: "redlock://" + strings.Join(hosts, ",") + "/0"}
 		}},
-		{name: "etcd", chaos: true, start: func(t testing.TB, _ string) backendServer {
+		{name: "etcd", chaos: true, start: func(t testserver.TB, _ string) backendServer {
 			s := testserver.Etcd(t)
 			return backendServer{url: "etcd://" + s.Addr() + "/chaos", server: s, addr: s.Addr()}
 		}},
-		{name: "zookeeper", aliases: []string{"zk"}, chaos: true, start: func(t testing.TB, _ string) backendServer {
+		{name: "zookeeper", aliases: []string{"zk"}, chaos: true, start: func(t testserver.TB, _ string) backendServer {
 			s := testserver.ZooKeeper(t)
 			return backendServer{url: "zk://" + s.Addr() + "/chaos?session_timeout=2s", server: s, addr: s.Addr()}
 		}},
@@ -89,7 +88,7 @@ func Kinds() []string {
 // StartURL starts a private server for the backend called name (any row of
 // the table, chaos or not) for test t, with its files under dir, and
 // returns a URL of it. The server stops when t ends.
-func StartURL(t testing.TB, name, dir string) (string, error) {
+func StartURL(t testserver.TB, name, dir string) (string, error) {
 	k, ok := kindNamed(name)
 	if !ok {
 		return "", fmt.Errorf("backend %q: no server kind (known: %s)", name, strings.Join(AllKinds(), ", "))
@@ -117,7 +116,7 @@ type backendServer struct {
 
 // startBackend resolves spec: a kind name starts a private server (or a
 // SQLite file in dir), anything else is a URL of an existing backend.
-func startBackend(t testing.TB, spec, dir string) (backendServer, error) {
+func startBackend(t testserver.TB, spec, dir string) (backendServer, error) {
 	if k, ok := kindNamed(spec); ok {
 		if !k.chaos {
 			return backendServer{}, fmt.Errorf("backend %q: chaos runs need one server to proxy and restart, shared by processes (kinds: %s)", spec, strings.Join(Kinds(), ", "))
@@ -151,31 +150,27 @@ func viaProxy(rawURL, proxyAddr string) (string, error) {
 	return u.String(), nil
 }
 
-// runTB lets the command line use internal/testserver, which is written for
-// tests: Fatalf and Skipf panic with a tbAbort that Run recovers, Cleanup
+// runTB is the testserver.TB of the command line (internal/testserver is
+// written for tests): Fatalf and Skipf panic with a tbAbort that Run recovers, Cleanup
 // functions run (last first) when the run ends.
 type runTB struct {
-	testing.TB // nil: the methods below are all that testserver calls
-	mu         sync.Mutex
-	dir        string
-	n          int
-	cleanups   []func()
+	mu       sync.Mutex
+	dir      string
+	n        int
+	cleanups []func()
 }
+
+var _ testserver.TB = (*runTB)(nil)
 
 type tbAbort struct{ msg string }
 
 func newRunTB(dir string) *runTB { return &runTB{dir: dir} }
 
 func (t *runTB) Helper()                   {}
-func (t *runTB) Name() string              { return "chaos" }
-func (t *runTB) Logf(string, ...any)       {}
-func (t *runTB) Log(...any)                {}
-func (t *runTB) Failed() bool              { return false }
 func (t *runTB) Fatalf(f string, a ...any) { panic(tbAbort{fmt.Sprintf(f, a...)}) }
 func (t *runTB) Fatal(a ...any)            { panic(tbAbort{fmt.Sprint(a...)}) }
 func (t *runTB) Errorf(f string, a ...any) { panic(tbAbort{fmt.Sprintf(f, a...)}) }
 func (t *runTB) Skipf(f string, a ...any)  { panic(tbAbort{"cannot test: " + fmt.Sprintf(f, a...)}) }
-func (t *runTB) Skip(a ...any)             { panic(tbAbort{"cannot test: " + fmt.Sprint(a...)}) }
 func (t *runTB) Cleanup(f func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

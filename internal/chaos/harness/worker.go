@@ -18,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/chaos/history"
+	"github.com/leasehold/leasehold/internal/childproc"
 	"github.com/leasehold/leasehold/internal/open"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -89,7 +90,7 @@ func WorkerFromEnv() (int, bool) {
 func RunWorker(cfg WorkerConfig) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})).With("worker", cfg.Name)
 	rates := make(chan os.Signal, 1)
-	signal.Notify(rates, syscall.SIGUSR1) // first: SIGUSR1's default action is to exit
+	signal.Notify(rates, childproc.SigUsr1) // first: SIGUSR1's default action is to exit
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	h, err := history.Create(cfg.History, cfg.Name)
