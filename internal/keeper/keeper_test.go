@@ -284,3 +284,38 @@ func TestStopDisarmsTheDeadline(t *testing.T) {
 		t.Fatalf("Err() = %v after Stop", f.k.Err())
 	}
 }
+
+// A backend may grant less than was asked (ZooKeeper caps a TTL at its
+// session timeout): a renewal period validated against the TTL asked for
+// would then come after the grant's deadline, and every lease would lapse
+// before its first renewal. The keeper renews such a grant before its
+// deadline.
+func TestShorterGrantIsRenewedBeforeItsDeadline(t *testing.T) {
+	const asked, granted = 1200 * time.Millisecond, 300 * time.Millisecond
+	tm := Timing{Drift: DefaultDrift, Margin: DefaultMargin(asked)}
+	f := newFixture(t, tm, asked/3, func(context.Context) (time.Duration, error) { return granted, nil })
+	stop := f.start(time.Now(), granted)
+	defer stop()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-f.lost:
+			f.mu.Lock()
+			n := f.renewed
+			f.mu.Unlock()
+			t.Fatalf("a %v grant with renew every %v was lost (%v) after %d renewals; want it renewed before its deadline", granted, asked/3, err, n)
+		case <-deadline.C:
+			t.Fatal("not renewed 5 times in 30 s")
+		case <-tick.C:
+		}
+		f.mu.Lock()
+		n := f.renewed
+		f.mu.Unlock()
+		if n >= 5 {
+			return
+		}
+	}
+}
