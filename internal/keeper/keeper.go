@@ -116,7 +116,11 @@ type Keeper struct {
 func Start(cfg Config, sent time.Time, granted time.Duration) *Keeper {
 	k := &Keeper{cfg: cfg, last: sent, granted: granted, lost: make(chan struct{})}
 	k.deadline = cfg.Deadline(sent, granted)
+	// Under mu: a deadline already past fires at once, and lose reads
+	// expiry under mu — it must find the timer assigned.
+	k.mu.Lock()
 	k.expiry = time.AfterFunc(time.Until(k.deadline), func() { k.lose(ErrDeadline) })
+	k.mu.Unlock()
 	return k
 }
 
@@ -178,12 +182,14 @@ func (k *Keeper) lose(err error) {
 }
 
 // extend moves the deadline after a renewal sent at sent was confirmed. It
-// reports false if the old deadline already fired (or Stop was called):
-// once the holder could not be sure, it must not act again under the grant.
+// reports false if the old deadline already passed — whether or not its
+// timer has run yet (a loaded host runs timers late; that timer then ends
+// the lease) — or Stop was called: once the holder could not be sure, it
+// must not act again under the grant.
 func (k *Keeper) extend(sent time.Time, granted time.Duration) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.stopped || !k.expiry.Stop() {
+	if k.stopped || !time.Now().Before(k.deadline) || !k.expiry.Stop() {
 		return false
 	}
 	k.last, k.granted = sent, granted

@@ -319,3 +319,44 @@ func TestShorterGrantIsRenewedBeforeItsDeadline(t *testing.T) {
 		}
 	}
 }
+
+// A renewal confirmed after the deadline passed must not move it, even
+// when the deadline's timer has not run yet (a loaded host runs timers
+// late): the holder's deadline has passed, and its Context must end. Here
+// the deadline is long past when the confirmation comes, and the timer
+// (due at once) has had no chance to run.
+func TestConfirmationPastTheDeadlineDoesNotRevive(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	tm := Timing{Drift: DefaultDrift, Margin: DefaultMargin(ttl)}
+	f := newFixture(t, tm, ttl/3, func(context.Context) (time.Duration, error) { return ttl, nil })
+	k := Start(f.cfg, time.Now().Add(-time.Hour), ttl)
+	first := k.Deadline()
+	if k.extend(time.Now(), ttl) {
+		k.Stop()
+		t.Fatalf("a renewal confirmed %v after the deadline moved it to %v", time.Since(first).Round(time.Second), k.Deadline())
+	}
+	err, _ := f.waitLost()
+	if !errors.Is(err, ErrDeadline) {
+		t.Fatalf("lost with %v, want ErrDeadline", err)
+	}
+	k.Stop()
+}
+
+// A keeper started for a grant whose deadline has already passed (the
+// reply was checked in time, then the host stalled) loses the lease at
+// once — its timer fires at once, and must find itself armed (it read a
+// nil timer before: a data race, and a nil dereference in the timer's
+// goroutine that crashed the process).
+func TestStartPastTheDeadlineLoses(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	tm := Timing{Drift: DefaultDrift, Margin: DefaultMargin(ttl)}
+	for i := 0; i < 50; i++ {
+		f := newFixture(t, tm, ttl/3, func(context.Context) (time.Duration, error) { return ttl, nil })
+		k := Start(f.cfg, time.Now().Add(-ttl), ttl)
+		err, _ := f.waitLost()
+		if !errors.Is(err, ErrDeadline) {
+			t.Fatalf("lost with %v, want ErrDeadline", err)
+		}
+		k.Stop()
+	}
+}
