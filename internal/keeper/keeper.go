@@ -71,7 +71,7 @@ type Config struct {
 	// confirmed renewal. A failed renewal is retried after a jittered
 	// Every/4. A grant too short for it (its deadline comes at or before
 	// Every: a backend may grant less than was asked) is renewed every
-	// granted/3 instead.
+	// granted/3 instead, or every half of its span if that is shorter.
 	Every time.Duration
 	// AttemptTimeout bounds one renewal; it is also cut at the deadline, so
 	// that a renewal left hanging cannot hold off the loss.
@@ -198,13 +198,15 @@ func (k *Keeper) extend(sent time.Time, granted time.Duration) bool {
 	return true
 }
 
-// every is the renewal period of the last grant: Every, or granted/3 if
-// Every would not come before the grant's deadline.
+// every is the renewal period of the last grant: Every, or — if Every
+// would not come before the grant's deadline — granted/3, or half the
+// span the holder trusts if that is shorter still (a fixed margin takes a
+// larger share of a short grant).
 func (k *Keeper) every() time.Duration {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.cfg.Every >= k.cfg.Span(k.granted) {
-		return max(k.granted/3, time.Millisecond)
+	if span := k.cfg.Span(k.granted); k.cfg.Every >= span {
+		return max(min(k.granted/3, span/2), time.Millisecond)
 	}
 	return k.cfg.Every
 }

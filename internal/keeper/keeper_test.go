@@ -292,7 +292,17 @@ func TestStopDisarmsTheDeadline(t *testing.T) {
 // deadline.
 func TestShorterGrantIsRenewedBeforeItsDeadline(t *testing.T) {
 	const asked, granted = 1200 * time.Millisecond, 300 * time.Millisecond
-	tm := Timing{Drift: DefaultDrift, Margin: DefaultMargin(asked)}
+	t.Run("default margin", func(t *testing.T) {
+		testShorterGrant(t, Timing{Drift: DefaultDrift, Margin: DefaultMargin(asked)}, asked, granted)
+	})
+	// A fixed margin that leaves the short grant a span (77 ms) shorter
+	// than granted/3.
+	t.Run("large margin", func(t *testing.T) {
+		testShorterGrant(t, Timing{Drift: DefaultDrift, Margin: 220 * time.Millisecond}, asked, granted)
+	})
+}
+
+func testShorterGrant(t *testing.T, tm Timing, asked, granted time.Duration) {
 	f := newFixture(t, tm, asked/3, func(context.Context) (time.Duration, error) { return granted, nil })
 	stop := f.start(time.Now(), granted)
 	defer stop()
