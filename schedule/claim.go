@@ -52,8 +52,15 @@ type ClaimOptions struct {
 // claimed once. The claim's Context is cancelled if its lease is lost. If
 // an attempt's outcome is unknown and no later answer settles it, the error
 // wraps leasehold.ErrIndeterminate: the occurrence may be claimed under this
-// call's owner, and its lease then expires with nobody running it.
+// call's owner, and its lease then expires with nobody running it. A job
+// name containing backend.MetaSep is refused (leasehold.ErrInvalid): it is
+// the scheduler's reserved space.
 func ClaimOccurrence(ctx context.Context, b backend.Ledger, job string, at time.Time, o ClaimOptions) (*Claim, error) {
+	if backend.IsJobMeta(job) {
+		// The scheduler's metadata space: such a run would be missing from
+		// every listing without a job, or be one of a scheduler's records.
+		return nil, fmt.Errorf("%w: job name %q contains %q, which is reserved for job metadata", leasehold.ErrInvalid, job, backend.MetaSep)
+	}
 	if o.Instance == "" {
 		o.Instance = "leasehold"
 	}

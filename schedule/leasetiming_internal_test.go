@@ -124,6 +124,11 @@ func TestLeaseTimingIsValidated(t *testing.T) {
 	if !errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), `"tight"`) || !strings.Contains(err.Error(), "lease ttl 1s") {
 		t.Fatalf("Register = %v, want ErrInvalid naming the job and its lease ttl", err)
 	}
+	// As every other invalid field of a job: a *FieldError naming it (the
+	// daemon maps it to its config key).
+	if fe := (*FieldError)(nil); !errors.As(err, &fe) || fe.Field != "LeaseTTL" {
+		t.Fatalf("Register = %v (%T), want a *FieldError for LeaseTTL", err, err)
+	}
 	if err := s.Register(Job{Name: "roomy", Schedule: "* * * * *", LeaseTTL: 10 * time.Second, Func: func(context.Context, Run) error { return nil }}); err != nil {
 		t.Fatalf("a lease with room is refused: %v", err)
 	}

@@ -228,7 +228,7 @@ func (s *Scheduler) put(j Job, replace bool) error {
 		return err
 	}
 	if err := s.cfg.lease.check(j.LeaseTTL); err != nil {
-		return fmt.Errorf("job %q: %w", j.Name, err)
+		return &FieldError{Field: "LeaseTTL", Err: fmt.Errorf("job %q: %w", j.Name, err)}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

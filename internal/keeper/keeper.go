@@ -69,7 +69,9 @@ type Config struct {
 	Timing
 	// Every is the renewal period, counted from the send time of the last
 	// confirmed renewal. A failed renewal is retried after a jittered
-	// Every/4.
+	// Every/4. A grant too short for it (its deadline comes at or before
+	// Every: a backend may grant less than was asked) is renewed every
+	// granted/3 instead, or every half of its span if that is shorter.
 	Every time.Duration
 	// AttemptTimeout bounds one renewal; it is also cut at the deadline, so
 	// that a renewal left hanging cannot hold off the loss.
@@ -98,7 +100,8 @@ type Keeper struct {
 
 	mu       sync.Mutex
 	deadline time.Time
-	last     time.Time   // send time of the last confirmed acquire or renewal
+	last     time.Time // send time of the last confirmed acquire or renewal
+	granted  time.Duration
 	expiry   *time.Timer // calls lose(ErrDeadline) at deadline
 	stopped  bool
 
@@ -111,9 +114,13 @@ type Keeper struct {
 // at sent, with its deadline armed: Lost is called at the deadline unless a
 // renewal moves it. Run renews it.
 func Start(cfg Config, sent time.Time, granted time.Duration) *Keeper {
-	k := &Keeper{cfg: cfg, last: sent, lost: make(chan struct{})}
+	k := &Keeper{cfg: cfg, last: sent, granted: granted, lost: make(chan struct{})}
 	k.deadline = cfg.Deadline(sent, granted)
+	// Under mu: a deadline already past fires at once, and lose reads
+	// expiry under mu — it must find the timer assigned.
+	k.mu.Lock()
 	k.expiry = time.AfterFunc(time.Until(k.deadline), func() { k.lose(ErrDeadline) })
+	k.mu.Unlock()
 	return k
 }
 
@@ -175,18 +182,33 @@ func (k *Keeper) lose(err error) {
 }
 
 // extend moves the deadline after a renewal sent at sent was confirmed. It
-// reports false if the old deadline already fired (or Stop was called):
-// once the holder could not be sure, it must not act again under the grant.
+// reports false if the old deadline already passed — whether or not its
+// timer has run yet (a loaded host runs timers late; that timer then ends
+// the lease) — or Stop was called: once the holder could not be sure, it
+// must not act again under the grant.
 func (k *Keeper) extend(sent time.Time, granted time.Duration) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.stopped || !k.expiry.Stop() {
+	if k.stopped || !time.Now().Before(k.deadline) || !k.expiry.Stop() {
 		return false
 	}
-	k.last = sent
+	k.last, k.granted = sent, granted
 	k.deadline = k.cfg.Deadline(sent, granted)
 	k.expiry = time.AfterFunc(time.Until(k.deadline), func() { k.lose(ErrDeadline) })
 	return true
+}
+
+// every is the renewal period of the last grant: Every, or — if Every
+// would not come before the grant's deadline — granted/3, or half the
+// span the holder trusts if that is shorter still (a fixed margin takes a
+// larger share of a short grant).
+func (k *Keeper) every() time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if span := k.cfg.Span(k.granted); k.cfg.Every >= span {
+		return max(min(k.granted/3, span/2), time.Millisecond)
+	}
+	return k.cfg.Every
 }
 
 // Run renews the lease every Every (counted from the send time of the last
@@ -194,7 +216,7 @@ func (k *Keeper) extend(sent time.Time, granted time.Duration) bool {
 // deadline, and returns when ctx ends or the lease is lost. The renewal
 // context is derived from ctx: ending ctx cancels a renewal in flight.
 func (k *Keeper) Run(ctx context.Context) {
-	next := time.NewTimer(time.Until(k.Last().Add(k.cfg.Every)))
+	next := time.NewTimer(time.Until(k.Last().Add(k.every())))
 	defer next.Stop()
 	for {
 		select {
@@ -220,7 +242,7 @@ func (k *Keeper) Run(ctx context.Context) {
 			if k.cfg.Renewed != nil {
 				k.cfg.Renewed(time.Since(sent))
 			}
-			next.Reset(time.Until(sent.Add(k.cfg.Every)))
+			next.Reset(time.Until(sent.Add(k.every())))
 		case k.cfg.IsLost(err):
 			k.lose(err)
 			return
@@ -230,7 +252,7 @@ func (k *Keeper) Run(ctx context.Context) {
 			if k.cfg.Failed != nil {
 				k.cfg.Failed(err, time.Since(sent))
 			}
-			next.Reset(Jitter(max(k.cfg.Every/4, time.Millisecond)))
+			next.Reset(Jitter(max(k.every()/4, time.Millisecond)))
 		}
 	}
 }

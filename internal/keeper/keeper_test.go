@@ -284,3 +284,89 @@ func TestStopDisarmsTheDeadline(t *testing.T) {
 		t.Fatalf("Err() = %v after Stop", f.k.Err())
 	}
 }
+
+// A backend may grant less than was asked (ZooKeeper caps a TTL at its
+// session timeout): a renewal period validated against the TTL asked for
+// would then come after the grant's deadline, and every lease would lapse
+// before its first renewal. The keeper renews such a grant before its
+// deadline.
+func TestShorterGrantIsRenewedBeforeItsDeadline(t *testing.T) {
+	const asked, granted = 1200 * time.Millisecond, 300 * time.Millisecond
+	t.Run("default margin", func(t *testing.T) {
+		testShorterGrant(t, Timing{Drift: DefaultDrift, Margin: DefaultMargin(asked)}, asked, granted)
+	})
+	// A fixed margin that leaves the short grant a span (77 ms) shorter
+	// than granted/3.
+	t.Run("large margin", func(t *testing.T) {
+		testShorterGrant(t, Timing{Drift: DefaultDrift, Margin: 220 * time.Millisecond}, asked, granted)
+	})
+}
+
+func testShorterGrant(t *testing.T, tm Timing, asked, granted time.Duration) {
+	f := newFixture(t, tm, asked/3, func(context.Context) (time.Duration, error) { return granted, nil })
+	stop := f.start(time.Now(), granted)
+	defer stop()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-f.lost:
+			f.mu.Lock()
+			n := f.renewed
+			f.mu.Unlock()
+			t.Fatalf("a %v grant with renew every %v was lost (%v) after %d renewals; want it renewed before its deadline", granted, asked/3, err, n)
+		case <-deadline.C:
+			t.Fatal("not renewed 5 times in 30 s")
+		case <-tick.C:
+		}
+		f.mu.Lock()
+		n := f.renewed
+		f.mu.Unlock()
+		if n >= 5 {
+			return
+		}
+	}
+}
+
+// A renewal confirmed after the deadline passed must not move it, even
+// when the deadline's timer has not run yet (a loaded host runs timers
+// late): the holder's deadline has passed, and its Context must end. Here
+// the deadline is long past when the confirmation comes, and the timer
+// (due at once) has had no chance to run.
+func TestConfirmationPastTheDeadlineDoesNotRevive(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	tm := Timing{Drift: DefaultDrift, Margin: DefaultMargin(ttl)}
+	f := newFixture(t, tm, ttl/3, func(context.Context) (time.Duration, error) { return ttl, nil })
+	k := Start(f.cfg, time.Now().Add(-time.Hour), ttl)
+	first := k.Deadline()
+	if k.extend(time.Now(), ttl) {
+		k.Stop()
+		t.Fatalf("a renewal confirmed %v after the deadline moved it to %v", time.Since(first).Round(time.Second), k.Deadline())
+	}
+	err, _ := f.waitLost()
+	if !errors.Is(err, ErrDeadline) {
+		t.Fatalf("lost with %v, want ErrDeadline", err)
+	}
+	k.Stop()
+}
+
+// A keeper started for a grant whose deadline has already passed (the
+// reply was checked in time, then the host stalled) loses the lease at
+// once — its timer fires at once, and must find itself armed (it read a
+// nil timer before: a data race, and a nil dereference in the timer's
+// goroutine that crashed the process).
+func TestStartPastTheDeadlineLoses(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	tm := Timing{Drift: DefaultDrift, Margin: DefaultMargin(ttl)}
+	for i := 0; i < 50; i++ {
+		f := newFixture(t, tm, ttl/3, func(context.Context) (time.Duration, error) { return ttl, nil })
+		k := Start(f.cfg, time.Now().Add(-ttl), ttl)
+		err, _ := f.waitLost()
+		if !errors.Is(err, ErrDeadline) {
+			t.Fatalf("lost with %v, want ErrDeadline", err)
+		}
+		k.Stop()
+	}
+}
