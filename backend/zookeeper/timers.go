@@ -97,6 +97,14 @@ func (b *Backend) expire(k timerKey) {
 			if k.want != "" && string(data) != k.want {
 				return
 			}
+			// Armed again before this read: a renewal may have been
+			// written already (it extends before it sends), and the
+			// version read is then its version; deleting would remove the
+			// node under it. Armed after the read: its write changes the
+			// version, and the delete fails.
+			if b.armed(k.path, []byte(k.want)) {
+				return
+			}
 			if err = b.conn.Delete(k.path, st.Version); err == nil || err == zk.ErrNoNode {
 				return
 			}
