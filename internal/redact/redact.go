@@ -8,6 +8,7 @@ package redact
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -348,3 +349,24 @@ type scrubbed struct {
 
 func (e *scrubbed) Error() string { return e.msg }
 func (e *scrubbed) Unwrap() error { return e.err }
+
+// ParseReason returns why url.Parse refused a URL, without the URL and
+// without the part of it the reason quotes: url's errors repeat the raw URL
+// and quote where they stumbled ("invalid port \":hunter2\" after host",
+// "invalid URL escape \"%zz\""), and with a password pasted raw (a '/',
+// '?', '#' or '%' in it) that part is the password's start. An invalid
+// port names the likely cause.
+func ParseReason(err error) string {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return "unparsable"
+	}
+	reason := strings.Join(strings.Fields(quotedPart.ReplaceAllString(ue.Err.Error(), "")), " ")
+	if strings.HasPrefix(reason, "invalid port") {
+		reason += ": a character such as / ? # @ in a password must be percent-encoded"
+	}
+	return reason
+}
+
+// quotedPart is a quoted string in an error of net/url.
+var quotedPart = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
