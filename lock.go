@@ -90,12 +90,12 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 // Acquire blocks until key is acquired or ctx ends. Between attempts it
 // waits with jittered exponential backoff, and wakes at once when the
 // backend pushes a release event; it sends no attempt that ctx's deadline
-// would cut short (less than two round trips left) and waits the deadline
-// out instead. When ctx ends, the error wraps ErrNotAcquired and ctx's
-// error (naming the key and the holder last seen) if no request of the call
-// can have been applied, and ErrIndeterminate if one may have been: then
-// Acquire has started a bounded background search that releases the
-// orphaned grant.
+// would cut short (less than two of the call's fastest round trips left)
+// and waits the deadline out instead. When ctx ends, the error wraps
+// ErrNotAcquired and ctx's error (naming the key and the holder last seen)
+// if no request of the call can have been applied, and ErrIndeterminate
+// if one may have been: then Acquire has started a bounded background
+// search that releases the orphaned grant.
 // On a backend that keeps waiters in line on the server (backend.Queue,
 // e.g. ZooKeeper) Acquire waits in that line instead of retrying, so a
 // release hands the key to the next in line without a write by the waiter.
