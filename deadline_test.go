@@ -90,3 +90,62 @@ func TestAcquireWaitsOutADeadlineItCannotBeat(t *testing.T) {
 		t.Fatalf("Acquire near its deadline: %v, want ErrNotAcquired naming holder-a, not indeterminate", err)
 	}
 }
+
+// outlierAcquires answers one Acquire (the slow-th, counting from 1) after
+// delay, every other at once, and closes slowDone when that one returned.
+type outlierAcquires struct {
+	backend.Backend
+	slow     int
+	delay    time.Duration
+	n        int
+	slowDone chan struct{}
+}
+
+func (b *outlierAcquires) Acquire(ctx context.Context, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
+	b.n++ // one caller: Acquire's attempts are sequential
+	if b.n == b.slow {
+		defer close(b.slowDone)
+		t := time.NewTimer(b.delay)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return backend.Grant{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+	return b.Backend.Acquire(ctx, key, o, ttl)
+}
+
+// TestAcquireDeadlineIgnoresOneSlowRoundTrip: one slow answer (a GC pause,
+// a reconnect) among fast ones is no estimate of the next round trip. A
+// blocking Acquire whose second attempt took 1.5 s, with 1.5 s of its
+// deadline left when the holder releases, still tries and takes the key:
+// it does not wait the deadline out as if every attempt took 1.5 s.
+func TestAcquireDeadlineIgnoresOneSlowRoundTrip(t *testing.T) {
+	mem := memory.New()
+	holder, err := leasehold.NewLocker(mem, leasehold.WithInstance("holder-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := holder.TryAcquire(context.Background(), "jobs/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &outlierAcquires{Backend: mem, slow: 2, delay: 1500 * time.Millisecond, slowDone: make(chan struct{})}
+	waiter, err := leasehold.NewLocker(b, leasehold.WithInstance("waiter-b"), leasehold.WithBackoff(time.Millisecond, 20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() { <-b.slowDone; released <- l.Release(context.Background()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	got, err := waiter.Acquire(ctx, "jobs/x")
+	if err != nil {
+		t.Fatalf("Acquire after one slow round trip, the key released with half the deadline left: %v, want the lock", err)
+	}
+	defer got.Release(context.Background())
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+}

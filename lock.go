@@ -90,12 +90,12 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 // Acquire blocks until key is acquired or ctx ends. Between attempts it
 // waits with jittered exponential backoff, and wakes at once when the
 // backend pushes a release event; it sends no attempt that ctx's deadline
-// would cut short (less than two round trips left) and waits the deadline
-// out instead. When ctx ends, the error wraps ErrNotAcquired and ctx's
-// error (naming the key and the holder last seen) if no request of the call
-// can have been applied, and ErrIndeterminate if one may have been: then
-// Acquire has started a bounded background search that releases the
-// orphaned grant.
+// would cut short (less than two of the call's fastest round trips left)
+// and waits the deadline out instead. When ctx ends, the error wraps
+// ErrNotAcquired and ctx's error (naming the key and the holder last seen)
+// if no request of the call can have been applied, and ErrIndeterminate
+// if one may have been: then Acquire has started a bounded background
+// search that releases the orphaned grant.
 // On a backend that keeps waiters in line on the server (backend.Queue,
 // e.g. ZooKeeper) Acquire waits in that line instead of retrying, so a
 // release hands the key to the next in line without a write by the waiter.
@@ -187,11 +187,18 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 		unknown      int
 		backoff      = lk.cfg.backoffMin
 		lastErr      error
+		// fastest is the shortest round trip of the call's attempts: the
+		// estimate of the next one. One slow answer (a GC pause, a
+		// reconnect) is no estimate: taken alone it would give up a
+		// deadline the next attempt could have beaten.
+		fastest time.Duration
 	)
 	for {
 		sent := time.Now()
 		g, err := lk.b.Acquire(ctx, bkey, owner, lk.cfg.ttl)
-		rtt := time.Since(sent)
+		if rtt := time.Since(sent); fastest == 0 || rtt < fastest {
+			fastest = rtt
+		}
 		if err == nil {
 			if firstUnknown.IsZero() && time.Until(sent.Add(lk.cfg.safeSpan(g.TTL))) > 0 {
 				return lk.hold(ctx, kind, key, bkey, owner, g, sent, leave), nil
@@ -257,7 +264,7 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 			// An attempt that ctx's deadline would cut short could only end
 			// with an unknown outcome: wait the deadline out instead, and
 			// report the key held.
-			if dl, ok := ctx.Deadline(); ok && firstUnknown.IsZero() && time.Until(dl) < 2*rtt {
+			if dl, ok := ctx.Deadline(); ok && firstUnknown.IsZero() && time.Until(dl) < 2*fastest {
 				<-ctx.Done()
 				return nil, heldAtDeadline(key, held, ctx.Err())
 			}

@@ -92,7 +92,10 @@ func (d *Daemon) Reload(cfg *Config) error {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %s: %w", ErrNotReloaded, cfg.path, errors.Join(errs...))
+		// The new config's secrets (its ${NAME}s) are not the daemon's
+		// scrubber's yet: mask them here, as the old ones.
+		err := fmt.Errorf("%w: %s: %w", ErrNotReloaded, cfg.path, errors.Join(errs...))
+		return redact.Error(redact.Error(err, scrub), d.scrub)
 	}
 	d.scrub.Merge(scrub) // the new jobs' secrets are masked in the log before they run
 	old := map[string]JobConfig{}

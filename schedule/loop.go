@@ -25,12 +25,11 @@ const maxInflight = 256
 // startUp is a job's start-up work, before its timer runs: it records the
 // job's schedule version and catches up what passed while no instance ran,
 // by the job's misfire policy, and returns the cursor the timer continues
-// from. It never takes s.mu (Replace waits for it under s.mu).
-func (s *Scheduler) startUp(ctx context.Context, e *entry) time.Time {
-	cursor := s.cfg.clock.Now()
-	if e.job.Mode == EveryInstance {
-		return cursor
-	}
+// from: registered, when the job was started (instants since are the
+// timer's), or, after catch-up, the instant catch-up covered up to. It
+// never takes s.mu (Replace waits for it under s.mu).
+func (s *Scheduler) startUp(ctx context.Context, e *entry, registered time.Time) time.Time {
+	cursor := registered
 	if err := s.ensureVersion(ctx, e); err != nil {
 		s.cfg.logger.Error("recording the schedule version failed; claims wait for it", "job", e.job.Name, "err", err)
 	}

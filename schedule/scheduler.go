@@ -289,6 +289,20 @@ func (s *Scheduler) startEntry(e *entry, started func()) {
 	e.ctx, e.cancel = context.WithCancel(s.loopCtx)
 	e.done = make(chan struct{})
 	ctx := e.ctx
+	// The job's instants count from now, not from when a start-up slot
+	// frees: those that come due while it waits are on time or misfires
+	// for its timer, as when every job started at once.
+	cursor := s.cfg.clock.Now()
+	if e.job.Mode == EveryInstance {
+		// No start-up backend work: no slot to wait for behind jobs whose
+		// start-up is stuck on the backend.
+		close(e.done)
+		if started != nil {
+			started()
+		}
+		s.addTimer(e, cursor)
+		return
+	}
 	s.loops.Add(1)
 	go func() {
 		defer s.loops.Done()
@@ -301,7 +315,7 @@ func (s *Scheduler) startEntry(e *entry, started func()) {
 		case <-ctx.Done():
 			return
 		}
-		cursor := s.startUp(ctx, e)
+		cursor := s.startUp(ctx, e, cursor)
 		<-s.startup
 		s.addTimer(e, cursor)
 	}()

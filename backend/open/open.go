@@ -24,7 +24,6 @@ package open
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -42,6 +41,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redlock"
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/backend/zookeeper"
+	"github.com/leasehold/leasehold/internal/redact"
 )
 
 // Descriptor describes one backend a URL can name.
@@ -160,14 +160,9 @@ func Open(ctx context.Context, rawURL string) (backend.Leases, error) {
 	return d.Open(ctx, rawURL, u)
 }
 
-// urlErrReason returns the reason of a url.Parse error without the URL.
-func urlErrReason(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return "unparsable"
-}
+// urlErrReason returns the reason of a url.Parse error without the URL
+// or the part of it the reason quotes (a raw password's start).
+func urlErrReason(err error) string { return redact.ParseReason(err) }
 
 func openMemory(_ context.Context, _ string, u *url.URL) (backend.Leases, error) {
 	if u.User != nil || u.Host != "" || u.Opaque != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/open"
+	"github.com/leasehold/leasehold/backend/redis"
+	"github.com/leasehold/leasehold/backend/redlock"
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/internal/chaos/harness"
 	"github.com/leasehold/leasehold/internal/testserver"
@@ -139,8 +141,33 @@ func TestRedlockURLErrors(t *testing.T) {
 		if !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Open(%q) = %v, want ErrInvalid naming %q", c.raw, err, c.want)
 		}
-		if strings.Contains(err.Error(), "hunter2") {
+		if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "%zz") {
 			t.Errorf("Open(%q) = %q: the error shows the password", c.raw, err)
+		}
+	}
+}
+
+// TestBackendOpenShowsNoPartOfARawPassword: the backends' own Open (used
+// without this package) refuse a URL whose raw password breaks its parse
+// without quoting the password's start, as url.Parse's error does
+// (invalid port ":hunter2" after host).
+func TestBackendOpenShowsNoPartOfARawPassword(t *testing.T) {
+	opens := map[string]func(string) error{
+		"redis://:hunter2#x@127.0.0.1:1/0":  func(raw string) error { _, err := redis.Open(context.Background(), raw); return err },
+		"redis://:hunter2%zz@127.0.0.1:1/0": func(raw string) error { _, err := redis.Open(context.Background(), raw); return err },
+		"redlock://:hunter2/x@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3": func(raw string) error {
+			_, err := redlock.Open(context.Background(), raw)
+			return err
+		},
+	}
+	for raw, open := range opens {
+		err := open(raw)
+		if err == nil || !errors.Is(err, backend.ErrInvalid) {
+			t.Errorf("Open(%q) = %v, want an error wrapping ErrInvalid", raw, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "%zz") {
+			t.Errorf("Open(%q) = %q: the error shows the password", raw, err)
 		}
 	}
 }
@@ -237,6 +264,13 @@ func TestOpenErrors(t *testing.T) {
 		{"sqlite://" + dir + "/x.db?synchronous=off", []string{`synchronous "off"`}},
 		{"sqlite://" + dir + "/x.db?cache=shared", []string{`unknown parameter "cache"`}},
 		{"redis://:hunter2@[::1", []string{"malformed"}},
+		// A password pasted raw (from a ${NAME} of the config, say) with a
+		// character that ends the authority: url.Parse takes its start for
+		// a port and quotes it in its error.
+		{"postgres://u:hunter2#x@h/db", []string{"malformed", "percent-encoded"}},
+		{"postgres://u:hunter2/x@h/db", []string{"malformed", "percent-encoded"}},
+		{"mysql://u:hunter2?x@h:3306/db", []string{"malformed", "percent-encoded"}},
+		{"redis://:hunter2%zz@h:6379/0", []string{"malformed", "invalid URL escape"}},
 	}
 	for _, c := range cases {
 		b, err := open.Open(context.Background(), c.raw)
@@ -253,7 +287,7 @@ func TestOpenErrors(t *testing.T) {
 				t.Errorf("Open(%q) = %q, want it to contain %q", c.raw, err, w)
 			}
 		}
-		if strings.Contains(err.Error(), "hunter2") {
+		if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "%zz") {
 			t.Errorf("Open(%q) = %q: the error shows the password", c.raw, err)
 		}
 	}

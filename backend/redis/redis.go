@@ -76,7 +76,6 @@ package redis
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -87,6 +86,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/internal/redispipe"
 )
 
@@ -185,7 +185,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Backend, error) {
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: backend url: %v", backend.ErrInvalid, redactErr(err))
+		return nil, fmt.Errorf("%w: backend url: %s", backend.ErrInvalid, redact.ParseReason(err))
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
 		return nil, fmt.Errorf("%w: backend url %q: scheme %q is not redis or rediss", backend.ErrInvalid, u.Redacted(), u.Scheme)
@@ -216,15 +216,6 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) 
 	}
 	b.ownsConn = true
 	return b, nil
-}
-
-// redactErr strips a *url.Error's URL, which may hold a password.
-func redactErr(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }
 
 // Client returns the go-redis client the backend uses.

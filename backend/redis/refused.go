@@ -19,7 +19,9 @@ import (
 // hook on the client, so that a Locker reports a refusal at once instead
 // of retrying it as an unknown outcome. (The lease scripts grant with their
 // last write, so a refused one grants nothing; the Locker still reports an
-// in-script refusal as indeterminate, since it cannot know that.)
+// in-script refusal as indeterminate, since it cannot know that.) A
+// pipeline's own error is marked not applied only when each of its
+// commands was refused before it ran.
 type refusalHook struct{}
 
 // refusal returns err marked as a refusal, or nil if it is not one.
@@ -56,12 +58,22 @@ func (refusalHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 func (refusalHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		err := next(ctx, cmds)
+		// A pipeline is not one request: the commands before a refused one
+		// ran. The pipeline's error is "not applied" only if every command
+		// was refused before it ran.
+		none := true
 		for _, cmd := range cmds {
 			if r := refusal(cmd.Err()); r != nil {
 				cmd.SetErr(r)
 			}
+			if !errors.Is(cmd.Err(), backend.ErrNotApplied) {
+				none = false
+			}
 		}
 		if r := refusal(err); r != nil {
+			if !none {
+				return backend.Refused(err, false)
+			}
 			return r
 		}
 		return err

@@ -82,3 +82,26 @@ func TestScriptRefusalIsRefused(t *testing.T) {
 		t.Fatalf("TryAcquire whose script the ACL refuses midway: %v, want ErrRefused and ErrIndeterminate", err)
 	}
 }
+
+// TestPipelineRefusalAfterAWriteIsNotNotApplied: New adds its refusal hook
+// to the caller's client. A pipeline whose second command the ACL refuses
+// ran its first: the pipeline's error is a refusal, but not "not applied"
+// (the refused command's own error is).
+func TestPipelineRefusalAfterAWriteIsNotNotApplied(t *testing.T) {
+	srv := testserver.Redis(t)
+	b := openAs(t, srv.Addr(), "nob", "resetkeys", "~lh*", "~a*")
+	ctx := context.Background()
+	pipe := b.Client().Pipeline()
+	set := pipe.Set(ctx, "a1", "x", 0)
+	refused := pipe.Set(ctx, "b1", "x", 0)
+	_, err := pipe.Exec(ctx)
+	if set.Err() != nil {
+		t.Fatalf("SET a1: %v", set.Err())
+	}
+	if !errors.Is(refused.Err(), backend.ErrRefused) || !errors.Is(refused.Err(), backend.ErrNotApplied) {
+		t.Fatalf("SET b1 refused by ACL: %v, want ErrRefused and ErrNotApplied", refused.Err())
+	}
+	if !errors.Is(err, backend.ErrRefused) || errors.Is(err, backend.ErrNotApplied) {
+		t.Fatalf("a pipeline refused after a write that ran: %v, want ErrRefused and not ErrNotApplied", err)
+	}
+}

@@ -49,7 +49,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -62,6 +61,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	rb "github.com/leasehold/leasehold/backend/redis"
+	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/internal/redispipe"
 )
 
@@ -157,11 +157,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) 
 func parseURL(rawURL string) ([]string, []Option, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error repeats the URL, password included
-		}
-		return nil, nil, fmt.Errorf("%w: redlock URL: %v", backend.ErrInvalid, err)
+		return nil, nil, fmt.Errorf("%w: redlock URL: %s", backend.ErrInvalid, redact.ParseReason(err))
 	}
 	nodeScheme := map[string]string{"redlock": "redis", "redlocks": "rediss"}[strings.ToLower(u.Scheme)]
 	if nodeScheme == "" {

@@ -8,6 +8,7 @@ package redact
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -125,7 +126,13 @@ func maskParams(raw string) string {
 // a URL is masked as Text.
 func URL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.Scheme == "" {
+	if err != nil {
+		// Unparsable: maybe for a raw password with a character that
+		// ends a URL's userinfo ('#', '?', '/'), which Text's pattern
+		// would then not find.
+		return Text(maskRawUserinfo(s))
+	}
+	if u.Scheme == "" {
 		return Text(s)
 	}
 	if _, has := u.User.Password(); has {
@@ -155,6 +162,9 @@ func Secrets(s string) []string {
 	u, err := url.Parse(s)
 	if err != nil || u.Scheme == "" {
 		var out []string
+		if _, pw, ok := rawUserinfo(s); ok && pw != "" && err != nil {
+			out = append(out, pw)
+		}
 		for _, m := range userinfo.FindAllStringSubmatch(s, -1) {
 			out = append(out, m[2])
 		}
@@ -348,3 +358,56 @@ type scrubbed struct {
 
 func (e *scrubbed) Error() string { return e.msg }
 func (e *scrubbed) Unwrap() error { return e.err }
+
+// ParseReason returns why url.Parse refused a URL, without the URL and
+// without the part of it the reason quotes: url's errors repeat the raw URL
+// and quote where they stumbled ("invalid port \":hunter2\" after host",
+// "invalid URL escape \"%zz\""), and with a password pasted raw (a '/',
+// '?', '#' or '%' in it) that part is the password's start. An invalid
+// port names the likely cause.
+func ParseReason(err error) string {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return "unparsable"
+	}
+	reason := strings.Join(strings.Fields(quotedPart.ReplaceAllString(ue.Err.Error(), "")), " ")
+	if strings.HasPrefix(reason, "invalid port") {
+		reason += ": a character such as / ? # @ in a password must be percent-encoded"
+	}
+	return reason
+}
+
+// quotedPart is a quoted string in an error of net/url.
+var quotedPart = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// rawUserinfo splits what lies between a URL's "://" and its last '@' (a
+// raw password may hold any character but that '@' ends it) into user and
+// password, if there is such a part.
+func rawUserinfo(s string) (user, password string, ok bool) {
+	i := strings.Index(s, "://")
+	if i < 0 {
+		return "", "", false
+	}
+	rest := s[i+3:]
+	j := strings.LastIndex(rest, "@")
+	if j < 0 {
+		return "", "", false
+	}
+	user, password, _ = strings.Cut(rest[:j], ":")
+	return user, password, true
+}
+
+// maskRawUserinfo masks the password of an unparsable URL's userinfo (all
+// of it when it has no ':'), found by rawUserinfo.
+func maskRawUserinfo(s string) string {
+	user, pw, ok := rawUserinfo(s)
+	if !ok {
+		return s
+	}
+	i := strings.Index(s, "://") + 3
+	j := i + strings.LastIndex(s[i:], "@")
+	if pw == "" && !strings.Contains(s[i:j], ":") {
+		return s[:i] + Mask + s[j:]
+	}
+	return s[:i] + user + ":" + Mask + s[j:]
+}

@@ -15,6 +15,10 @@ func TestURL(t *testing.T) {
 		"http://h/x?Signature=abcd&X-Amz-Credential=c":                   "http://h/x?Signature=xxxxx&X-Amz-Credential=xxxxx",
 		"http://h/plain?page=2":                                          "http://h/plain?page=2",
 		"not a url password=hunter22 ok":                                 "not a url password=xxxxx ok",
+		// A raw password that breaks the parse (invalid port ":hunter2").
+		"postgres://u:hunter2#x@h/db":   "postgres://u:xxxxx@h/db",
+		"mysql://u:hunter2?x@h:3306/db": "mysql://u:xxxxx@h:3306/db",
+		"redis://:hunter2/x@h:6379/0":   "redis://:xxxxx@h:6379/0",
 	} {
 		if got := URL(in); got != want {
 			t.Errorf("URL(%q) = %q, want %q", in, got, want)

@@ -1,0 +1,117 @@
+package schedule_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// gatedVersions holds the schedule-version reads of jobs named slow-*
+// until gate is closed, as a backend that stalls (or a lock held on it)
+// holds a job's start-up; blocked counts the reads held.
+type gatedVersions struct {
+	*memory.Backend
+	gate    chan struct{}
+	release func() // closes gate, once
+	blocked atomic.Int32
+}
+
+func (b *gatedVersions) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
+	if strings.Contains(f.Job, "slow-") {
+		b.blocked.Add(1)
+		select {
+		case <-b.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return b.Backend.ListRuns(ctx, f)
+}
+
+// slowStartUps starts a scheduler over a backend that holds the start-up
+// of n slow-* jobs (more than the scheduler does at once), and returns it
+// once they hold every start-up slot.
+func slowStartUps(t *testing.T, n int, opts ...schedule.Option) (*schedule.Scheduler, *gatedVersions) {
+	t.Helper()
+	b := &gatedVersions{Backend: memory.New(), gate: make(chan struct{})}
+	b.release = sync.OnceFunc(func() { close(b.gate) })
+	s, err := schedule.New(b, append([]schedule.Option{schedule.WithInstance("i1")}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := s.Register(schedule.Job{Name: fmt.Sprintf("slow-%d", i), Schedule: "@yearly",
+			Func: func(context.Context, schedule.Run) error { return nil }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		b.release()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	waitFor(t, 10*time.Second, "the slow jobs' start-ups hold the slots", func() bool { return b.blocked.Load() >= 8 })
+	return s, b
+}
+
+// TestEveryInstanceJobWaitsForNoStartUpSlot: the scheduler does at most 8
+// jobs' start-up backend work at once; an every-instance job has none (no
+// version, no catch-up), so jobs whose start-up is stuck on the backend
+// must not keep it from running — it needs no backend at all.
+func TestEveryInstanceJobWaitsForNoStartUpSlot(t *testing.T) {
+	s, _ := slowStartUps(t, 12)
+	ran := make(chan struct{}, 1)
+	if err := s.Register(schedule.Job{Name: "local", Schedule: "@every 100ms", Mode: schedule.EveryInstance,
+		Func: func(context.Context, schedule.Run) error {
+			select {
+			case ran <- struct{}{}:
+			default:
+			}
+			return nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the every-instance job did not run in 10 s: it waits behind start-ups stuck on the backend")
+	}
+}
+
+// TestStartUpSlotWaitIsNoSilentGap: a job whose start-up waited for a slot
+// (other jobs' start-ups held them) counts its instants from when it was
+// registered, as it did when every job started at once: those that came
+// due meanwhile, later than the misfire grace, are misfires the policy
+// applies and reports — not a gap nobody hears of.
+func TestStartUpSlotWaitIsNoSilentGap(t *testing.T) {
+	var misfired atomic.Int32
+	obs := schedule.ObserverFunc(func(ev schedule.Event) {
+		if ev.Kind == schedule.EventMisfire && ev.Job == "late" {
+			misfired.Add(int32(ev.Count))
+		}
+	})
+	s, b := slowStartUps(t, 12, schedule.WithObserver(obs))
+	registered := time.Now()
+	if err := s.Register(schedule.Job{Name: "late", Schedule: "@every 100ms", MisfireGrace: 100 * time.Millisecond,
+		Func: func(context.Context, schedule.Run) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	// Instants of "late" come due while its start-up waits.
+	waitFor(t, 10*time.Second, "half a second of instants passed", func() bool { return time.Since(registered) > 500*time.Millisecond })
+	b.release()
+	waitFor(t, 10*time.Second, `"late"'s instants of its start-up wait reported as misfires`, func() bool { return misfired.Load() > 0 })
+}
