@@ -281,18 +281,28 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 		hi = "(" + strconv.FormatInt(ceilUnit(f.Before, time.Millisecond), 10)
 	}
 	limit := f.EffectiveLimit()
-	res, err := b.pipe.Do(ctx, listRunsLua, b.ledgerKeys(), b.ledger, f.Job, string(f.State), lo, hi, limit).Slice()
-	if err != nil {
-		return nil, fmt.Errorf("redis: list runs: %w", err)
-	}
-	now := toInt(res[0])
-	out := make([]backend.Run, 0, len(res)-1)
-	for _, raw := range res[1:] {
-		r, err := parseRun(raw, now)
+	var out []backend.Run
+	// Script by script, each reading at most listBudget records (see
+	// listRunsScript); each goes on below the instant the last one stopped
+	// at, so the calls read disjoint ranges.
+	for {
+		res, err := b.pipe.Do(ctx, listRunsLua, b.ledgerKeys(), b.ledger, f.Job, string(f.State), lo, hi, limit-len(out), b.listBudget).Slice()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("redis: list runs: %w", err)
 		}
-		out = append(out, r)
+		now := toInt(res[0])
+		for _, raw := range res[2:] {
+			r, err := parseRun(raw, now)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+		}
+		resume, _ := res[1].(string)
+		if resume == "" || len(out) >= limit {
+			break
+		}
+		hi = "(" + resume
 	}
 	slices.SortStableFunc(out, func(x, y backend.Run) int {
 		if c := y.ScheduledAt.Compare(x.ScheduledAt); c != 0 {

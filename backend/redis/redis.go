@@ -114,7 +114,10 @@ type Backend struct {
 	closed atomic.Bool
 	pipe   *redispipe.Pipe // group commit of the script calls (internal/redispipe)
 	ps     *notifier
-	once   sync.Once
+	// listBudget is how many ledger records one ListRuns script reads at
+	// most (≈ 11 ms of server time at 1,000; see listRunsScript).
+	listBudget int
+	once       sync.Once
 }
 
 var (
@@ -164,6 +167,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	}
 	client.AddHook(refusalHook{}) // permission refusals match backend.ErrRefused (refused.go)
 	b.pipe = redispipe.New(client)
+	b.listBudget = 1000
 	b.ps = newNotifier(b)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 	defer cancel()

@@ -215,17 +215,29 @@ return {d(now_us()), redis.call('HGETALL', L .. 'run:' .. ARGV[3] .. ':' .. ARGV
 `
 
 // listRunsScript: ARGV L, job (” = all), state (” = any), min score, max
-// score (ZREVRANGEBYSCORE bounds), limit. {now, run, run, ...} newest first.
+// score (ZREVRANGEBYSCORE bounds), limit, budget. {now, resume, run, run,
+// ...} newest first. It reads at most budget records, but never stops
+// inside one instant (score): if it stopped for the budget before the
+// limit was met or the range ran out, resume is the last instant read, and
+// the next call lists below it; otherwise resume is ”. (Without a job the
+// range is the whole ledger: one script over all of it would block the
+// server for as long.)
 const listRunsScript = ledgerLib + `
-local job, state, limit = ARGV[2], ARGV[3], tonumber(ARGV[6])
+local job, state, limit, budget = ARGV[2], ARGV[3], tonumber(ARGV[6]), tonumber(ARGV[7])
 local key = L .. 'all'
 if job ~= '' then key = L .. 'hist:' .. job end
-local out = {d(now_us())}
-local off = 0
-while #out - 1 < limit do
-  local ms = redis.call('ZREVRANGEBYSCORE', key, ARGV[5], ARGV[4], 'LIMIT', off, 256)
-  if #ms == 0 then break end
-  for _, m in ipairs(ms) do
+local out = {d(now_us()), ''}
+local off, read, last = 0, 0, nil
+while #out - 2 < limit do
+  local ms = redis.call('ZREVRANGEBYSCORE', key, ARGV[5], ARGV[4], 'WITHSCORES', 'LIMIT', off, 256)
+  if #ms == 0 then return out end
+  for i = 1, #ms, 2 do
+    local m, sc = ms[i], ms[i + 1]
+    if read >= budget and sc ~= last then
+      out[2] = last
+      return out
+    end
+    read, last = read + 1, sc
     local rk = L .. 'run:' .. m
     if job ~= '' then rk = rk .. ':' .. job end
     local a = {}
@@ -234,15 +246,15 @@ while #out - 1 < limit do
     if #a > 0 then
       local ok = state == ''
       if not ok then
-        for i = 1, #a, 2 do if a[i] == 's' then ok = a[i + 1] == state end end
+        for j = 1, #a, 2 do if a[j] == 's' then ok = a[j + 1] == state end end
       end
       if ok then
         out[#out + 1] = a
-        if #out - 1 >= limit then break end
+        if #out - 2 >= limit then return out end
       end
     end
   end
-  off = off + #ms
+  off = off + #ms / 2
 end
 return out
 `
