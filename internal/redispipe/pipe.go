@@ -145,6 +145,12 @@ func NotSent(ctx context.Context) error {
 	return fmt.Errorf("not sent: %w: %w", backend.ErrNotApplied, context.Cause(ctx))
 }
 
+// notSentClosed is the error of a request Close kept from being sent, or
+// made after Close.
+func notSentClosed() error {
+	return fmt.Errorf("not sent: %w: %w", backend.ErrNotApplied, backend.ErrClosed)
+}
+
 func failed(err error) *goredis.Cmd {
 	c := goredis.NewCmd(context.Background())
 	c.SetErr(err)
@@ -189,7 +195,7 @@ func (p *Pipe) start(ctx context.Context, script *goredis.Script, keys []string,
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return &Pending{cmd: failed(backend.ErrClosed)}
+		return &Pending{cmd: failed(notSentClosed())}
 	}
 	if alone && p.inflight == 0 {
 		return &Pending{cmd: p.alone(r)}
@@ -471,7 +477,7 @@ var errNotSent = fmt.Errorf("redispipe: script not loaded by the recorder: %w", 
 
 // Close answers every queued request ErrClosed (never sent), ends the
 // lanes' round trips and waits for the lanes to exit. Later calls fail
-// with ErrClosed.
+// with ErrClosed, never sent (ErrNotApplied) too.
 func (p *Pipe) Close() {
 	p.mu.Lock()
 	if p.closed {
@@ -481,7 +487,7 @@ func (p *Pipe) Close() {
 	p.closed = true
 	for _, r := range p.queue {
 		if r.state.CompareAndSwap(queued, dropped) {
-			r.done <- failed(fmt.Errorf("not sent: %w: %w", backend.ErrNotApplied, backend.ErrClosed))
+			r.done <- failed(notSentClosed())
 		}
 	}
 	p.queue = nil

@@ -237,3 +237,26 @@ func (e *evalCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) gore
 		return next(ctx, cmds)
 	}
 }
+
+// TestClosedIsNotApplied: a call made after Close was never sent, and says
+// so (ErrNotApplied with ErrClosed), through Do and through Start — a
+// Redlock Acquire racing Close counts such a node as holding nothing.
+func TestClosedIsNotApplied(t *testing.T) {
+	srv := testserver.Redis(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	p := New(c)
+	p.Close()
+	ctx := context.Background()
+	for name, err := range map[string]error{
+		"Do":    p.Do(ctx, countLua, []string{"k"}).Err(),
+		"Start": p.Start(ctx, countLua, []string{"k"}).Wait().Err(),
+	} {
+		if !errors.Is(err, backend.ErrNotApplied) || !errors.Is(err, backend.ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrNotApplied and ErrClosed", name, err)
+		}
+	}
+	if n, err := c.Exists(ctx, "k").Result(); err != nil || n != 0 {
+		t.Errorf("k exists %d, %v: a call after Close ran", n, err)
+	}
+}
