@@ -22,6 +22,9 @@
 //     error wraps the context's cause only (not ErrNotApplied).
 //
 // A reply that arrived before the caller looked wins over "unknown".
+// A batch is sent at most once: go-redis's own retries (MaxRetries) are
+// off for the lanes' pipelines (see once), so a call is never applied
+// again after its caller stopped waiting.
 //
 // One exception to the lanes: a request that finds nothing in flight is
 // sent by its caller, on its own context (see alone), so that a lone

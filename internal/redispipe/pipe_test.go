@@ -3,6 +3,7 @@ package redispipe
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -259,4 +260,35 @@ func TestClosedIsNotApplied(t *testing.T) {
 	if n, err := c.Exists(ctx, "k").Result(); err != nil || n != 0 {
 		t.Errorf("k exists %d, %v: a call after Close ran", n, err)
 	}
+}
+
+// TestCloseWithBatchInFlight: Close while a batch is out and its replies
+// are held returns (the lanes' round trips are bounded by the client's read
+// timeout), every member is answered, and no goroutine of the pipe is left.
+func TestCloseWithBatchInFlight(t *testing.T) {
+	p, _, direct, warm, queued := resendSetup(t)
+	base := runtime.NumGoroutine() // counts the warm-up's, which ends
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := p.Start(ctx, countLua, []string{"a"})
+	b := p.Start(ctx, countLua, []string{"b"})
+	queued(2)
+	warm()
+	waitFor(t, "the batch to be applied", func() bool { return direct.Get(context.Background(), "b").Val() == "1" })
+	closed := make(chan struct{})
+	go func() { p.Close(); close(closed) }()
+	for name, w := range map[string]*Pending{"a": a, "b": b} {
+		if err := w.Wait().Err(); err == nil || errors.Is(err, backend.ErrNotApplied) {
+			t.Errorf("%s: %v, want an unknown outcome", name, err)
+		}
+	}
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	if err := p.Do(ctx, countLua, []string{"c"}).Err(); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+	waitFor(t, "the pipe's goroutines to exit", func() bool { return runtime.NumGoroutine() <= base })
 }
