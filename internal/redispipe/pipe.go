@@ -22,6 +22,9 @@
 //     error wraps the context's cause only (not ErrNotApplied).
 //
 // A reply that arrived before the caller looked wins over "unknown".
+// A batch is sent at most once: go-redis's own retries (MaxRetries) are
+// off for the lanes' pipelines (see once), so a call is never applied
+// again after its caller stopped waiting.
 //
 // One exception to the lanes: a request that finds nothing in flight is
 // sent by its caller, on its own context (see alone), so that a lone
@@ -145,6 +148,12 @@ func NotSent(ctx context.Context) error {
 	return fmt.Errorf("not sent: %w: %w", backend.ErrNotApplied, context.Cause(ctx))
 }
 
+// notSentClosed is the error of a request Close kept from being sent, or
+// made after Close.
+func notSentClosed() error {
+	return fmt.Errorf("not sent: %w: %w", backend.ErrNotApplied, backend.ErrClosed)
+}
+
 func failed(err error) *goredis.Cmd {
 	c := goredis.NewCmd(context.Background())
 	c.SetErr(err)
@@ -189,7 +198,7 @@ func (p *Pipe) start(ctx context.Context, script *goredis.Script, keys []string,
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return &Pending{cmd: failed(backend.ErrClosed)}
+		return &Pending{cmd: failed(notSentClosed())}
 	}
 	if alone && p.inflight == 0 {
 		return &Pending{cmd: p.alone(r)}
@@ -373,7 +382,7 @@ func (p *Pipe) send(ctx context.Context, batch []*request) {
 	cmds := make([]*goredis.Cmd, len(batch))
 	pipe := p.c.Pipeline()
 	for i, r := range batch {
-		cmds[i] = r.script.EvalSha(ctx, pipe, r.keys, r.args...)
+		cmds[i] = once(ctx, pipe, r, r.script.EvalSha)
 	}
 	_, _ = pipe.Exec(ctx) // every cmd carries its own error
 	var again []int
@@ -386,7 +395,7 @@ func (p *Pipe) send(ctx context.Context, batch []*request) {
 		pipe = p.c.Pipeline()
 		for _, i := range again {
 			r := batch[i]
-			cmds[i] = r.script.Eval(ctx, pipe, r.keys, r.args...)
+			cmds[i] = once(ctx, pipe, r, r.script.Eval)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
@@ -395,9 +404,83 @@ func (p *Pipe) send(ctx context.Context, batch []*request) {
 	}
 }
 
+// once queues r's script call on pipe as a command go-redis sends at most
+// once. go-redis resends a whole pipeline (MaxRetries) on a new connection
+// after a read timeout or a dropped connection, including the calls the
+// server already ran, and at a time a member whose context ended has
+// already been told "unknown" and gone on: its call would be applied after
+// it (a Redlock undo deleting the same owner's later grant, a retry
+// overtaken by its first attempt). A pipeline holding a command whose
+// NoRetry is true is never resent; its failure reaches every member.
+// call is Script.EvalSha or Script.Eval; it builds the command on a
+// recorder, so the script's source and digest stay go-redis's.
+func once(ctx context.Context, pipe goredis.Pipeliner, r *request, call func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd) *goredis.Cmd {
+	var rec recorder
+	cmd := call(ctx, &rec, r.keys, r.args...)
+	_ = pipe.Process(ctx, noRetry{cmd})
+	return cmd
+}
+
+// noRetry is a command go-redis must not resend.
+type noRetry struct{ *goredis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+// recorder is a goredis.Scripter that only builds the commands it is
+// asked for (sent by the caller through a pipeline).
+type recorder struct{}
+
+func evalArgs(name, script string, keys []string, args []any) []any {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, name, script, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	return append(a, args...)
+}
+
+// evalCmd is the command go-redis's own Eval family builds.
+func evalCmd(ctx context.Context, name, script string, keys []string, args []any) *goredis.Cmd {
+	c := goredis.NewCmd(ctx, evalArgs(name, script, keys, args)...)
+	if len(keys) > 0 {
+		c.SetFirstKeyPos(3)
+	}
+	return c
+}
+
+func (recorder) Eval(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd {
+	return evalCmd(ctx, "eval", script, keys, args)
+}
+
+func (recorder) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *goredis.Cmd {
+	return evalCmd(ctx, "evalsha", sha1, keys, args)
+}
+
+func (recorder) EvalRO(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd {
+	return evalCmd(ctx, "eval_ro", script, keys, args)
+}
+
+func (recorder) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *goredis.Cmd {
+	return evalCmd(ctx, "evalsha_ro", sha1, keys, args)
+}
+
+func (recorder) ScriptExists(ctx context.Context, hashes ...string) *goredis.BoolSliceCmd {
+	c := goredis.NewBoolSliceCmd(ctx)
+	c.SetErr(errNotSent)
+	return c
+}
+
+func (recorder) ScriptLoad(ctx context.Context, script string) *goredis.StringCmd {
+	c := goredis.NewStringCmd(ctx)
+	c.SetErr(errNotSent)
+	return c
+}
+
+var errNotSent = fmt.Errorf("redispipe: script not loaded by the recorder: %w", backend.ErrNotApplied)
+
 // Close answers every queued request ErrClosed (never sent), ends the
 // lanes' round trips and waits for the lanes to exit. Later calls fail
-// with ErrClosed.
+// with ErrClosed, never sent (ErrNotApplied) too.
 func (p *Pipe) Close() {
 	p.mu.Lock()
 	if p.closed {
@@ -407,7 +490,7 @@ func (p *Pipe) Close() {
 	p.closed = true
 	for _, r := range p.queue {
 		if r.state.CompareAndSwap(queued, dropped) {
-			r.done <- failed(fmt.Errorf("not sent: %w: %w", backend.ErrNotApplied, backend.ErrClosed))
+			r.done <- failed(notSentClosed())
 		}
 	}
 	p.queue = nil
