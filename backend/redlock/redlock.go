@@ -30,7 +30,17 @@
 //   - a process pause (GC, SIGSTOP) or a client or server clock jump longer
 //     than the drift allowance lets two holders believe they hold the lease;
 //   - majority registers give no atomic increment: two concurrent quorums
-//     with diverging counters can read the same maximum.
+//     with diverging counters can read the same maximum;
+//   - an undo is not fenced by attempt: a failed quorum's undo deletes the
+//     owner's lease on a node whatever its token. If an undo's reply is
+//     lost while the caller's context is alive, Acquire reports an unknown
+//     outcome, and the Locker retries with the same owner nonce; an undo
+//     still in flight (held in TCP retransmission, or in a lane that waits
+//     for a connection) can land after that retry and delete the retry's
+//     grant on that node, leaving the holder short of a quorum that
+//     another owner may then win. (Found by review; not reproduced here,
+//     the proxy delays replies only. The fix is an attempt tag in the
+//     lease value that an undo must match.)
 //
 // So the backend declares SafeFencing=false and DurableFencing=false. Use
 // the redis backend (one node, noeviction, appendfsync always) or a
