@@ -19,22 +19,47 @@ import (
 // Per-node scripts. A lease's value is "token:nonce:instance", as in the
 // redis backend.
 
-// acquireScript: KEYS lease, counter; ARGV owner ("nonce:instance"), px.
-// {1, token} granted or retried by the same owner (expiry moved to px);
-// {0, value, pttl} held by another.
+// acquireScript: KEYS lease, counter, attempt; ARGV owner
+// ("nonce:instance"), px, attempt id. {1, token} granted or retried by the
+// same owner (expiry moved to px); {0, value, pttl} held by another. Either
+// grant records the attempt id (with the same expiry), which an undo must
+// match: see undoScript.
 const acquireScript = `
 local v = redis.call('GET', KEYS[1])
 if v then
   local i = string.find(v, ':', 1, true)
   if string.sub(v, i + 1) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
     return {1, string.sub(v, 1, i - 1)}
   end
   return {0, v, redis.call('PTTL', KEYS[1])}
 end
 local t = string.format('%d', redis.call('INCR', KEYS[2]))
 redis.call('SET', KEYS[1], t .. ':' .. ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
 return {1, t}
+`
+
+// undoScript: KEYS lease, attempt; ARGV owner, channel, attempt id. Deletes
+// the owner's lease (whatever its token: a node whose reply was lost holds
+// it under a token nobody read) and publishes — only if the last grant on
+// this node was the attempt being undone. A retry with the same nonce that
+// came after records its own attempt id, so an undo that lands late (held
+// in a retransmission, or queued behind a connection) leaves the retry's
+// grant alone. 1 deleted, 0 not.
+const undoScript = `
+if redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
+local v = redis.call('GET', KEYS[1])
+if v then
+  local i = string.find(v, ':', 1, true)
+  if string.sub(v, i + 1) == ARGV[1] then
+    redis.call('DEL', KEYS[1], KEYS[2])
+    redis.call('PUBLISH', ARGV[2], '')
+    return 1
+  end
+end
+return 0
 `
 
 // raiseScript: KEYS lease, counter; ARGV owner, token. Rewrites the
@@ -93,6 +118,7 @@ var (
 	raiseLua   = goredis.NewScript(raiseScript)
 	renewLua   = goredis.NewScript(renewScript)
 	releaseLua = goredis.NewScript(releaseScript)
+	undoLua    = goredis.NewScript(undoScript)
 	getLua     = goredis.NewScript(getScript)
 )
 
@@ -138,9 +164,10 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	ttl = time.Duration(ceilMS(ttl)) * time.Millisecond
 	px := ceilMS(ttl + drift(ttl))
 	oa := ownerArg(owner)
+	attempt := backend.NewNonce().String() // this call's: what an undo of it must match
 	start := time.Now()
 	rs := make([]nodeReply, len(b.nodes))
-	for i, c := range b.onAll(ctx, b.nodeTimeout, acquireLua, []string{b.leaseKey(key), b.tokenKey(key)}, oa, px) {
+	for i, c := range b.onAll(ctx, b.nodeTimeout, acquireLua, []string{b.leaseKey(key), b.tokenKey(key), b.attemptKey(key)}, oa, px, attempt) {
 		res, err := c.Slice()
 		switch {
 		case err != nil:
@@ -178,7 +205,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	if len(granted) >= b.quorum && validity > 0 && b.raise(ctx, key, oa, top, granted, rs) {
 		return backend.Grant{Token: top, TTL: ttl}, nil
 	}
-	if err := b.undo(ctx, key, owner, rs); err != nil {
+	if err := b.undo(ctx, key, owner, attempt, rs); err != nil {
 		return backend.Grant{}, fmt.Errorf("redlock: acquire %q: %d of %d nodes granted, quorum %d: %w", key, len(granted), len(b.nodes), b.quorum, err)
 	}
 	// Report the holder seen on most nodes, if any.
@@ -240,14 +267,15 @@ func (b *Backend) raise(ctx context.Context, key, oa string, top uint64, granted
 	return at >= b.quorum
 }
 
-// undo deletes owner's lease on every node where the acquire may have been
-// applied (granted, or no reply), even when the caller's ctx has ended; a
+// undo deletes owner's lease on every node where the acquire (attempt) may
+// have been applied (granted, or no reply), unless a later attempt granted
+// it there since (undoScript), even when the caller's ctx has ended; a
 // node that answered "held by another", or that was never sent the
 // request, holds nothing of it. It waits for the deletions until ctx ends,
 // not longer: then it returns an error (the acquire's outcome is unknown
 // to the caller, which must not retry under this nonce while the deletions
 // may still land) and the deletions go on in the background.
-func (b *Backend) undo(ctx context.Context, key string, owner backend.Owner, rs []nodeReply) error {
+func (b *Backend) undo(ctx context.Context, key string, owner backend.Owner, attempt string, rs []nodeReply) error {
 	if !slices.ContainsFunc(rs, func(r nodeReply) bool { return mayHold(r) }) {
 		return nil
 	}
@@ -258,7 +286,7 @@ func (b *Backend) undo(ctx context.Context, key string, owner backend.Owner, rs 
 			if !mayHold(rs[i]) {
 				return
 			}
-			_ = n.p.Do(ctx, releaseLua, []string{b.leaseKey(key)}, ownerArg(owner), b.channel(key), "0").Err()
+			_ = n.p.Do(ctx, undoLua, []string{b.leaseKey(key), b.attemptKey(key)}, ownerArg(owner), b.channel(key), attempt).Err()
 		})
 	}()
 	select {

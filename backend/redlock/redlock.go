@@ -30,17 +30,12 @@
 //   - a process pause (GC, SIGSTOP) or a client or server clock jump longer
 //     than the drift allowance lets two holders believe they hold the lease;
 //   - majority registers give no atomic increment: two concurrent quorums
-//     with diverging counters can read the same maximum;
-//   - an undo is not fenced by attempt: a failed quorum's undo deletes the
-//     owner's lease on a node whatever its token. If an undo's reply is
-//     lost while the caller's context is alive, Acquire reports an unknown
-//     outcome, and the Locker retries with the same owner nonce; an undo
-//     still in flight (held in TCP retransmission, or in a lane that waits
-//     for a connection) can land after that retry and delete the retry's
-//     grant on that node, leaving the holder short of a quorum that
-//     another owner may then win. (Found by review; not reproduced here,
-//     the proxy delays replies only. The fix is an attempt tag in the
-//     lease value that an undo must match.)
+//     with diverging counters can read the same maximum.
+//
+// A failed quorum's undo deletes only the grant of the attempt it undoes
+// (an attempt id kept beside the lease on each node): a retry with the
+// same owner nonce, which the Locker makes after an unknown outcome, is
+// not deleted by an undo of the earlier attempt that lands after it.
 //
 // So the backend declares SafeFencing=false and DurableFencing=false. Use
 // the redis backend (one node, noeviction, appendfsync always) or a
@@ -316,7 +311,10 @@ func (b *Backend) onAll(ctx context.Context, timeout time.Duration, script *gore
 
 func (b *Backend) leaseKey(k string) string { return b.prefix + "lease:{" + k + "}" }
 func (b *Backend) tokenKey(k string) string { return b.prefix + "token:{" + k + "}" }
-func (b *Backend) channel(k string) string  { return b.prefix + "released:{" + k + "}" }
+
+// attemptKey holds the id of the Acquire call that last granted k on a node.
+func (b *Backend) attemptKey(k string) string { return b.prefix + "attempt:{" + k + "}" }
+func (b *Backend) channel(k string) string    { return b.prefix + "released:{" + k + "}" }
 
 // drift is Redlock's clock drift allowance for a TTL.
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }

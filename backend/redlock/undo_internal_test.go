@@ -1,0 +1,81 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/testserver"
+)
+
+// TestLateUndoLeavesTheRetrysGrant: an Acquire whose quorum failed undoes
+// what it may have been granted; if that undo's reply is lost, the Locker
+// retries with the same owner nonce. An undo still in flight (held in a
+// TCP retransmission, or queued behind a connection) that lands after the
+// retry must not delete the retry's grant on that node: the holder would
+// then hold less than a quorum, and another owner could win one. Each
+// undo is played here as it would arrive late: after the retry's grant.
+// (With undo by owner alone, the old releaseScript with token "0", node 0
+// loses the retry's lease.)
+func TestLateUndoLeavesTheRetrysGrant(t *testing.T) {
+	var cs []goredis.UniversalClient
+	for range 3 {
+		srv := testserver.Redis(t)
+		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		cs = append(cs, c)
+	}
+	b, err := New(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	const key = "svc/late-undo"
+	o := backend.Owner{Instance: "w", Nonce: backend.NewNonce()}
+	px := ceilMS(10 * time.Second)
+	// Attempt 1 was applied on node 0 only (the other replies lost); its
+	// undo is sent, and delayed.
+	first := backend.NewNonce().String()
+	n0 := b.nodes[0]
+	if err := n0.p.Do(ctx, acquireLua, []string{b.leaseKey(key), b.tokenKey(key), b.attemptKey(key)}, ownerArg(o), px, first).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The retry, same nonce: "yours" on node 0, granted on the others.
+	g, err := b.Acquire(ctx, key, o, 10*time.Second)
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	// Attempt 1's undo lands now.
+	n, err := n0.p.Do(ctx, undoLua, []string{b.leaseKey(key), b.attemptKey(key)}, ownerArg(o), b.channel(key), first).Int()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("the late undo of attempt 1 deleted %d lease(s) on node 0, the retry's grant (token %d)", n, g.Token)
+	}
+	for i, nd := range b.nodes {
+		v, err := nd.p.Do(ctx, getLua, []string{b.leaseKey(key)}).Slice()
+		if err != nil {
+			t.Fatalf("node %d: the retry's lease is gone after a late undo: %v", i, err)
+		}
+		if l, err := parseValue(key, v[0].(string)); err != nil || l.Owner != o {
+			t.Fatalf("node %d holds %v (%v), want the retry's owner", i, v, err)
+		}
+	}
+	// An undo of the attempt that did grant (the retry's own, were its
+	// quorum to fail) still deletes.
+	if err := b.Release(ctx, key, o, g.Token); err != nil {
+		t.Fatal(err)
+	}
+	own := backend.NewNonce().String()
+	if err := n0.p.Do(ctx, acquireLua, []string{b.leaseKey(key), b.tokenKey(key), b.attemptKey(key)}, ownerArg(o), px, own).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := n0.p.Do(ctx, undoLua, []string{b.leaseKey(key), b.attemptKey(key)}, ownerArg(o), b.channel(key), own).Int(); err != nil || n != 1 {
+		t.Fatalf("the undo of the attempt that granted deleted %d, %v; want 1", n, err)
+	}
+}
