@@ -61,7 +61,8 @@ func (c *calls) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // TestDaemonsEndToEnd: 3 daemons as OS processes on one SQLite file; one is
 // killed with SIGKILL and one stopped with SIGTERM mid-way. Every occurrence
 // in the window completed once, by what the jobs themselves wrote; a run cut
-// by the SIGKILL appears again only as attempt 2 with a greater token.
+// by the SIGKILL appears again only as attempt 2 with a greater token (also
+// when the cut run had written its end: at least once).
 func TestDaemonsEndToEnd(t *testing.T) {
 	e := newEnv(t)
 	c := &calls{keys: map[string][]string{}}
@@ -101,8 +102,14 @@ func TestDaemonsEndToEnd(t *testing.T) {
 	}
 	var ats []time.Time
 	for at, o := range occs {
-		if len(o.ends) > 1 {
-			t.Fatalf("occurrence %s completed %d times: %+v", at, len(o.ends), o.ends)
+		// Twice only as crash policy retry promises (at least once): the
+		// killed daemon's job wrote its end and the daemon died before it
+		// recorded the finish (the kill comes right after a line is seen,
+		// so it can land there), and the reclaim ran it again as attempt 2
+		// with a greater token.
+		if len(o.ends) > 2 || len(o.ends) == 2 && (o.ends[0].instance != "d0" || o.ends[0].attempt != 1 ||
+			o.ends[1].attempt != 2 || o.ends[1].token <= o.ends[0].token) {
+			t.Fatalf("occurrence %s completed %d times, not as a retry after the SIGKILL of d0: %+v", at, len(o.ends), o.ends)
 		}
 		if len(o.ends) == 1 {
 			tm, _ := time.Parse("2006-01-02T15:04:05.000Z07:00", at)
