@@ -181,13 +181,13 @@ func BenchmarkSeedScenario(b *testing.B) {
 		{"leasehold-mariadb", func() seedImpl { return lockerImpl("leasehold-mariadb", mysqlBackend(b)) }},
 		{"leasehold-etcd", func() seedImpl {
 			ec := etcdClient(b, etcdTargets(b)["node1"])
-			be, err := etcd.New(ec, etcd.Config{Prefix: "seed/"})
+			be, err := etcd.New(ec, etcd.WithPrefix("seed/"))
 			must(err)
 			closers = append(closers, be.Close, ec.Close)
 			return lockerImpl("leasehold-etcd", be)
 		}},
 		{"leasehold-zookeeper", func() seedImpl {
-			be, err := zookeeper.OpenConfig(zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/seed", SessionTimeout: 2 * ttl})
+			be, err := zookeeper.OpenConfig(context.Background(), zookeeper.Config{Servers: []string{zkTarget(b)}, Prefix: "/seed", SessionTimeout: 2 * ttl})
 			must(err)
 			closers = append(closers, be.Close)
 			return lockerImpl("leasehold-zookeeper", be)
