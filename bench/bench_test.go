@@ -36,19 +36,21 @@ var (
 	stopAll func()
 )
 
+// redisNodes are the five redis-servers' addresses (servers also holds
+// the etcd and ZooKeeper servers other benchmarks start).
+var redisNodes []string
+
 // nodes starts (once per run) 5 redis-servers; node 0 is the single-node
 // server every single-node benchmark shares.
 func nodes(b *testing.B) []string {
 	setup.Do(func() {
 		for range 5 {
-			servers = append(servers, testserver.Redis(&keep{b}))
+			s := testserver.Redis(&keep{b})
+			servers = append(servers, s) // stopped by TestMain
+			redisNodes = append(redisNodes, s.Addr())
 		}
 	})
-	var a []string
-	for _, s := range servers {
-		a = append(a, s.Addr())
-	}
-	return a
+	return redisNodes
 }
 
 // keep is a testing.TB whose Cleanup never runs: the servers live for the

@@ -75,6 +75,7 @@ func zkArgs(t TB, port int, dir string, extra []string) []string {
 		"admin.enableServer=false",
 		"4lw.commands.whitelist=ruok,srvr",
 		"forceSync=yes",
+		"maxClientCnxns=0", // no per-host cap (60 by default): benchmarks open many sessions from 127.0.0.1
 	}
 	lines = append(lines, extra...)
 	if err := os.WriteFile(cfg, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
