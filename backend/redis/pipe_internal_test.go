@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -256,7 +257,7 @@ func TestBurstFewRoundTrips(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			o := backend.Owner{Instance: "burst", Nonce: backend.NewNonce()}
-			if _, err := b.Acquire(context.Background(), "k"+string(rune('a'+i%26))+itoa(i), o, time.Minute); err != nil {
+			if _, err := b.Acquire(context.Background(), "k"+string(rune('a'+i%26))+strconv.Itoa(i), o, time.Minute); err != nil {
 				errs <- err
 			}
 		}()
@@ -277,19 +278,6 @@ func TestBurstFewRoundTrips(t *testing.T) {
 		t.Fatalf("%d script calls sent outside a pipeline, want 0", s)
 	}
 	t.Logf("%d acquires in %d pipelines", n, got)
-}
-
-func itoa(i int) string {
-	var buf [20]byte
-	p := len(buf)
-	for {
-		p--
-		buf[p] = byte('0' + i%10)
-		i /= 10
-		if i == 0 {
-			return string(buf[p:])
-		}
-	}
 }
 
 // TestCloseAnswersQueued: Close answers a request still queued with

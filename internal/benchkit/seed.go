@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -67,7 +68,7 @@ func Seed(n, tries int, per time.Duration, prefix string, try Try) SeedResult {
 	ready.Add(n)
 	for i := range n {
 		wg.Add(1)
-		key := prefix + "k" + itoa(i)
+		key := prefix + "k" + strconv.Itoa(i)
 		go func() {
 			defer wg.Done()
 			ready.Done()
@@ -142,18 +143,5 @@ func LockerTry(lk *leasehold.Locker) Try {
 			return nil, NotAcquired, err
 		}
 		return nil, Errored, err
-	}
-}
-
-func itoa(i int) string {
-	var buf [20]byte
-	p := len(buf)
-	for {
-		p--
-		buf[p] = byte('0' + i%10)
-		i /= 10
-		if i == 0 {
-			return string(buf[p:])
-		}
 	}
 }
