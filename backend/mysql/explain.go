@@ -18,7 +18,7 @@ var (
 func (b *Backend) Explain(ctx context.Context) ([]backend.Reason, error) {
 	var flush int
 	if err := b.db.QueryRowContext(ctx, `SELECT @@innodb_flush_log_at_trx_commit`).Scan(&flush); err != nil {
-		return nil, fmt.Errorf("leasehold/mysql: read innodb_flush_log_at_trx_commit: %w", err)
+		return nil, fmt.Errorf("mysql: read innodb_flush_log_at_trx_commit: %w", err)
 	}
 	why := "innodb_flush_log_at_trx_commit 1: the redo log is flushed at every commit, so a grant survives a crash of the server"
 	if flush != 1 {

@@ -19,7 +19,7 @@ func (b *Backend) Explain(ctx context.Context) ([]backend.Reason, error) {
 	var fsync, syncCommit string
 	err := b.pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&fsync, &syncCommit)
 	if err != nil {
-		return nil, fmt.Errorf("leasehold/postgres: read fsync and synchronous_commit: %w", err)
+		return nil, fmt.Errorf("postgres: read fsync and synchronous_commit: %w", err)
 	}
 	why := fmt.Sprintf("fsync %s, synchronous_commit %s: COMMIT returns after the WAL is flushed, so a grant survives a crash of the server (a fail-over to a standby needs a synchronous one, not checked)", fsync, syncCommit)
 	if fsync != "on" || syncCommit == "off" {

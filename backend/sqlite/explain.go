@@ -18,7 +18,7 @@ var (
 func (b *Backend) Explain(ctx context.Context) ([]backend.Reason, error) {
 	var level int
 	if err := b.db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&level); err != nil {
-		return nil, fmt.Errorf("leasehold/sqlite: %s: read synchronous: %w", b.path, err)
+		return nil, fmt.Errorf("sqlite: %s: read synchronous: %w", b.path, err)
 	}
 	why := fmt.Sprintf("synchronous=%d (FULL or EXTRA): every commit is fsync'd, so a grant survives a power failure", level)
 	if level < 2 {
