@@ -48,7 +48,19 @@ func monotonicNs() int64 {
 // TestHelperProcess is the body of one worker process; it does nothing
 // unless started by TestMultiProcessExclusion.
 func TestHelperProcess(t *testing.T) {
-	if os.Getenv(envRole) != "worker" {
+	switch os.Getenv(envRole) {
+	case "opener":
+		<-time.After(time.Until(time.Unix(0, mustAtoi(t, os.Getenv(envCycles)))))
+		b, err := Open(context.Background(), os.Getenv(envDB))
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	case "worker":
+	default:
 		t.Skip("helper process for TestMultiProcessExclusion")
 	}
 	cycles, err := strconv.Atoi(os.Getenv(envCycles))
@@ -229,6 +241,47 @@ func TestVerifyHoldsFlagsViolations(t *testing.T) {
 		_, err := verifyHolds(p, 3, 2)
 		if (err != nil) != c.fail {
 			t.Errorf("%s: verifyHolds error %v, want failure %v", name, err, c.fail)
+		}
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestConcurrentOpensOfANewFile: daemons started together on one new file
+// all open it (CI saw one of three exit with "database is locked"). Turning
+// a new file to WAL needs an exclusive lock that SQLite's busy handler does
+// not wait for when the openers already hold shared locks (it would
+// deadlock), so Open retries that step itself within the busy timeout.
+func TestConcurrentOpensOfANewFile(t *testing.T) {
+	if os.Getenv(envRole) != "" {
+		t.Skip("inside a helper process")
+	}
+	const n = 6
+	for round := range 3 {
+		db := filepath.Join(t.TempDir(), "new.db")
+		at := time.Now().Add(500 * time.Millisecond).UnixNano() // all start together
+		cmds := make([]*exec.Cmd, n)
+		outs := make([]*strings.Builder, n)
+		for i := range cmds {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+			cmd.Env = append(os.Environ(), envRole+"=opener", envDB+"="+db, envCycles+"="+strconv.FormatInt(at, 10))
+			outs[i] = &strings.Builder{}
+			cmd.Stdout, cmd.Stderr = outs[i], outs[i]
+			if err := cmd.Start(); err != nil {
+				t.Fatalf("start helper: %v", err)
+			}
+			cmds[i] = cmd
+		}
+		for i, cmd := range cmds {
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("round %d, opener %d: %v\n%s", round, i, err, outs[i])
+			}
 		}
 	}
 }

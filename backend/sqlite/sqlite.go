@@ -42,6 +42,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -49,7 +50,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // MinTTL is the shortest lease the SQLite backend grants.
@@ -197,11 +199,42 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
 	b := &Backend{db: db, path: abs, bootID: cfg.bootID, mono: cfg.mono, wall: cfg.wall}
-	if err := b.init(ctx); err != nil {
+	if err := b.initRetryingBusy(ctx, cfg.busyTimeout); err != nil {
 		b.Close()
 		return nil, err
 	}
 	return b, nil
+}
+
+// initRetryingBusy runs init, again while it fails with SQLITE_BUSY, for up
+// to the busy timeout. Processes that open a new file together each hold a
+// shared lock while turning it to WAL, which needs an exclusive one; SQLite
+// fails that at once rather than call the busy handler (waiting would
+// deadlock), so the wait is here. Each try opens a new connection, which
+// applies the pragmas again.
+func (b *Backend) initRetryingBusy(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	pause := 5 * time.Millisecond
+	for {
+		err := b.init(ctx)
+		if err == nil || !isBusy(err) || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(pause + rand.N(pause))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("sqlite: open %s: %w (last: %v)", b.path, ctx.Err(), err)
+		case <-t.C:
+		}
+		pause = min(2*pause, 200*time.Millisecond)
+	}
+}
+
+// isBusy reports whether err is SQLITE_BUSY or one of its extended codes.
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // init checks the live journal mode and synchronous setting and creates or

@@ -233,3 +233,4 @@ func TestCeilMs(t *testing.T) {
 		}
 	}
 }
+
