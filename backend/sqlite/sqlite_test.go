@@ -233,4 +233,3 @@ func TestCeilMs(t *testing.T) {
 		}
 	}
 }
-
