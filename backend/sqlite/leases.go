@@ -132,15 +132,22 @@ var stmtSQL = [numStmts]string{
 	stReleaseLease: `DELETE FROM leases WHERE ` + leaseGuard,
 }
 
-// prepare prepares the hot-path statements (after the schema exists).
+// prepare prepares the hot-path statements (after the schema exists). It
+// sets b.stmts only when every one is prepared, so a failed try (Open tries
+// again on SQLITE_BUSY) leaves none open.
 func (b *Backend) prepare(ctx context.Context) error {
+	var stmts [numStmts]*sql.Stmt
 	for i, q := range stmtSQL {
 		st, err := b.db.PrepareContext(ctx, q)
 		if err != nil {
+			for _, p := range stmts[:i] {
+				p.Close()
+			}
 			return fmt.Errorf("sqlite: prepare statement %d: %w", i, err)
 		}
-		b.stmts[i] = st
+		stmts[i] = st
 	}
+	b.stmts = stmts
 	return nil
 }
 

@@ -262,14 +262,16 @@ func TestConcurrentOpensOfANewFile(t *testing.T) {
 	if os.Getenv(envRole) != "" {
 		t.Skip("inside a helper process")
 	}
-	const n = 6
-	for round := range 3 {
+	const n = 8
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for round := range 10 {
 		db := filepath.Join(t.TempDir(), "new.db")
 		at := time.Now().Add(500 * time.Millisecond).UnixNano() // all start together
 		cmds := make([]*exec.Cmd, n)
 		outs := make([]*strings.Builder, n)
 		for i := range cmds {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
 			cmd.Env = append(os.Environ(), envRole+"=opener", envDB+"="+db, envCycles+"="+strconv.FormatInt(at, 10))
 			outs[i] = &strings.Builder{}
 			cmd.Stdout, cmd.Stderr = outs[i], outs[i]

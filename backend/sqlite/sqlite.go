@@ -210,17 +210,20 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 // to the busy timeout. Processes that open a new file together each hold a
 // shared lock while turning it to WAL, which needs an exclusive one; SQLite
 // fails that at once rather than call the busy handler (waiting would
-// deadlock), so the wait is here. Each try opens a new connection, which
-// applies the pragmas again.
+// deadlock), so the wait is here. A try whose connection-string pragmas
+// failed opens a new connection, which applies them again; the migration
+// and the statements are each all or nothing. No try starts after the busy
+// timeout, so Open returns within it plus the last try's own busy wait.
 func (b *Backend) initRetryingBusy(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	pause := 5 * time.Millisecond
 	for {
 		err := b.init(ctx)
-		if err == nil || !isBusy(err) || time.Now().Add(pause).After(deadline) {
+		wait := pause + rand.N(pause)
+		if err == nil || !isBusy(err) || time.Now().Add(wait).After(deadline) {
 			return err
 		}
-		t := time.NewTimer(pause + rand.N(pause))
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
