@@ -3,7 +3,10 @@ package zookeeper_test
 import (
 	"context"
 	"log"
+	"net"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend/zookeeper"
@@ -36,4 +39,31 @@ func ExampleOpen_leaderElection() {
 		return nil
 	})
 	log.Print(err)
+}
+
+// New connects with go-zookeeper options of the caller's (here a dialer
+// with a keep-alive); the backend owns the session it makes and Close ends
+// it, which deletes every lock node it holds.
+func ExampleNew() {
+	dialer := func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		d := net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Second}
+		return d.Dial(network, addr)
+	}
+	b, err := zookeeper.New(context.Background(), []string{"zk1:2181", "zk2:2181", "zk3:2181"},
+		zookeeper.WithPrefix("/myapp"), zookeeper.WithSessionTimeout(10*time.Second),
+		zookeeper.WithConnOptions(zk.WithDialer(dialer)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+	l, err := leasehold.NewLocker(b, leasehold.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lock, err := l.Acquire(context.Background(), "reports")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(context.Background())
+	log.Printf("holding reports with token %d", lock.Token())
 }

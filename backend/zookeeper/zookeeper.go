@@ -116,7 +116,10 @@ const MinTTL = 100 * time.Millisecond
 // Config.SessionTimeout is zero.
 const DefaultSessionTimeout = 15 * time.Second
 
-// Config configures Open.
+// Config configures OpenConfig; Open and New set it from a URL or their
+// arguments and Options. Zero durations and an empty Prefix take the
+// defaults; negative durations and prefixes with empty, "." or ".."
+// segments are refused.
 type Config struct {
 	// Servers are "host:port" addresses of the ensemble.
 	Servers []string
@@ -130,6 +133,9 @@ type Config struct {
 	Username, Password string
 	// ConnectTimeout bounds establishing the session (default 10 s).
 	ConnectTimeout time.Duration
+	// ConnOptions are go-zookeeper connection options (see
+	// WithConnOptions).
+	ConnOptions []func(*zk.Conn)
 }
 
 // ParseURL parses "zk://[user:password@]host1:2181,host2:2181/prefix
@@ -165,7 +171,8 @@ func ParseURL(raw string) (Config, error) {
 	return cfg, nil
 }
 
-// Backend is the ZooKeeper backend; it owns one session. It is safe for
+// Backend is the ZooKeeper backend; it owns one session, whichever of Open,
+// OpenConfig and New made it, and Close closes it. It is safe for
 // concurrent use.
 type Backend struct {
 	conn   *zk.Conn
@@ -192,12 +199,19 @@ var (
 	_ backend.Notifier = (*Backend)(nil)
 )
 
-// Open connects as rawURL says (see ParseURL). ctx bounds the wait for the
-// session, as Config.ConnectTimeout does.
-func Open(ctx context.Context, rawURL string) (*Backend, error) {
+// Open connects as rawURL says (see ParseURL), then opts, and returns a
+// backend that owns the connection. ctx bounds the wait for the session, as
+// Config.ConnectTimeout does.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
 	cfg, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
+	}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil zookeeper option", backend.ErrInvalid)
+		}
+		o(&cfg)
 	}
 	return OpenConfig(ctx, cfg)
 }
@@ -219,26 +233,19 @@ func (l handshakeLogger) Printf(format string, args ...any) {
 }
 
 // OpenConfig connects as cfg says and waits for the session, at most
-// cfg.ConnectTimeout and until ctx ends.
+// cfg.ConnectTimeout and until ctx ends. The backend owns the connection.
 func OpenConfig(ctx context.Context, cfg Config) (*Backend, error) {
-	if len(cfg.Servers) == 0 {
-		return nil, fmt.Errorf("%w: zookeeper servers are empty", backend.ErrInvalid)
-	}
-	p := strings.TrimSuffix(cfg.Prefix, "/")
-	if p == "" {
-		p = "/leasehold"
-	}
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
-	}
-	if cfg.SessionTimeout <= 0 {
-		cfg.SessionTimeout = DefaultSessionTimeout
-	}
-	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = 10 * time.Second
+	p, err := cfg.check()
+	if err != nil {
+		return nil, err
 	}
 	b := &Backend{prefix: p, acl: zk.WorldACL(zk.PermAll), timers: map[timerKey]*time.Timer{}, grants: map[grantRef]grantRec{}, grantAt: map[string]grantRef{}, grantBy: map[backend.Nonce]grantRef{}, unsureOf: map[backend.Nonce]unsureRec{}, settling: map[backend.Nonce]bool{}, done: make(chan struct{}), handshake: make(chan struct{})}
-	conn, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(handshakeLogger{b}), zk.WithLogInfo(true))
+	callers := func(c *zk.Conn) { // WithConnOptions, before the backend's own
+		for _, o := range cfg.ConnOptions {
+			o(c)
+		}
+	}
+	conn, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, callers, zk.WithLogger(handshakeLogger{b}), zk.WithLogInfo(true))
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper: connect to %v: %w", cfg.Servers, err)
 	}
