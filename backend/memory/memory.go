@@ -7,6 +7,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -56,6 +57,25 @@ var (
 	_ backend.Backend  = (*Backend)(nil)
 	_ backend.Notifier = (*Backend)(nil)
 )
+
+// Open returns an empty memory backend for the URL "memory://" (or
+// "memory:"; the scheme in any case), the form backend/open knows; any host,
+// path, user, query or fragment is refused with an error wrapping
+// backend.ErrInvalid. ctx is not used: nothing is connected. It is New for
+// a program that takes its backend as a URL.
+func Open(_ context.Context, rawURL string) (*Backend, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: memory url is not a valid URL", backend.ErrInvalid)
+	}
+	if !strings.EqualFold(u.Scheme, "memory") {
+		return nil, fmt.Errorf("%w: memory url %q: scheme %q is not memory", backend.ErrInvalid, u.Redacted(), u.Scheme)
+	}
+	if u.User != nil || u.Host != "" || u.Opaque != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("%w: backend URL %q: memory:// takes no host, path or parameters", backend.ErrInvalid, u.Redacted())
+	}
+	return New(), nil
+}
 
 // New returns an empty memory backend.
 func New() *Backend {

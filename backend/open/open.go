@@ -164,11 +164,8 @@ func Open(ctx context.Context, rawURL string) (backend.Leases, error) {
 // or the part of it the reason quotes (a raw password's start).
 func urlErrReason(err error) string { return redact.ParseReason(err) }
 
-func openMemory(_ context.Context, _ string, u *url.URL) (backend.Leases, error) {
-	if u.User != nil || u.Host != "" || u.Opaque != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("%w: backend URL %q: memory:// takes no host, path or parameters", backend.ErrInvalid, u.Redacted())
-	}
-	return memory.New(), nil
+func openMemory(ctx context.Context, raw string, _ *url.URL) (backend.Leases, error) {
+	return memory.Open(ctx, raw)
 }
 
 func openSQLiteURL(ctx context.Context, _ string, u *url.URL) (backend.Leases, error) {
