@@ -28,10 +28,16 @@
 // Four places, each checked by a test that fails when one is missing:
 //
 //  1. the package backend/<name>: New(client, ...Option) over a client the
-//     application owns and Open(ctx, url, ...Option), as redis, redlock,
-//     etcd, postgres and mysql have (memory has New only; SQLite and
-//     ZooKeeper, whose connections need settings of their own, Open only);
-//     it implements Leases,
+//     application owns (Close leaves it open; postgres and mysql take a ctx
+//     first, for the checks New runs on it) and Open(ctx, url, ...Option),
+//     which makes and owns its connection, as redis, redlock, etcd,
+//     postgres and mysql have. The exceptions, each explained in its
+//     package: memory has no client or options (New(), Open(ctx,
+//     url)); SQLite has Open only, because its correctness rests on
+//     connection settings a caller's *sql.DB could not be checked for;
+//     ZooKeeper's New(ctx, servers, ...Option) makes and owns the session
+//     (WithConnOptions shapes it), because its locks are ephemeral nodes
+//     that only closing the session ends. It implements Leases,
 //     and Ledger only if it can keep a run ledger (optionally Notifier,
 //     Queue, Explainer and ServerClock);
 //  2. one row in backend/open's table (name, schemes, URL form, summary,

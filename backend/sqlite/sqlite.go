@@ -32,6 +32,17 @@
 // fencing token. There is no push of release events between processes;
 // waiters poll with Acquire.
 //
+// There is no New over a *sql.DB, unlike the server backends: the backend's
+// correctness rests on how its connection was opened, and a handle the
+// caller made could not be checked for all of it. Every transaction must
+// begin IMMEDIATE (the driver's _txlock=immediate, invisible through
+// database/sql), every connection needs the busy timeout and the
+// synchronous level Capabilities reports, the process must use one
+// connection (SetMaxOpenConns(1), which the caller could change later), and
+// the file must be on a local filesystem, which Open checks from the path.
+// Open takes the path and makes the connection; WithBusyTimeout and
+// WithSynchronousFull are the settings a caller may choose.
+//
 // A program that uses this backend must not open the database file itself
 // (os.Open and Close on it would drop SQLite's POSIX locks held by the
 // process). The backend runs on Linux only; Open fails elsewhere.

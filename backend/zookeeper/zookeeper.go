@@ -94,6 +94,16 @@
 //     checked before each call.
 //   - ACLs: with Config.Username, the session authenticates with the digest
 //     scheme and every node is created with a digest ACL for that user only.
+//
+// # Constructors
+//
+// Open (a zk:// URL), OpenConfig (a Config) and New (a server list) take the
+// same Options and each makes a session the backend owns; Close closes it.
+// There is no New over a *zk.Conn the caller keeps, unlike the other
+// backends: only closing the backend's own session ends at once every node
+// it created or may have created, and the granted session timeout that caps
+// TTLs is reported only to the logger the connection was made with. To
+// shape the connection (a dialer, a host provider), pass WithConnOptions.
 package zookeeper
 
 import (
