@@ -117,26 +117,50 @@ func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTi
 // New returns a backend over clients, one per independent node (an odd
 // number, at least 3). The caller keeps owning the clients.
 func New(clients []goredis.UniversalClient, opts ...Option) (*Backend, error) {
+	if n := len(clients); n < 3 || n%2 == 0 {
+		return nil, fmt.Errorf("%w: redlock nodes: %d given, need an odd number ≥ 3", backend.ErrInvalid, n)
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{quorum: len(clients)/2 + 1, prefix: cfg.prefix, nodeTimeout: cfg.nodeTimeout}
+	for i, c := range clients {
+		w, err := newWatch(c, rb.WithPrefix(cfg.prefix))
+		if err != nil {
+			// The nodes made so far are closed: their pipes and push
+			// event backends would otherwise outlive a backend nobody
+			// holds (and Close closes the connections of none: New's
+			// caller owns them).
+			b.closeNodes()
+			return nil, fmt.Errorf("redlock node %d: %w", i, err)
+		}
+		b.nodes = append(b.nodes, &node{c: c, p: newPipe(c), w: w})
+	}
+	return b, nil
+}
+
+// newConfig applies opts to the defaults and checks the result.
+func newConfig(opts []Option) (config, error) {
 	cfg := config{prefix: rb.DefaultPrefix, nodeTimeout: DefaultNodeTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if n := len(clients); n < 3 || n%2 == 0 {
-		return nil, fmt.Errorf("%w: redlock nodes: %d given, need an odd number ≥ 3", backend.ErrInvalid, n)
-	}
 	if cfg.nodeTimeout <= 0 {
-		return nil, fmt.Errorf("%w: node timeout %v is not positive", backend.ErrInvalid, cfg.nodeTimeout)
+		return config{}, fmt.Errorf("%w: node timeout %v is not positive", backend.ErrInvalid, cfg.nodeTimeout)
 	}
-	b := &Backend{quorum: len(clients)/2 + 1, prefix: cfg.prefix, nodeTimeout: cfg.nodeTimeout}
-	for i, c := range clients {
-		w, err := rb.New(c, rb.WithPrefix(cfg.prefix))
-		if err != nil {
-			return nil, fmt.Errorf("redlock node %d: %w", i, err)
-		}
-		b.nodes = append(b.nodes, &node{c: c, p: redispipe.New(c), w: w})
-	}
-	return b, nil
+	return cfg, nil
 }
+
+// newPipe, newWatch and openNode make a node's pipe, its push-event
+// backend over a given client, and its backend over a connection of its
+// own (variables: tests record what a failed New or Open made, to see it
+// closed).
+var (
+	newPipe  = redispipe.New
+	newWatch = rb.New
+	openNode = rb.Open
+)
 
 // Open connects to the nodes a redlock URL names and returns a backend that
 // owns the connections:
@@ -202,7 +226,13 @@ func parseURL(rawURL string) ([]string, []Option, error) {
 
 // openNodes connects to every redis URL and returns a backend that owns
 // the connections.
+// Options are checked before any node is dialled; on any failure the
+// connections dialled so far are closed.
 func openNodes(ctx context.Context, urls []string, opts ...Option) (*Backend, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
 	var ws []*rb.Backend
 	fail := func(err error) (*Backend, error) {
 		for _, w := range ws {
@@ -210,13 +240,9 @@ func openNodes(ctx context.Context, urls []string, opts ...Option) (*Backend, er
 		}
 		return nil, err
 	}
-	cfg := config{prefix: rb.DefaultPrefix}
-	for _, o := range opts {
-		o(&cfg)
-	}
 	var clients []goredis.UniversalClient
 	for i, u := range urls {
-		w, err := rb.Open(ctx, u, rb.WithPrefix(cfg.prefix))
+		w, err := openNode(ctx, u, rb.WithPrefix(cfg.prefix))
 		if err != nil {
 			return fail(fmt.Errorf("redlock node %d: %w", i, err))
 		}
@@ -257,11 +283,17 @@ func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
+	b.closeNodes()
+	return nil
+}
+
+// closeNodes closes every node's pipe and push-event backend (which closes
+// the connection when Open made it).
+func (b *Backend) closeNodes() {
 	for _, n := range b.nodes {
 		n.p.Close()
 		n.w.Close()
 	}
-	return nil
 }
 
 func (b *Backend) check() error {
