@@ -39,7 +39,7 @@ func (c *concurrency) leave() { c.cur.Add(-1) }
 // every one runs (Job.MisfireGrace documents that they start together).
 func TestPauseShorterThanGraceLosesNothing(t *testing.T) {
 	const period, grace = 100 * time.Millisecond, time.Second
-	clock := newStallClock()
+	clock := newStallClock(t)
 	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
 	var log startLog
 	var conc concurrency
@@ -92,7 +92,7 @@ func TestPauseShorterThanGraceLosesNothing(t *testing.T) {
 // job due every second never overlaps itself otherwise).
 func TestRunAllCatchUpKeepsOrderAcrossLoop(t *testing.T) {
 	const period, grace = time.Second, 200 * time.Millisecond
-	clock := newStallClock()
+	clock := newStallClock(t)
 	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
 	var log startLog
 	var conc concurrency
@@ -300,7 +300,7 @@ func (b *misfireFinishFails) Finish(ctx context.Context, job string, at time.Tim
 // with no log line at Warn and no EventMisfire — misfires_total stays 0.
 func TestEveryInstanceLateWakeUpIsReported(t *testing.T) {
 	const period = time.Second
-	clock := newStallClock()
+	clock := newStallClock(t)
 	var misfires atomic.Int64
 	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock), schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
 		if ev.Kind == schedule.EventMisfire {
