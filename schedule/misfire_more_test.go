@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -90,7 +91,16 @@ func TestPauseShorterThanGraceLosesNothing(t *testing.T) {
 // the late ones are started by later loop iterations beside it, so a newer
 // instant starts before older caught-up ones and overlaps them (a 600 ms
 // job due every second never overlaps itself otherwise).
+//
+// It runs in a synctest bubble, and asserts once two instants due after
+// the resume have run (so every catch-up run before them has too).
 func TestRunAllCatchUpKeepsOrderAcrossLoop(t *testing.T) {
+	synctest.Test(t, runAllCatchUpKeepsOrderAcrossLoop)
+}
+
+// runAllCatchUpKeepsOrderAcrossLoop is TestRunAllCatchUpKeepsOrderAcrossLoop
+// inside its bubble.
+func runAllCatchUpKeepsOrderAcrossLoop(t *testing.T) {
 	const period, grace = time.Second, 200 * time.Millisecond
 	clock := newStallClock(t)
 	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
@@ -115,7 +125,15 @@ func TestRunAllCatchUpKeepsOrderAcrossLoop(t *testing.T) {
 	untilPhase(period, 500*time.Millisecond)
 	resumed := time.Now()
 	clock.Resume()
-	time.Sleep(5 * period)
+	waitFor(t, 10*period, "two instants due after the resume ran", func() bool {
+		n := 0
+		for _, r := range log.all() {
+			if r.at.After(resumed) {
+				n++
+			}
+		}
+		return n >= 2
+	})
 	var after []started
 	for _, r := range log.all() {
 		if r.from.After(resumed) {
@@ -139,7 +157,16 @@ func TestRunAllCatchUpKeepsOrderAcrossLoop(t *testing.T) {
 // sends MaxLate = MisfireWindow + tolerance after the jitter delay, so any
 // jitter drawn above that is refused by the ledger as ErrTooLate and the
 // occurrence never runs. Validation accepts Jitter > MisfireWindow.
+//
+// It runs in a synctest bubble and asserts once ten occurrences were
+// judged (run or refused), rather than after a fixed 5 s.
 func TestJitterBeyondMisfireWindowStillRuns(t *testing.T) {
+	synctest.Test(t, jitterBeyondMisfireWindowStillRuns)
+}
+
+// jitterBeyondMisfireWindowStillRuns is TestJitterBeyondMisfireWindowStillRuns
+// inside its bubble.
+func jitterBeyondMisfireWindowStillRuns(t *testing.T) {
 	var tooLate atomic.Int64
 	var ran atomic.Int64
 	s := newScheduler(t, memory.New(), "a", schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
@@ -153,7 +180,7 @@ func TestJitterBeyondMisfireWindowStillRuns(t *testing.T) {
 		t.Fatalf("Register: %v (a validation error would also be a fix)", err)
 	}
 	start(t, s)
-	time.Sleep(5 * time.Second)
+	waitFor(t, 20*time.Second, "ten occurrences run or refused", func() bool { return ran.Load()+tooLate.Load() >= 10 })
 	if n := tooLate.Load(); n > 0 {
 		t.Errorf("%d jittered occurrences refused by the ledger as too late (%d ran): jitter is counted as lateness by MaxLate", n, ran.Load())
 	}
