@@ -299,15 +299,19 @@ func TestRefusedTriggerKeepsKeyOnSlowClaim(t *testing.T) {
 			return nil
 		}})
 	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	if _, err := s.TriggerRun(context.Background(), "j", "first"); err != nil {
+	first, err := s.TriggerRun(context.Background(), "j", "first")
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.TriggerRun(context.Background(), "j", "second")
+	_, err = s.TriggerRun(context.Background(), "j", "second")
 	if !errors.Is(err, backend.ErrOverlap) {
 		t.Fatalf("trigger at the limit: %v, want ErrOverlap", err)
 	}
 	once.Do(func() { close(release) })
-	time.Sleep(300 * time.Millisecond) // the first run finished
+	waitUntil(t, 10*time.Second, "the first run finished", func() bool {
+		r, err := m.GetRun(context.Background(), LedgerJob(s.cfg.namespace, "j"), first.ScheduledAt)
+		return err == nil && r.State == backend.Succeeded
+	})
 	if _, err := s.TriggerRun(context.Background(), "j", "second"); err != nil {
 		t.Fatalf("retrying a key whose trigger was refused at the limit (nothing ran under it): %v", err)
 	}
