@@ -242,7 +242,16 @@ func (b *slowHighWater) HighWater(ctx context.Context, job string) (time.Time, s
 // finds the instants since then late and misfire() starts a second
 // catch-up goroutine beside the first: under run-all, up to 2×MaxCatchUp
 // late runs, two at once.
+//
+// It runs in a synctest bubble: the 6 s nobody is alive are virtual, and
+// it asserts once two instants due after the slow read returned ran.
 func TestStartupCatchUpAndLoopMisfireShareTheBound(t *testing.T) {
+	synctest.Test(t, startupCatchUpAndLoopMisfireShareTheBound)
+}
+
+// startupCatchUpAndLoopMisfireShareTheBound is
+// TestStartupCatchUpAndLoopMisfireShareTheBound inside its bubble.
+func startupCatchUpAndLoopMisfireShareTheBound(t *testing.T) {
 	mem := memory.New()
 	job := func(log *startLog, conc *concurrency) schedule.Job {
 		return schedule.Job{Name: "tick", Schedule: "@every 1s", Misfire: schedule.MisfireRunAll, MisfireGrace: 200 * time.Millisecond, MaxCatchUp: 2,
@@ -279,7 +288,15 @@ func TestStartupCatchUpAndLoopMisfireShareTheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, s2)
-	time.Sleep(6 * time.Second)
+	waitFor(t, 20*time.Second, "two instants due after the slow read returned ran", func() bool {
+		n := 0
+		for _, r := range log2.all() {
+			if r.at.After(up.Add(3 * time.Second)) {
+				n++
+			}
+		}
+		return n >= 2
+	})
 	var late []time.Time
 	for _, r := range log2.all() {
 		if r.at.After(down) && r.at.Before(up.Add(3*time.Second)) { // due before the slow read returned: caught up

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -148,6 +149,14 @@ func TestHeldRetriesLeaveClaimSlots(t *testing.T) {
 // to Retry.Max of them (100 × up to 24 h of backoff), which is what an
 // operator pausing a failing job wants to stop.
 func TestPausedJobIsNotRetried(t *testing.T) {
+	synctest.Test(t, pausedJobIsNotRetried)
+}
+
+// pausedJobIsNotRetried is TestPausedJobIsNotRetried inside a synctest
+// bubble: the 1.5 s after the pause (five backoffs, 75 sweeps) are
+// virtual time, so every retry the code would start has started when it
+// asserts, however loaded the machine.
+func pausedJobIsNotRetried(t *testing.T) {
 	b := memory.New()
 	t.Cleanup(func() { b.Close() })
 	var l attemptLog
@@ -170,7 +179,8 @@ func TestPausedJobIsNotRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	pausedAt := time.Now()
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // virtual
+	synctest.Wait()
 	seen, _ := l.snapshot()
 	var after []int
 	for _, a := range seen {
