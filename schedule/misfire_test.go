@@ -217,7 +217,16 @@ func pauseAppliesMisfirePolicy(t *testing.T, policy schedule.Misfire, wantLate i
 // skip, and the instants after them run when the backend's clock says they
 // are due, one at a time (claims ahead of it are refused as too early).
 // Before, each jumped-over instant was claimed at once and then run.
+//
+// It runs in a synctest bubble, so how late a run started (asserted
+// below) is virtual time, not how loaded the machine was.
 func TestClockStepForwardSkipsMisfires(t *testing.T) {
+	synctest.Test(t, clockStepForwardSkipsMisfires)
+}
+
+// clockStepForwardSkipsMisfires is TestClockStepForwardSkipsMisfires inside
+// its bubble.
+func clockStepForwardSkipsMisfires(t *testing.T) {
 	const grace, step = 200 * time.Millisecond, 3 * time.Second
 	clock := newStallClock(t)
 	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
@@ -267,16 +276,25 @@ func TestMisfireGraceValidated(t *testing.T) {
 }
 
 // stalledSend holds the first Claim back before sending it, as a process
-// paused between deciding to claim and its request leaving does.
+// paused between deciding to claim and its request leaving does; claims
+// made meanwhile wait for it. (A channel, not a sync.Once: a goroutine
+// blocked in Once.Do is not durably blocked, and would stall a synctest
+// bubble's clock.)
 type stalledSend struct {
 	backend.Backend
-	hold time.Duration
-	once sync.Once
+	hold     time.Duration
+	first    atomic.Bool
+	released chan struct{} // closed when the first claim was let go
 }
 
 func (b *stalledSend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
 	if req.Job == "tick" {
-		b.once.Do(func() { time.Sleep(b.hold) })
+		if b.first.CompareAndSwap(false, true) {
+			time.Sleep(b.hold)
+			close(b.released)
+		} else {
+			<-b.released
+		}
 	}
 	return b.Backend.Claim(ctx, req)
 }
@@ -285,10 +303,19 @@ func (b *stalledSend) Claim(ctx context.Context, req backend.ClaimRequest) (back
 // job's misfire window before it is sent: the ledger refuses it (the
 // backend's clock says it is a misfire), so the occurrence is neither
 // recorded nor run, and the scheduler reports a misfire.
+//
+// It runs in a synctest bubble: the hold and the lateness asserted are
+// virtual time.
 func TestLedgerRefusesClaimOlderThanMisfireWindow(t *testing.T) {
+	synctest.Test(t, ledgerRefusesClaimOlderThanMisfireWindow)
+}
+
+// ledgerRefusesClaimOlderThanMisfireWindow is
+// TestLedgerRefusesClaimOlderThanMisfireWindow inside its bubble.
+func ledgerRefusesClaimOlderThanMisfireWindow(t *testing.T) {
 	mem := memory.New()
 	var misfires atomic.Int64
-	s := newScheduler(t, &stalledSend{Backend: mem, hold: 1500 * time.Millisecond}, "a",
+	s := newScheduler(t, &stalledSend{Backend: mem, hold: 1500 * time.Millisecond, released: make(chan struct{})}, "a",
 		schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
 			if ev.Kind == schedule.EventMisfire && errors.Is(ev.Err, backend.ErrTooLate) {
 				misfires.Add(1)
