@@ -63,7 +63,14 @@ func TestSweepRecoversExpiredRunsPastPagesOfOneInstant(t *testing.T) {
 		claim(o.job, o.at)
 	}
 	claim("not-registered", shared)
-	time.Sleep(200 * time.Millisecond) // every lease above has expired (150 ms)
+	waitUntil(t, 10*time.Second, "every lease above has expired (150 ms)", func() bool {
+		for _, o := range append(dead, occ{"not-registered", shared}) {
+			if r, err := b.GetRun(ctx, o.job, o.at); err != nil || !r.Expired {
+				return false
+			}
+		}
+		return true
+	})
 
 	s, err := New(b, WithInstance("sweeper"), WithSweepEvery(20*time.Millisecond))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -39,7 +40,7 @@ func (c *concurrency) leave() { c.cur.Add(-1) }
 // every one runs (Job.MisfireGrace documents that they start together).
 func TestPauseShorterThanGraceLosesNothing(t *testing.T) {
 	const period, grace = 100 * time.Millisecond, time.Second
-	clock := newStallClock()
+	clock := newStallClock(t)
 	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
 	var log startLog
 	var conc concurrency
@@ -90,9 +91,18 @@ func TestPauseShorterThanGraceLosesNothing(t *testing.T) {
 // the late ones are started by later loop iterations beside it, so a newer
 // instant starts before older caught-up ones and overlaps them (a 600 ms
 // job due every second never overlaps itself otherwise).
+//
+// It runs in a synctest bubble, and asserts once two instants due after
+// the resume have run (so every catch-up run before them has too).
 func TestRunAllCatchUpKeepsOrderAcrossLoop(t *testing.T) {
+	synctest.Test(t, runAllCatchUpKeepsOrderAcrossLoop)
+}
+
+// runAllCatchUpKeepsOrderAcrossLoop is TestRunAllCatchUpKeepsOrderAcrossLoop
+// inside its bubble.
+func runAllCatchUpKeepsOrderAcrossLoop(t *testing.T) {
 	const period, grace = time.Second, 200 * time.Millisecond
-	clock := newStallClock()
+	clock := newStallClock(t)
 	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
 	var log startLog
 	var conc concurrency
@@ -115,7 +125,15 @@ func TestRunAllCatchUpKeepsOrderAcrossLoop(t *testing.T) {
 	untilPhase(period, 500*time.Millisecond)
 	resumed := time.Now()
 	clock.Resume()
-	time.Sleep(5 * period)
+	waitFor(t, 10*period, "two instants due after the resume ran", func() bool {
+		n := 0
+		for _, r := range log.all() {
+			if r.at.After(resumed) {
+				n++
+			}
+		}
+		return n >= 2
+	})
 	var after []started
 	for _, r := range log.all() {
 		if r.from.After(resumed) {
@@ -139,7 +157,16 @@ func TestRunAllCatchUpKeepsOrderAcrossLoop(t *testing.T) {
 // sends MaxLate = MisfireWindow + tolerance after the jitter delay, so any
 // jitter drawn above that is refused by the ledger as ErrTooLate and the
 // occurrence never runs. Validation accepts Jitter > MisfireWindow.
+//
+// It runs in a synctest bubble and asserts once ten occurrences were
+// judged (run or refused), rather than after a fixed 5 s.
 func TestJitterBeyondMisfireWindowStillRuns(t *testing.T) {
+	synctest.Test(t, jitterBeyondMisfireWindowStillRuns)
+}
+
+// jitterBeyondMisfireWindowStillRuns is TestJitterBeyondMisfireWindowStillRuns
+// inside its bubble.
+func jitterBeyondMisfireWindowStillRuns(t *testing.T) {
 	var tooLate atomic.Int64
 	var ran atomic.Int64
 	s := newScheduler(t, memory.New(), "a", schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
@@ -153,7 +180,7 @@ func TestJitterBeyondMisfireWindowStillRuns(t *testing.T) {
 		t.Fatalf("Register: %v (a validation error would also be a fix)", err)
 	}
 	start(t, s)
-	time.Sleep(5 * time.Second)
+	waitFor(t, 20*time.Second, "ten occurrences run or refused", func() bool { return ran.Load()+tooLate.Load() >= 10 })
 	if n := tooLate.Load(); n > 0 {
 		t.Errorf("%d jittered occurrences refused by the ledger as too late (%d ran): jitter is counted as lateness by MaxLate", n, ran.Load())
 	}
@@ -215,7 +242,16 @@ func (b *slowHighWater) HighWater(ctx context.Context, job string) (time.Time, s
 // finds the instants since then late and misfire() starts a second
 // catch-up goroutine beside the first: under run-all, up to 2×MaxCatchUp
 // late runs, two at once.
+//
+// It runs in a synctest bubble: the 6 s nobody is alive are virtual, and
+// it asserts once two instants due after the slow read returned ran.
 func TestStartupCatchUpAndLoopMisfireShareTheBound(t *testing.T) {
+	synctest.Test(t, startupCatchUpAndLoopMisfireShareTheBound)
+}
+
+// startupCatchUpAndLoopMisfireShareTheBound is
+// TestStartupCatchUpAndLoopMisfireShareTheBound inside its bubble.
+func startupCatchUpAndLoopMisfireShareTheBound(t *testing.T) {
 	mem := memory.New()
 	job := func(log *startLog, conc *concurrency) schedule.Job {
 		return schedule.Job{Name: "tick", Schedule: "@every 1s", Misfire: schedule.MisfireRunAll, MisfireGrace: 200 * time.Millisecond, MaxCatchUp: 2,
@@ -252,7 +288,15 @@ func TestStartupCatchUpAndLoopMisfireShareTheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, s2)
-	time.Sleep(6 * time.Second)
+	waitFor(t, 20*time.Second, "two instants due after the slow read returned ran", func() bool {
+		n := 0
+		for _, r := range log2.all() {
+			if r.at.After(up.Add(3 * time.Second)) {
+				n++
+			}
+		}
+		return n >= 2
+	})
 	var late []time.Time
 	for _, r := range log2.all() {
 		if r.at.After(down) && r.at.Before(up.Add(3*time.Second)) { // due before the slow read returned: caught up
@@ -300,7 +344,7 @@ func (b *misfireFinishFails) Finish(ctx context.Context, job string, at time.Tim
 // with no log line at Warn and no EventMisfire — misfires_total stays 0.
 func TestEveryInstanceLateWakeUpIsReported(t *testing.T) {
 	const period = time.Second
-	clock := newStallClock()
+	clock := newStallClock(t)
 	var misfires atomic.Int64
 	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock), schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
 		if ev.Kind == schedule.EventMisfire {

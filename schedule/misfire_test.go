@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -18,16 +19,22 @@ import (
 // process: while stalled no timer it handed out fires; on Resume the
 // overdue ones fire at once, as after SIGCONT. Step moves Now, as a wall
 // clock step does (timers keep their real durations, as Go's do).
+//
+// Its timers end when the test does (after the schedulers' shutdown,
+// which the test registered later), so none outlives a synctest bubble.
 type stallClock struct {
 	mu     sync.Mutex
 	gate   chan struct{} // closed while running
 	offset time.Duration
+	done   chan struct{} // closed when the test ends
 }
 
-func newStallClock() *stallClock {
+func newStallClock(t *testing.T) *stallClock {
 	g := make(chan struct{})
 	close(g)
-	return &stallClock{gate: g}
+	c := &stallClock{gate: g, done: make(chan struct{})}
+	t.Cleanup(func() { close(c.done) })
+	return c
 }
 
 func (c *stallClock) Now() time.Time {
@@ -39,12 +46,22 @@ func (c *stallClock) Now() time.Time {
 func (c *stallClock) After(d time.Duration) <-chan time.Time {
 	ch := make(chan time.Time, 1)
 	go func() {
-		<-time.After(d)
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		select {
+		case <-tm.C:
+		case <-c.done:
+			return
+		}
 		for {
 			c.mu.Lock()
 			g := c.gate
 			c.mu.Unlock()
-			<-g
+			select {
+			case <-g:
+			case <-c.done:
+				return
+			}
 			c.mu.Lock()
 			open := g == c.gate
 			c.mu.Unlock()
@@ -123,8 +140,12 @@ func untilPhase(period, phase time.Duration) {
 // of a 1 s job and resumes it 600 ms after an instant (late beyond the
 // 200 ms grace): the missed instants are misfires. Before, all of them
 // started at once on resume, whatever the policy.
+//
+// Each policy runs in a synctest bubble: the stall, the job's 50 ms and
+// the lateness measured are virtual time, so what is asserted (which
+// instants ran, in what order, how late by the job's clock) does not
+// depend on how loaded the machine is.
 func TestPauseAppliesMisfirePolicy(t *testing.T) {
-	const period, grace = time.Second, 200 * time.Millisecond
 	for _, tc := range []struct {
 		policy schedule.Misfire
 		late   int // runs expected among the missed instants
@@ -135,52 +156,59 @@ func TestPauseAppliesMisfirePolicy(t *testing.T) {
 	} {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			t.Parallel()
-			clock := newStallClock()
-			s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
-			var log startLog
-			err := s.Register(schedule.Job{Name: "tick", Schedule: "@every 1s", Misfire: tc.policy, MisfireGrace: grace, MaxCatchUp: 2,
-				Func: func(ctx context.Context, r schedule.Run) error {
-					from := time.Now()
-					late := clock.Now().Sub(r.ScheduledAt)
-					time.Sleep(50 * time.Millisecond)
-					log.add(started{at: r.ScheduledAt, late: late, from: from, to: time.Now()})
-					return nil
-				}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			start(t, s)
-			stalledAt, resumed := stallAcross(clock, period, 3)
-			// Two more instants on time after the resume.
-			waitFor(t, 5*time.Second, "two on-time runs after the resume", func() bool {
-				n := 0
-				for _, r := range log.all() {
-					if r.at.After(resumed) {
-						n++
-					}
-				}
-				return n >= 2
-			})
-			var late []started
-			for _, r := range log.all() {
-				if r.at.After(stalledAt) && r.at.Before(resumed) {
-					late = append(late, r)
-				} else if r.late > grace {
-					t.Errorf("on-time instant %v started %v late (grace %v)", r.at, r.late, grace)
-				}
-			}
-			if len(late) != tc.late {
-				t.Fatalf("policy %s: %d of the missed instants ran, want %d: %+v", tc.policy, len(late), tc.late, late)
-			}
-			for i := 1; i < len(late); i++ { // run-all: in order, one after another
-				if !late[i].at.After(late[i-1].at) || late[i].from.Before(late[i-1].to) {
-					t.Errorf("catch-up runs out of order or overlapping: %+v", late)
-				}
-			}
-			if tc.late > 0 && !late[len(late)-1].at.After(resumed.Add(-period)) {
-				t.Errorf("the latest missed instant was not among those run: %+v (resumed %v)", late, resumed)
-			}
+			synctest.Test(t, func(t *testing.T) { pauseAppliesMisfirePolicy(t, tc.policy, tc.late) })
 		})
+	}
+}
+
+// pauseAppliesMisfirePolicy is one case of TestPauseAppliesMisfirePolicy,
+// run inside a bubble.
+func pauseAppliesMisfirePolicy(t *testing.T, policy schedule.Misfire, wantLate int) {
+	const period, grace = time.Second, 200 * time.Millisecond
+	clock := newStallClock(t)
+	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
+	var log startLog
+	err := s.Register(schedule.Job{Name: "tick", Schedule: "@every 1s", Misfire: policy, MisfireGrace: grace, MaxCatchUp: 2,
+		Func: func(ctx context.Context, r schedule.Run) error {
+			from := time.Now()
+			late := clock.Now().Sub(r.ScheduledAt)
+			time.Sleep(50 * time.Millisecond)
+			log.add(started{at: r.ScheduledAt, late: late, from: from, to: time.Now()})
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	stalledAt, resumed := stallAcross(clock, period, 3)
+	// Two more instants on time after the resume.
+	waitFor(t, 5*time.Second, "two on-time runs after the resume", func() bool {
+		n := 0
+		for _, r := range log.all() {
+			if r.at.After(resumed) {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	var late []started
+	for _, r := range log.all() {
+		if r.at.After(stalledAt) && r.at.Before(resumed) {
+			late = append(late, r)
+		} else if r.late > grace {
+			t.Errorf("on-time instant %v started %v late (grace %v)", r.at, r.late, grace)
+		}
+	}
+	if len(late) != wantLate {
+		t.Fatalf("policy %s: %d of the missed instants ran, want %d: %+v", policy, len(late), wantLate, late)
+	}
+	for i := 1; i < len(late); i++ { // run-all: in order, one after another
+		if !late[i].at.After(late[i-1].at) || late[i].from.Before(late[i-1].to) {
+			t.Errorf("catch-up runs out of order or overlapping: %+v", late)
+		}
+	}
+	if wantLate > 0 && !late[len(late)-1].at.After(resumed.Add(-period)) {
+		t.Errorf("the latest missed instant was not among those run: %+v (resumed %v)", late, resumed)
 	}
 }
 
@@ -189,9 +217,18 @@ func TestPauseAppliesMisfirePolicy(t *testing.T) {
 // skip, and the instants after them run when the backend's clock says they
 // are due, one at a time (claims ahead of it are refused as too early).
 // Before, each jumped-over instant was claimed at once and then run.
+//
+// It runs in a synctest bubble, so how late a run started (asserted
+// below) is virtual time, not how loaded the machine was.
 func TestClockStepForwardSkipsMisfires(t *testing.T) {
+	synctest.Test(t, clockStepForwardSkipsMisfires)
+}
+
+// clockStepForwardSkipsMisfires is TestClockStepForwardSkipsMisfires inside
+// its bubble.
+func clockStepForwardSkipsMisfires(t *testing.T) {
 	const grace, step = 200 * time.Millisecond, 3 * time.Second
-	clock := newStallClock()
+	clock := newStallClock(t)
 	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
 	var log startLog
 	err := s.Register(schedule.Job{Name: "tick", Schedule: "@every 100ms", MisfireGrace: grace,
@@ -239,16 +276,25 @@ func TestMisfireGraceValidated(t *testing.T) {
 }
 
 // stalledSend holds the first Claim back before sending it, as a process
-// paused between deciding to claim and its request leaving does.
+// paused between deciding to claim and its request leaving does; claims
+// made meanwhile wait for it. (A channel, not a sync.Once: a goroutine
+// blocked in Once.Do is not durably blocked, and would stall a synctest
+// bubble's clock.)
 type stalledSend struct {
 	backend.Backend
-	hold time.Duration
-	once sync.Once
+	hold     time.Duration
+	first    atomic.Bool
+	released chan struct{} // closed when the first claim was let go
 }
 
 func (b *stalledSend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
 	if req.Job == "tick" {
-		b.once.Do(func() { time.Sleep(b.hold) })
+		if b.first.CompareAndSwap(false, true) {
+			time.Sleep(b.hold)
+			close(b.released)
+		} else {
+			<-b.released
+		}
 	}
 	return b.Backend.Claim(ctx, req)
 }
@@ -257,10 +303,19 @@ func (b *stalledSend) Claim(ctx context.Context, req backend.ClaimRequest) (back
 // job's misfire window before it is sent: the ledger refuses it (the
 // backend's clock says it is a misfire), so the occurrence is neither
 // recorded nor run, and the scheduler reports a misfire.
+//
+// It runs in a synctest bubble: the hold and the lateness asserted are
+// virtual time.
 func TestLedgerRefusesClaimOlderThanMisfireWindow(t *testing.T) {
+	synctest.Test(t, ledgerRefusesClaimOlderThanMisfireWindow)
+}
+
+// ledgerRefusesClaimOlderThanMisfireWindow is
+// TestLedgerRefusesClaimOlderThanMisfireWindow inside its bubble.
+func ledgerRefusesClaimOlderThanMisfireWindow(t *testing.T) {
 	mem := memory.New()
 	var misfires atomic.Int64
-	s := newScheduler(t, &stalledSend{Backend: mem, hold: 1500 * time.Millisecond}, "a",
+	s := newScheduler(t, &stalledSend{Backend: mem, hold: 1500 * time.Millisecond, released: make(chan struct{})}, "a",
 		schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
 			if ev.Kind == schedule.EventMisfire && errors.Is(ev.Err, backend.ErrTooLate) {
 				misfires.Add(1)
@@ -300,10 +355,31 @@ func TestLedgerRefusesClaimOlderThanMisfireWindow(t *testing.T) {
 // ledger's it is 2 s late. Under policy skip the ledger refuses such
 // claims (MaxLate is the grace), so nothing starts later than its grace in
 // real time. Before, each ran 2 s late.
+//
+// It runs in a synctest bubble (the ledger's clock and the scheduler's
+// are virtual time) and keeps the clock behind until five instants that
+// came due by it were judged - refused by the ledger, or run - rather
+// than for a fixed while: the assertion below then has those five to
+// judge, whichever way the code goes.
 func TestClockBehindSkipsByTheLedgersClock(t *testing.T) {
-	const grace = 200 * time.Millisecond
-	clock := newStallClock()
-	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
+	synctest.Test(t, clockBehindSkipsByTheLedgersClock)
+}
+
+// clockBehindSkipsByTheLedgersClock is TestClockBehindSkipsByTheLedgersClock
+// inside its bubble.
+func clockBehindSkipsByTheLedgersClock(t *testing.T) {
+	const grace, behind = 200 * time.Millisecond, 2 * time.Second
+	clock := newStallClock(t)
+	var mu sync.Mutex
+	var refused []time.Time // instants the ledger refused as too late
+	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock),
+		schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
+			if ev.Kind == schedule.EventMisfire && errors.Is(ev.Err, backend.ErrTooLate) {
+				mu.Lock()
+				refused = append(refused, ev.ScheduledAt)
+				mu.Unlock()
+			}
+		})))
 	var log startLog
 	err := s.Register(schedule.Job{Name: "tick", Schedule: "@every 100ms", MisfireGrace: grace,
 		Func: func(ctx context.Context, r schedule.Run) error {
@@ -315,13 +391,25 @@ func TestClockBehindSkipsByTheLedgersClock(t *testing.T) {
 	}
 	start(t, s)
 	waitFor(t, 5*time.Second, "runs before the step", func() bool { return len(log.all()) >= 3 })
-	clock.Step(-2 * time.Second)
+	clock.Step(-behind)
 	stepped := time.Now()
-	time.Sleep(3 * time.Second)
-	clock.Step(2 * time.Second)
+	judged := func() int { // instants that came due by the behind clock, refused or run
+		mu.Lock()
+		n := len(refused)
+		mu.Unlock()
+		for _, r := range log.all() {
+			if r.from.After(stepped) {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 10*time.Second, "five instants due by the behind clock judged (refused or run)", func() bool { return judged() >= 5 })
+	clock.Step(behind)
+	righted := time.Now()
 	waitFor(t, 5*time.Second, "runs after the clock is right again", func() bool {
 		for _, r := range log.all() {
-			if r.from.After(stepped.Add(3 * time.Second)) {
+			if r.from.After(righted) {
 				return true
 			}
 		}
@@ -329,7 +417,7 @@ func TestClockBehindSkipsByTheLedgersClock(t *testing.T) {
 	})
 	for _, r := range log.all() {
 		if r.late > grace+100*time.Millisecond {
-			t.Errorf("instant %v started %v late in real time (grace %v)", r.at, r.late, grace)
+			t.Errorf("instant %v started %v late by the ledger's clock (grace %v)", r.at, r.late, grace)
 		}
 	}
 }

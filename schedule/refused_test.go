@@ -3,6 +3,7 @@ package schedule_test
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -18,7 +19,17 @@ import (
 // an occurrence of the new version whose runner died (and with Retry,
 // every retry of a failed run is such a reclaim). The reclaim even records
 // the refused version on the occurrence.
+//
+// It runs in a synctest bubble: the wait for the new version's switch and
+// the second the dead runner's lease is left to lapse are virtual time, so
+// the refused instance's sweeper (every 50 ms) surely ran through it.
 func TestRefusedVersionRunsNothing(t *testing.T) {
+	synctest.Test(t, refusedVersionRunsNothing)
+}
+
+// refusedVersionRunsNothing is TestRefusedVersionRunsNothing inside its
+// bubble.
+func refusedVersionRunsNothing(t *testing.T) {
 	b := memory.New()
 	t.Cleanup(func() { b.Close() })
 	l := schedule.NamespaceLedger(b, "default")
@@ -38,7 +49,18 @@ func TestRefusedVersionRunsNothing(t *testing.T) {
 	waitFor(t, 5*time.Second, "old version recorded", func() bool { return len(versionRecords(t, l, "job")) == 1 })
 	newer := mk("new", "@every 2h")
 	waitFor(t, 5*time.Second, "new version recorded", func() bool { return len(versionRecords(t, l, "job")) == 2 })
-	time.Sleep(1500 * time.Millisecond) // past the settle: the new version applies
+	waitFor(t, 10*time.Second, "past the settle time (1 s) of the new version's record", func() bool {
+		recs, err := l.ListRuns(context.Background(), backend.RunFilter{Job: "job!version"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.SpecVersion == newSpec.Version() && time.Since(r.ClaimedAt) > time.Second {
+				return true
+			}
+		}
+		return false
+	})
 	_ = old.Shutdown(context.Background())
 	_ = newer.Shutdown(context.Background())
 	restarted := mk("old-again", "@every 1h")
@@ -60,7 +82,8 @@ func TestRefusedVersionRunsNothing(t *testing.T) {
 		Owner: backend.Owner{Instance: "dead", Nonce: backend.NewNonce()}, TTL: 50 * time.Millisecond, MaxEarly: 3 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // expired; the refused instance sweeps every 50 ms
+	time.Sleep(time.Second) // virtual: expired, and the refused instance swept (every 50 ms) past it many times
+	synctest.Wait()
 	if got := fx.get(x); len(got) > 0 {
 		rec, _ := l.GetRun(context.Background(), "job", x)
 		t.Errorf("the refused instance reclaimed occurrence %s of the new version and ran its old function (attempt %d on %s); the ledger now records version %q (refused is %q)",

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -148,6 +149,14 @@ func TestHeldRetriesLeaveClaimSlots(t *testing.T) {
 // to Retry.Max of them (100 × up to 24 h of backoff), which is what an
 // operator pausing a failing job wants to stop.
 func TestPausedJobIsNotRetried(t *testing.T) {
+	synctest.Test(t, pausedJobIsNotRetried)
+}
+
+// pausedJobIsNotRetried is TestPausedJobIsNotRetried inside a synctest
+// bubble: the 1.5 s after the pause (five backoffs, 75 sweeps) are
+// virtual time, so every retry the code would start has started when it
+// asserts, however loaded the machine.
+func pausedJobIsNotRetried(t *testing.T) {
 	b := memory.New()
 	t.Cleanup(func() { b.Close() })
 	var l attemptLog
@@ -170,7 +179,8 @@ func TestPausedJobIsNotRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	pausedAt := time.Now()
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // virtual
+	synctest.Wait()
 	seen, _ := l.snapshot()
 	var after []int
 	for _, a := range seen {
@@ -299,15 +309,19 @@ func TestRefusedTriggerKeepsKeyOnSlowClaim(t *testing.T) {
 			return nil
 		}})
 	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	if _, err := s.TriggerRun(context.Background(), "j", "first"); err != nil {
+	first, err := s.TriggerRun(context.Background(), "j", "first")
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.TriggerRun(context.Background(), "j", "second")
+	_, err = s.TriggerRun(context.Background(), "j", "second")
 	if !errors.Is(err, backend.ErrOverlap) {
 		t.Fatalf("trigger at the limit: %v, want ErrOverlap", err)
 	}
 	once.Do(func() { close(release) })
-	time.Sleep(300 * time.Millisecond) // the first run finished
+	waitUntil(t, 10*time.Second, "the first run finished", func() bool {
+		r, err := m.GetRun(context.Background(), LedgerJob(s.cfg.namespace, "j"), first.ScheduledAt)
+		return err == nil && r.State == backend.Succeeded
+	})
 	if _, err := s.TriggerRun(context.Background(), "j", "second"); err != nil {
 		t.Fatalf("retrying a key whose trigger was refused at the limit (nothing ran under it): %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -76,7 +77,10 @@ func TestRollingUpgradeWithOldBinaryKeepsNewVersion(t *testing.T) {
 	// Host 2 is then upgraded: same config, new binary.
 	n2 := mk("host2-new")
 	start(t, n2)
-	time.Sleep(500 * time.Millisecond)
+	waitFor(t, 10*time.Second, "host 2 refused or recorded its version", func() bool {
+		js := n2.JobStatuses(0)
+		return len(js) == 1 && (js[0].VersionRefused || js[0].CurrentVersion == js[0].Version)
+	})
 	js := n2.JobStatuses(0)
 	if len(js) == 1 && js[0].VersionRefused {
 		t.Fatalf("a new-binary instance with an unchanged config is REFUSED (version %s, current %s = the old binary's hash): "+
@@ -124,7 +128,16 @@ func (b *barrierLedger) ListRuns(ctx context.Context, f backend.RunFilter) ([]ba
 // but only the history says so: no "job!superseded!B" mark exists. Once
 // prune removes the history, an instance restarted with B records B again
 // and takes the job back from C, which the forward-only rule forbids.
+//
+// It runs in a synctest bubble: the waits for the switch instants to pass
+// and for the restarted loser to judge its version are on virtual time.
 func TestConcurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
+	synctest.Test(t, concurrentDeploysThenPruneLoserStaysRefused)
+}
+
+// concurrentDeploysThenPruneLoserStaysRefused is
+// TestConcurrentDeploysThenPruneLoserStaysRefused inside its bubble.
+func concurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
 	mem := memory.New()
 	bl := &barrierLedger{Backend: mem, release: make(chan struct{})}
 	l := schedule.NamespaceLedger(mem, "default")
@@ -165,7 +178,18 @@ func TestConcurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
 	if err := y.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second) // past both switches
+	waitFor(t, 10*time.Second, "past both switches", func() bool {
+		recs, err := l.ListRuns(context.Background(), backend.RunFilter{Job: "job!version"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if !r.ScheduledAt.Before(time.Now()) {
+				return false
+			}
+		}
+		return len(recs) > 0
+	})
 	if _, err := mem.Prune(context.Background(), time.Now().Add(time.Hour), 10000); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +202,13 @@ func TestConcurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
 	}
 	again := mk("loser-again", loserSpec)
 	start(t, again)
-	time.Sleep(500 * time.Millisecond)
+	// The restarted loser judges its version once: it refuses it, or it
+	// records it and takes the job back (the bug). Either shows in its
+	// status; what the ledger then holds says which.
+	waitFor(t, 10*time.Second, "the restarted loser refused or recorded its version", func() bool {
+		js := again.JobStatuses(0)
+		return len(js) == 1 && (js[0].VersionRefused || js[0].CurrentVersion == js[0].Version)
+	})
 	if got := versionRecords(t, l, "job"); len(got) > 0 && got[len(got)-1] != winner {
 		t.Fatalf("the replaced version %s took the job back from %s after prune: recorded %v", loser.Version(), winner, got)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/url"
@@ -48,7 +49,12 @@ func TestStatusSendsGeneratedTokenToOtherListener(t *testing.T) {
 	}
 	r := e.run("status", "--config", cfg)
 	t.Logf("status: %d %s", r.code, r.stderr)
-	time.Sleep(50 * time.Millisecond)
+	// Every request status sent has been handled once Shutdown returns.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatalf("the listener on 127.0.0.1:7070 did not finish its requests: %v", err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if strings.Contains(got, secret) {
