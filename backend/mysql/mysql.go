@@ -423,11 +423,16 @@ func probeFoundRows(ctx context.Context, conn *sql.Conn) error {
 // with ErrClosed.
 func (b *Backend) Close() error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
+		b.mu.Unlock()
 		return nil
 	}
 	b.closed = true
+	// Every call has left (they hold mu's read side). The rest runs without
+	// mu, so that a call made meanwhile gets ErrClosed at once rather than
+	// wait for a statement's close, which waits for the connections it was
+	// prepared on (the application's, with a *sql.DB given to New).
+	b.mu.Unlock()
 	b.stmts.closeAll()
 	if !b.ownsDB {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+	"time"
 )
 
 // stmtCache holds the claim path's prepared statements. The driver
@@ -54,26 +55,36 @@ func (b *Backend) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 // waits for every connection it was prepared on to be free, and one of them
 // may be a claim's transaction waiting on a row lock whose holder waits for
 // mu in execIn — a cycle through the server that only InnoDB's 50 s lock
-// wait timeout broke (TestStatementCloseUnderLoadDoesNotStallClaims).
+// wait timeout broke (TestFirstClaimsOfOneJobDoNotStall).
 func (c *stmtCache) put(query string, s *sql.Stmt) (*sql.Stmt, error) {
 	c.mu.Lock()
 	prev, closed := c.m[query], c.closed
-	if prev == nil && !closed {
+	keep := prev == nil && !closed
+	if keep {
 		if c.m == nil {
 			c.m = map[string]*sql.Stmt{}
 		}
 		c.m[query] = s
 	}
+	if !closed && !keep {
+		c.wg.Add(1) // closeAll waits for this close too
+	}
 	c.mu.Unlock()
 	switch {
-	case prev != nil: // prepared meanwhile
-		s.Close()
-		return prev, nil
+	case keep:
+		return s, nil
 	case closed:
 		s.Close()
 		return nil, sql.ErrConnDone
 	}
-	return s, nil
+	// Prepared meanwhile. The duplicate is closed in the background: its
+	// close may wait for a connection busy in another claim's transaction,
+	// and this claim has no reason to wait for that.
+	go func() {
+		defer c.wg.Done()
+		s.Close()
+	}()
+	return prev, nil
 }
 
 // closeAll closes the cached statements, cancels the background prepares
@@ -119,6 +130,11 @@ func (b *Backend) execIn(ctx context.Context, tx *sql.Tx, query string, args ...
 	return tx.StmtContext(ctx, s).ExecContext(ctx, args...)
 }
 
+// backgroundPrepareTimeout bounds a background prepare, so that a hung one
+// does not keep its statement uncached (and a pool connection taken) until
+// Close.
+const backgroundPrepareTimeout = 30 * time.Second
+
 // prepareInBackground prepares query on the pool for execIn and caches it.
 // A failed prepare leaves the statement to the next claim to try again (it
 // runs unprepared meanwhile, no worse).
@@ -133,7 +149,9 @@ func (b *Backend) prepareInBackground(query string) {
 	if c.preparing != nil {
 		c.preparing(query)
 	}
-	s, err := b.db.PrepareContext(c.ctx, query)
+	ctx, cancel := context.WithTimeout(c.ctx, backgroundPrepareTimeout)
+	defer cancel()
+	s, err := b.db.PrepareContext(ctx, query)
 	if err != nil {
 		return
 	}
