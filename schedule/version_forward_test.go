@@ -93,10 +93,11 @@ func TestRollingUpgradeWithOldBinaryKeepsNewVersion(t *testing.T) {
 // for each other, as two instances deploying at the same moment do.
 type barrierLedger struct {
 	backend.Backend
-	mu      sync.Mutex
-	armed   bool
-	n       int
-	release chan struct{}
+	mu       sync.Mutex
+	armed    bool
+	n        int
+	release  chan struct{}
+	timedOut bool // a read gave up waiting: the deploys did not meet
 }
 
 func (b *barrierLedger) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
@@ -115,6 +116,9 @@ func (b *barrierLedger) ListRuns(ctx context.Context, f backend.RunFilter) ([]ba
 			select {
 			case <-b.release:
 			case <-time.After(5 * time.Second):
+				b.mu.Lock()
+				b.timedOut = true
+				b.mu.Unlock()
 			}
 		}
 	}
@@ -166,6 +170,12 @@ func concurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
 	start(t, x)
 	start(t, y)
 	waitFor(t, 10*time.Second, "both new versions recorded", func() bool { return len(versionRecords(t, l, "job")) == 3 })
+	bl.mu.Lock()
+	timedOut := bl.timedOut
+	bl.mu.Unlock()
+	if timedOut { // in virtual time the fallback is instant: say so, or the race is not reproduced
+		t.Fatal("the two deploys did not meet at the barrier: the test ran them one after the other")
+	}
 	got := versionRecords(t, l, "job")
 	loser, loserSpec := bSpec, "@every 130ms"
 	if got[2] == bSpec.Version() {

@@ -97,8 +97,8 @@
 //
 // # Constructors
 //
-// Open (a zk:// URL), OpenConfig (a Config) and New (a server list) take the
-// same Options and each makes a session the backend owns; Close closes it.
+// Open (a zk:// URL) and New (a server list) take Options, OpenConfig a
+// Config; each makes a session the backend owns, and Close closes it.
 // There is no New over a *zk.Conn the caller keeps, unlike the other
 // backends: only closing the backend's own session ends at once every node
 // it created or may have created, and the granted session timeout that caps
@@ -362,8 +362,11 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	}
 }
 
-// Close closes the session: ZooKeeper deletes its ephemeral nodes (locks
-// and runners' leases) at once.
+// Close closes the session. When the close request reaches the server
+// (Close waits for its reply for at most 1 s), ZooKeeper deletes the
+// session's ephemeral nodes (locks and runners' leases) at once; when it
+// does not (the client is cut off), they go when the session expires,
+// within SessionTimeout.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
