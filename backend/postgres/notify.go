@@ -26,6 +26,13 @@ type notifier struct {
 	done    chan struct{}      // closed when the receive loop ends
 	waiters map[string]map[*waiter]struct{}
 	closed  bool
+
+	// dialing is held by the one listen that connects; the others wait
+	// for it with their own context (not on mu, which no context bounds).
+	dialing chan struct{}
+	// acquiring, if set, is called before listen asks the pool for a
+	// connection (tests).
+	acquiring func()
 }
 
 type waiter struct {
@@ -38,7 +45,7 @@ type waiter struct {
 func (w *waiter) fire() { w.once.Do(func() { close(w.ch) }) }
 
 func newNotifier(b *Backend) *notifier {
-	return &notifier{b: b, waiters: map[string]map[*waiter]struct{}{}}
+	return &notifier{b: b, waiters: map[string]map[*waiter]struct{}{}, dialing: make(chan struct{}, 1)}
 }
 
 // listen makes sure the LISTEN connection is up. It returns once LISTEN has
@@ -46,12 +53,31 @@ func newNotifier(b *Backend) *notifier {
 // reaches the receive loop.
 func (n *notifier) listen(ctx context.Context) error {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
+	closed, up := n.closed, n.conn != nil
+	n.mu.Unlock()
+	switch {
+	case closed:
 		return backend.ErrClosed
-	}
-	if n.conn != nil {
+	case up:
 		return nil
+	}
+	select {
+	case n.dialing <- struct{}{}:
+	case <-ctx.Done():
+		return dbErr(ctx, "listen: wait for the connect in flight", ctx.Err())
+	}
+	defer func() { <-n.dialing }()
+	n.mu.Lock()
+	closed, up = n.closed, n.conn != nil // the connect we waited for may have done it
+	n.mu.Unlock()
+	switch {
+	case closed:
+		return backend.ErrClosed
+	case up:
+		return nil
+	}
+	if n.acquiring != nil {
+		n.acquiring()
 	}
 	pc, err := n.b.pool.Acquire(ctx)
 	if err != nil {
@@ -62,9 +88,16 @@ func (n *notifier) listen(ctx context.Context) error {
 		conn.Close(context.Background())
 		return dbErr(ctx, "listen", err)
 	}
+	n.mu.Lock()
+	if n.closed { // closed while connecting
+		n.mu.Unlock()
+		conn.Close(context.Background())
+		return backend.ErrClosed
+	}
 	lctx, cancel := context.WithCancel(context.Background())
 	n.conn, n.cancel, n.done = conn, cancel, make(chan struct{})
 	go n.loop(lctx, conn, n.done)
+	n.mu.Unlock()
 	return nil
 }
 

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -206,5 +207,61 @@ func TestMigrateV1ToV2(t *testing.T) {
 	case <-ch:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no wake-up after the migration")
+	}
+}
+
+// TestWaitReturnsByItsContextWhileAnotherConnects: the first Wait connects
+// the LISTEN connection; while it waits for a pool connection (the pool is
+// exhausted), a second Wait with a short context returns when that context
+// ends, instead of queueing behind the first's connect for as long as the
+// first's context allows.
+func TestWaitReturnsByItsContextWhileAnotherConnects(t *testing.T) {
+	u, schema := freshSchema(t)
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	b, err := Open(context.Background(), u+sep+"pool_max_conns=1", WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	held, err := b.pool.Acquire(context.Background()) // the pool's only connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquiring := make(chan struct{}, 1)
+	b.n.acquiring = func() {
+		select {
+		case acquiring <- struct{}{}:
+		default:
+		}
+	}
+	first, cancelFirst := context.WithCancel(context.Background())
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := b.Wait(first, "k")
+		firstDone <- err
+	}()
+	defer func() { cancelFirst(); <-firstDone; held.Release() }()
+	select {
+	case <-acquiring: // the first Wait is taking a connection; the pool has none
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first Wait never asked the pool for a connection")
+	}
+	second, cancelSecond := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelSecond()
+	secondDone := make(chan error, 1)
+	go func() {
+		_, err := b.Wait(second, "k")
+		secondDone <- err
+	}()
+	select {
+	case err := <-secondDone:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("second Wait: %v, want its context's deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second Wait did not return by its context: it queued behind the first's connect")
 	}
 }
