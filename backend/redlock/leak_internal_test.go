@@ -25,36 +25,38 @@ type made struct {
 	opened  []*rb.Backend // Open's, each owning its connection
 }
 
-func record(t *testing.T) *made {
+// record returns the log and an Option that makes New or Open log what
+// they make.
+func record() (*made, Option) {
 	m := &made{}
-	pipe, watch, open := newPipe, newWatch, openNode
-	t.Cleanup(func() { newPipe, newWatch, openNode = pipe, watch, open })
-	newPipe = func(c goredis.UniversalClient) *redispipe.Pipe {
-		p := pipe(c)
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		m.pipes = append(m.pipes, p)
-		return p
-	}
-	newWatch = func(c goredis.UniversalClient, opts ...rb.Option) (*rb.Backend, error) {
-		w, err := watch(c, opts...)
-		if err == nil {
+	return m, func(c *config) {
+		pipe, watch, open := c.make.newPipe, c.make.newWatch, c.make.openNode
+		c.make.newPipe = func(cl goredis.UniversalClient) *redispipe.Pipe {
+			p := pipe(cl)
 			m.mu.Lock()
 			defer m.mu.Unlock()
-			m.watches = append(m.watches, w)
+			m.pipes = append(m.pipes, p)
+			return p
 		}
-		return w, err
-	}
-	openNode = func(ctx context.Context, u string, opts ...rb.Option) (*rb.Backend, error) {
-		w, err := open(ctx, u, opts...)
-		if err == nil {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			m.opened = append(m.opened, w)
+		c.make.newWatch = func(cl goredis.UniversalClient, opts ...rb.Option) (*rb.Backend, error) {
+			w, err := watch(cl, opts...)
+			if err == nil {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				m.watches = append(m.watches, w)
+			}
+			return w, err
 		}
-		return w, err
+		c.make.openNode = func(ctx context.Context, u string, opts ...rb.Option) (*rb.Backend, error) {
+			w, err := open(ctx, u, opts...)
+			if err == nil {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				m.opened = append(m.opened, w)
+			}
+			return w, err
+		}
 	}
-	return m
 }
 
 var probeScript = goredis.NewScript(`return 1`)
@@ -114,14 +116,14 @@ func TestFailedNewClosesWhatItMade(t *testing.T) {
 	}
 	dead := goredis.NewClient(&goredis.Options{Addr: deadAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { dead.Close() })
-	m := record(t)
+	m, rec := record()
 
-	if _, err := New(append(live[:2:2], nil)); !errors.Is(err, backend.ErrInvalid) {
+	if _, err := New(append(live[:2:2], nil), rec); !errors.Is(err, backend.ErrInvalid) {
 		t.Fatalf("New with a nil third client: %v, want ErrInvalid", err)
 	}
 	m.closed(t, "New failing on a nil client", 2, 2, 0)
 
-	if _, err := New(append(live[:2:2], dead)); err == nil || !strings.Contains(err.Error(), "redlock node 2") {
+	if _, err := New(append(live[:2:2], dead), rec); err == nil || !strings.Contains(err.Error(), "redlock node 2") {
 		t.Fatalf("New with an unreachable third node: %v, want the error of node 2", err)
 	}
 	m.closed(t, "New failing on an unreachable node", 2, 2, 0)
@@ -133,7 +135,7 @@ func TestFailedNewClosesWhatItMade(t *testing.T) {
 		}
 	}
 
-	b, err := New(append(live[:2:2], live[0]))
+	b, err := New(append(live[:2:2], live[0]), rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,21 +149,21 @@ func TestFailedNewClosesWhatItMade(t *testing.T) {
 // invalid option fails before any node is dialled.
 func TestFailedOpenClosesWhatItDialled(t *testing.T) {
 	a, b := testserver.Redis(t), testserver.Redis(t)
-	m := record(t)
+	m, rec := record()
 	ctx := context.Background()
 	url := "redlock://" + a.Addr() + "," + b.Addr() + "," + deadAddr(t)
-	if _, err := Open(ctx, url); err == nil || !strings.Contains(err.Error(), "redlock node 2") {
+	if _, err := Open(ctx, url, rec); err == nil || !strings.Contains(err.Error(), "redlock node 2") {
 		t.Fatalf("Open with an unreachable third node: %v, want the error of node 2", err)
 	}
 	m.closed(t, "Open failing on an unreachable node", 0, 0, 2)
 
 	url = "redlock://" + a.Addr() + "," + b.Addr() + "," + a.Addr()
-	if _, err := Open(ctx, url, WithNodeTimeout(-1)); !errors.Is(err, backend.ErrInvalid) {
+	if _, err := Open(ctx, url, rec, WithNodeTimeout(-1)); !errors.Is(err, backend.ErrInvalid) {
 		t.Fatalf("Open with a negative node timeout: %v, want ErrInvalid", err)
 	}
 	m.closed(t, "Open with an invalid option", 0, 0, 0)
 
-	bk, err := Open(ctx, url)
+	bk, err := Open(ctx, url, rec)
 	if err != nil {
 		t.Fatal(err)
 	}

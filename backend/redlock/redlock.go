@@ -105,6 +105,16 @@ type Option func(*config)
 type config struct {
 	prefix      string
 	nodeTimeout time.Duration
+	make        makers
+}
+
+// makers make a node's pipe, its push-event backend over a given client,
+// and its backend over a connection of its own (tests wrap them to record
+// what a failed New or Open made, and see it closed).
+type makers struct {
+	newPipe  func(goredis.UniversalClient) *redispipe.Pipe
+	newWatch func(goredis.UniversalClient, ...rb.Option) (*rb.Backend, error)
+	openNode func(context.Context, string, ...rb.Option) (*rb.Backend, error)
 }
 
 // WithPrefix sets the key prefix on every node (default "leasehold:").
@@ -126,7 +136,7 @@ func New(clients []goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	}
 	b := &Backend{quorum: len(clients)/2 + 1, prefix: cfg.prefix, nodeTimeout: cfg.nodeTimeout}
 	for i, c := range clients {
-		w, err := newWatch(c, rb.WithPrefix(cfg.prefix))
+		w, err := cfg.make.newWatch(c, rb.WithPrefix(cfg.prefix))
 		if err != nil {
 			// The nodes made so far are closed: their pipes and push
 			// event backends would otherwise outlive a backend nobody
@@ -135,15 +145,19 @@ func New(clients []goredis.UniversalClient, opts ...Option) (*Backend, error) {
 			b.closeNodes()
 			return nil, fmt.Errorf("redlock node %d: %w", i, err)
 		}
-		b.nodes = append(b.nodes, &node{c: c, p: newPipe(c), w: w})
+		b.nodes = append(b.nodes, &node{c: c, p: cfg.make.newPipe(c), w: w})
 	}
 	return b, nil
 }
 
 // newConfig applies opts to the defaults and checks the result.
 func newConfig(opts []Option) (config, error) {
-	cfg := config{prefix: rb.DefaultPrefix, nodeTimeout: DefaultNodeTimeout}
+	cfg := config{prefix: rb.DefaultPrefix, nodeTimeout: DefaultNodeTimeout,
+		make: makers{newPipe: redispipe.New, newWatch: rb.New, openNode: rb.Open}}
 	for _, o := range opts {
+		if o == nil {
+			return config{}, fmt.Errorf("%w: nil redlock option", backend.ErrInvalid)
+		}
 		o(&cfg)
 	}
 	if cfg.nodeTimeout <= 0 {
@@ -151,16 +165,6 @@ func newConfig(opts []Option) (config, error) {
 	}
 	return cfg, nil
 }
-
-// newPipe, newWatch and openNode make a node's pipe, its push-event
-// backend over a given client, and its backend over a connection of its
-// own (variables: tests record what a failed New or Open made, to see it
-// closed).
-var (
-	newPipe  = redispipe.New
-	newWatch = rb.New
-	openNode = rb.Open
-)
 
 // Open connects to the nodes a redlock URL names and returns a backend that
 // owns the connections:
@@ -242,7 +246,7 @@ func openNodes(ctx context.Context, urls []string, opts ...Option) (*Backend, er
 	}
 	var clients []goredis.UniversalClient
 	for i, u := range urls {
-		w, err := openNode(ctx, u, rb.WithPrefix(cfg.prefix))
+		w, err := cfg.make.openNode(ctx, u, rb.WithPrefix(cfg.prefix))
 		if err != nil {
 			return fail(fmt.Errorf("redlock node %d: %w", i, err))
 		}
