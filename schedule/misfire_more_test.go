@@ -73,10 +73,8 @@ func TestPauseShorterThanGraceLosesNothing(t *testing.T) {
 		return false
 	})
 	var burst []time.Time
-	for _, r := range log.all() {
-		if r.at.After(stalledAt) && r.at.Before(resumed) {
-			burst = append(burst, r.at)
-		}
+	for _, r := range log.dueBetween(stalledAt, resumed) {
+		burst = append(burst, r.at)
 	}
 	if want := int(resumed.Sub(stalledAt) / period); len(burst) < want-1 {
 		t.Errorf("%d of the instants that came due during a %v pause ran, want at least %d: %v",
@@ -125,15 +123,7 @@ func runAllCatchUpKeepsOrderAcrossLoop(t *testing.T) {
 	untilPhase(period, 500*time.Millisecond)
 	resumed := time.Now()
 	clock.Resume()
-	waitFor(t, 10*period, "two instants due after the resume ran", func() bool {
-		n := 0
-		for _, r := range log.all() {
-			if r.at.After(resumed) {
-				n++
-			}
-		}
-		return n >= 2
-	})
+	waitFor(t, 10*period, "two instants due after the resume ran", func() bool { return log.dueAfter(resumed) >= 2 })
 	var after []started
 	for _, r := range log.all() {
 		if !r.from.Before(resumed) { // virtual time: the first may start at resumed
@@ -288,15 +278,7 @@ func startupCatchUpAndLoopMisfireShareTheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, s2)
-	waitFor(t, 20*time.Second, "two instants due after the slow read returned ran", func() bool {
-		n := 0
-		for _, r := range log2.all() {
-			if r.at.After(up.Add(3 * time.Second)) {
-				n++
-			}
-		}
-		return n >= 2
-	})
+	waitFor(t, 20*time.Second, "two instants due after the slow read returned ran", func() bool { return log2.dueAfter(up.Add(3*time.Second)) >= 2 })
 	// A catch-up run still going now is logged when it finishes: give any
 	// such run (each takes 300 ms) virtual time to end before counting.
 	time.Sleep(time.Second)
@@ -368,13 +350,7 @@ func TestEveryInstanceLateWakeUpIsReported(t *testing.T) {
 	start(t, s)
 	stalledAt, resumed := stallAcross(clock, period, 2)
 	waitFor(t, 5*time.Second, "EventMisfire for the late wake-up", func() bool { return misfires.Load() > 0 })
-	ran := 0
-	for _, r := range log.all() {
-		if r.at.After(stalledAt) && r.at.Before(resumed) {
-			ran++
-		}
-	}
-	if ran != 0 { // every-instance jobs have no catch-up: late instants are skipped whatever the policy
+	if ran := len(log.dueBetween(stalledAt, resumed)); ran != 0 { // every-instance jobs have no catch-up: late instants are skipped whatever the policy
 		t.Errorf("%d of the instants missed by an every-instance job during a %v pause ran", ran, resumed.Sub(stalledAt).Round(time.Millisecond))
 	}
 }

@@ -126,6 +126,28 @@ func (l *startLog) all() []started {
 	return append([]started(nil), l.runs...)
 }
 
+// dueAfter counts the runs of instants after t.
+func (l *startLog) dueAfter(t time.Time) int {
+	n := 0
+	for _, r := range l.all() {
+		if r.at.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// dueBetween returns the runs of instants strictly between from and to.
+func (l *startLog) dueBetween(from, to time.Time) []started {
+	var in []started
+	for _, r := range l.all() {
+		if r.at.After(from) && r.at.Before(to) {
+			in = append(in, r)
+		}
+	}
+	return in
+}
+
 // untilPhase sleeps until real time is phase past a multiple of period.
 func untilPhase(period, phase time.Duration) {
 	now := time.Now()
@@ -182,15 +204,7 @@ func pauseAppliesMisfirePolicy(t *testing.T, policy schedule.Misfire, wantLate i
 	start(t, s)
 	stalledAt, resumed := stallAcross(clock, period, 3)
 	// Two more instants on time after the resume.
-	waitFor(t, 5*time.Second, "two on-time runs after the resume", func() bool {
-		n := 0
-		for _, r := range log.all() {
-			if r.at.After(resumed) {
-				n++
-			}
-		}
-		return n >= 2
-	})
+	waitFor(t, 5*time.Second, "two on-time runs after the resume", func() bool { return log.dueAfter(resumed) >= 2 })
 	var late []started
 	for _, r := range log.all() {
 		if r.at.After(stalledAt) && r.at.Before(resumed) {
