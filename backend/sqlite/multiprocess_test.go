@@ -24,11 +24,35 @@ import (
 
 // Environment of a helper process started by TestMultiProcessExclusion.
 const (
-	envRole   = "LEASEHOLD_SQLITE_HELPER" // "worker" selects the role
-	envDB     = "LEASEHOLD_SQLITE_DB"
-	envLog    = "LEASEHOLD_SQLITE_LOG"
-	envCycles = "LEASEHOLD_SQLITE_CYCLES"
+	envRole    = "LEASEHOLD_SQLITE_HELPER" // "worker" selects the role
+	envDB      = "LEASEHOLD_SQLITE_DB"
+	envLog     = "LEASEHOLD_SQLITE_LOG"
+	envCycles  = "LEASEHOLD_SQLITE_CYCLES"
+	envStartAt = "LEASEHOLD_SQLITE_START_AT" // opener: Unix ns to open at
 )
+
+// runHelpers runs n processes of TestHelperProcess with env added, waits
+// for them all, and fails t for each that failed, with what it printed.
+func runHelpers(ctx context.Context, t *testing.T, label string, n int, env ...string) {
+	t.Helper()
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*strings.Builder, n)
+	for i := range cmds {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), env...)
+		outs[i] = &strings.Builder{}
+		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start %s %d: %v", label, i, err)
+		}
+		cmds[i] = cmd
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("%s %d: %v\n%s", label, i, err, outs[i])
+		}
+	}
+}
 
 const (
 	mpProcesses = 4
@@ -50,7 +74,7 @@ func monotonicNs() int64 {
 func TestHelperProcess(t *testing.T) {
 	switch os.Getenv(envRole) {
 	case "opener":
-		<-time.After(time.Until(time.Unix(0, mustAtoi(t, os.Getenv(envCycles)))))
+		<-time.After(time.Until(time.Unix(0, mustAtoi(t, os.Getenv(envStartAt)))))
 		b, err := Open(context.Background(), os.Getenv(envDB))
 		if err != nil {
 			t.Fatalf("Open: %v", err)
@@ -132,23 +156,7 @@ func TestMultiProcessExclusion(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmds := make([]*exec.Cmd, mpProcesses)
-	outs := make([]*strings.Builder, mpProcesses)
-	for i := range cmds {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), envRole+"=worker", envDB+"="+db, envLog+"="+logPath, envCycles+"="+strconv.Itoa(mpCycles))
-		outs[i] = &strings.Builder{}
-		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start helper: %v", err)
-		}
-		cmds[i] = cmd
-	}
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("helper %d: %v\n%s", i, err, outs[i])
-		}
-	}
+	runHelpers(ctx, t, "helper", mpProcesses, envRole+"=worker", envDB+"="+db, envLog+"="+logPath, envCycles+"="+strconv.Itoa(mpCycles))
 	if t.Failed() {
 		return
 	}
@@ -268,22 +276,6 @@ func TestConcurrentOpensOfANewFile(t *testing.T) {
 	for round := range 10 {
 		db := filepath.Join(t.TempDir(), "new.db")
 		at := time.Now().Add(500 * time.Millisecond).UnixNano() // all start together
-		cmds := make([]*exec.Cmd, n)
-		outs := make([]*strings.Builder, n)
-		for i := range cmds {
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-			cmd.Env = append(os.Environ(), envRole+"=opener", envDB+"="+db, envCycles+"="+strconv.FormatInt(at, 10))
-			outs[i] = &strings.Builder{}
-			cmd.Stdout, cmd.Stderr = outs[i], outs[i]
-			if err := cmd.Start(); err != nil {
-				t.Fatalf("start helper: %v", err)
-			}
-			cmds[i] = cmd
-		}
-		for i, cmd := range cmds {
-			if err := cmd.Wait(); err != nil {
-				t.Errorf("round %d, opener %d: %v\n%s", round, i, err, outs[i])
-			}
-		}
+		runHelpers(ctx, t, fmt.Sprintf("round %d, opener", round), n, envRole+"=opener", envDB+"="+db, envStartAt+"="+strconv.FormatInt(at, 10))
 	}
 }
