@@ -75,6 +75,7 @@ func TestNewBadOptions(t *testing.T) {
 		{"session timeout", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithSessionTimeout(-time.Second)}, "session timeout -1s is negative"},
 		{"connect timeout", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithConnectTimeout(-time.Second)}, "connect timeout -1s is negative"},
 		{"prefix", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithPrefix("/a//b")}, `prefix "/a//b": path segment "" is not allowed`},
+		{"root prefix", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithPrefix("/")}, `prefix "/" is the root`},
 		{"dot prefix", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithPrefix("/a/../b")}, `prefix "/a/../b": path segment ".." is not allowed`},
 		{"password alone", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithDigestAuth("", "s3cret")}, "password given without a username"},
 		{"nil conn option", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithConnOptions(nil)}, "connection option 0 is nil"},

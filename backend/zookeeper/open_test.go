@@ -108,3 +108,12 @@ func TestNegotiatedSessionTimeout(t *testing.T) {
 		t.Fatalf("SessionTimeout() = %v for a 200ms request, want the server's minimum 1s", got)
 	}
 }
+
+// TestParseURLTrailingSlash: zk://host/ means the default prefix, not the
+// root (which Open refuses).
+func TestParseURLTrailingSlash(t *testing.T) {
+	cfg, err := zookeeper.ParseURL("zk://h:2181/")
+	if err != nil || cfg.Prefix != "" {
+		t.Fatalf("ParseURL(zk://h:2181/) = prefix %q, %v; want the default (empty)", cfg.Prefix, err)
+	}
+}

@@ -62,7 +62,11 @@ func WithConnOptions(opts ...func(*zk.Conn)) Option {
 // connection the caller shares could give neither, so the caller shapes
 // the connection with WithConnOptions instead.
 func New(ctx context.Context, servers []string, opts ...Option) (*Backend, error) {
-	cfg := Config{Servers: servers}
+	return Config{Servers: servers}.open(ctx, opts)
+}
+
+// open applies opts to cfg (a nil one is refused) and opens it.
+func (cfg Config) open(ctx context.Context, opts []Option) (*Backend, error) {
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil zookeeper option", backend.ErrInvalid)
@@ -82,6 +86,9 @@ func (cfg *Config) check() (string, error) {
 		if s == "" {
 			return "", fmt.Errorf("%w: zookeeper servers %q include an empty address", backend.ErrInvalid, cfg.Servers)
 		}
+	}
+	if strings.Trim(cfg.Prefix, "/") == "" && cfg.Prefix != "" { // "/", "//": not the default by accident
+		return "", fmt.Errorf("%w: zookeeper prefix %q is the root; give a path such as /leasehold (empty for the default)", backend.ErrInvalid, cfg.Prefix)
 	}
 	p := strings.TrimSuffix(cfg.Prefix, "/")
 	if p == "" {

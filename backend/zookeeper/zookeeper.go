@@ -161,7 +161,7 @@ func ParseURL(raw string) (Config, error) {
 	if u.Host == "" {
 		return Config{}, fmt.Errorf("%w: zookeeper url %q has no host", backend.ErrInvalid, u.Redacted())
 	}
-	cfg := Config{Servers: strings.Split(u.Host, ","), Prefix: u.Path}
+	cfg := Config{Servers: strings.Split(u.Host, ","), Prefix: strings.TrimSuffix(u.Path, "/")} // zk://h/ is the default prefix
 	if u.User != nil {
 		cfg.Username = u.User.Username()
 		cfg.Password, _ = u.User.Password()
@@ -217,13 +217,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) 
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil zookeeper option", backend.ErrInvalid)
-		}
-		o(&cfg)
-	}
-	return OpenConfig(ctx, cfg)
+	return cfg.open(ctx, opts)
 }
 
 // handshakeLogger reads the session timeout the server granted from the
