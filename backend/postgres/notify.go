@@ -52,14 +52,8 @@ func newNotifier(b *Backend) *notifier {
 // been acknowledged by the server, so every NOTIFY committed afterwards
 // reaches the receive loop.
 func (n *notifier) listen(ctx context.Context) error {
-	n.mu.Lock()
-	closed, up := n.closed, n.conn != nil
-	n.mu.Unlock()
-	switch {
-	case closed:
-		return backend.ErrClosed
-	case up:
-		return nil
+	if done, err := n.listening(); done {
+		return err
 	}
 	select {
 	case n.dialing <- struct{}{}:
@@ -67,14 +61,8 @@ func (n *notifier) listen(ctx context.Context) error {
 		return dbErr(ctx, "listen: wait for the connect in flight", ctx.Err())
 	}
 	defer func() { <-n.dialing }()
-	n.mu.Lock()
-	closed, up = n.closed, n.conn != nil // the connect we waited for may have done it
-	n.mu.Unlock()
-	switch {
-	case closed:
-		return backend.ErrClosed
-	case up:
-		return nil
+	if done, err := n.listening(); done { // the connect we waited for may have done it
+		return err
 	}
 	if n.acquiring != nil {
 		n.acquiring()
@@ -99,6 +87,20 @@ func (n *notifier) listen(ctx context.Context) error {
 	go n.loop(lctx, conn, n.done)
 	n.mu.Unlock()
 	return nil
+}
+
+// listening reports whether listen has nothing to do: the notifier is
+// closed (ErrClosed) or its connection is up (nil).
+func (n *notifier) listening() (bool, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case n.closed:
+		return true, backend.ErrClosed
+	case n.conn != nil:
+		return true, nil
+	}
+	return false, nil
 }
 
 // loop receives notifications until the connection fails or close cancels
