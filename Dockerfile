@@ -1,6 +1,13 @@
 # leasehold as a static binary on distroless, running as a non-root user.
 #   docker build -t leasehold .
-#   docker run --rm -v leasehold:/var/lib/leasehold leasehold run --config /etc/leasehold/leasehold.yaml
+#   docker run -d --name leasehold -v leasehold:/var/lib/leasehold \
+#     -v "$PWD/leasehold.yaml:/etc/leasehold/leasehold.yaml:ro" leasehold run --config /etc/leasehold/leasehold.yaml
+#   docker exec leasehold leasehold status --config /etc/leasehold/leasehold.yaml
+# The admin API listens on the container's loopback (127.0.0.1:7070) by
+# default: -p 7070:7070 reaches nothing. To publish it, listen with
+# --http 0.0.0.0:7070, which needs tokens, and -p 127.0.0.1:7070:7070;
+# see docs/deploy.md. The config's backend must be in the volume
+# (sqlite:///var/lib/leasehold/leasehold.db) or a server.
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./

@@ -10,9 +10,6 @@ import (
 	"github.com/leasehold/leasehold/backend"
 )
 
-// ErrNoLeader: Leader found nobody holding the role.
-var ErrNoLeader = errors.New("leasehold: no leader")
-
 // Callbacks are called by an Elector from its Run goroutine. Each may be
 // nil. They must not block for long: the leader's lease keeps being renewed
 // while they run, but the leader's work starts only after OnElected returns.
@@ -211,7 +208,7 @@ func (e *Elector) term(ctx context.Context, l *Lock, fn func(context.Context) er
 	}
 	stop()
 	lost = context.Cause(l.Context()) != nil
-	resigned = errors.Is(context.Cause(leaderCtx), ErrResigned)
+	resigned = errors.Is(context.Cause(leaderCtx), ErrLeadershipResigned)
 	cancel(nil)
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.lk.cfg.renewDeadline)
 	_ = l.Release(rctx) // on failure the lease expires within its TTL
@@ -267,7 +264,7 @@ func (e *Elector) Resign(ctx context.Context) error {
 	if cancel == nil {
 		return nil
 	}
-	cancel(ErrResigned)
+	cancel(ErrLeadershipResigned)
 	select {
 	case <-done:
 		return nil

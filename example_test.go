@@ -48,7 +48,7 @@ func ExampleLocker_TryAcquire() {
 
 	held, _ := a.TryAcquire(ctx, "queue/consumer")
 	_, err := c.TryAcquire(ctx, "queue/consumer")
-	fmt.Println(errors.Is(err, leasehold.ErrNotAcquired))
+	fmt.Println(errors.Is(err, leasehold.ErrLockNotAcquired))
 	_ = held.Release(ctx)
 	again, err := c.TryAcquire(ctx, "queue/consumer")
 	fmt.Println(err, again.Token() > held.Token())

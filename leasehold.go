@@ -37,32 +37,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/leasehold/leasehold/backend"
-)
-
-// Errors returned by this package. Test with errors.Is.
-var (
-	// ErrNotAcquired: TryAcquire found the key held by another owner.
-	ErrNotAcquired = errors.New("leasehold: lock not acquired")
-	// ErrLeaseLost: the lease is no longer held, or can no longer be known
-	// to be held (its deadline passed without a confirmed renewal). It is
-	// the cause of a lost Lock's context.
-	ErrLeaseLost = backend.ErrLeaseLost
-	// ErrIndeterminate: the outcome of a request cannot be known (it timed
-	// out and may or may not have been applied). Never a guess.
-	ErrIndeterminate = errors.New("leasehold: outcome indeterminate")
-	// ErrInvalid: bad input; nothing was changed. The message names the
-	// field and the value.
-	ErrInvalid = backend.ErrInvalid
-	// ErrRefused: the backend's server refused the request for want of
-	// permission (a Redis ACL, say); nothing was granted. Not
-	// ErrIndeterminate unless an earlier attempt's outcome was unknown.
-	ErrRefused = backend.ErrRefused
-	// ErrReleased is the cause of a Lock's context after Release.
-	ErrReleased = errors.New("leasehold: lock released")
-	// ErrResigned is the cause of a leader's context after Resign.
-	ErrResigned = errors.New("leasehold: leadership resigned")
 )
 
 // Token is a fencing token: a number that strictly increases for every new

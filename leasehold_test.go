@@ -3,6 +3,7 @@ package leasehold_test
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -78,16 +79,26 @@ func TestOptionsValidated(t *testing.T) {
 		opts []leasehold.Option
 		want string
 	}{
-		{"zero ttl", []leasehold.Option{leasehold.WithTTL(0)}, "ttl 0s"},
+		{"zero ttl", []leasehold.Option{leasehold.WithTTL(0)}, "WithTTL(0s)"},
+		{"negative ttl", []leasehold.Option{leasehold.WithTTL(-time.Second)}, "WithTTL(-1s)"},
 		{"deadline not below ttl", []leasehold.Option{leasehold.WithTTL(time.Second), leasehold.WithRenewDeadline(time.Second)}, "renew deadline 1s must be shorter than ttl 1s"},
 		{"period not below deadline", []leasehold.Option{leasehold.WithTTL(3 * time.Second), leasehold.WithRenewDeadline(time.Second), leasehold.WithRenewEvery(time.Second)}, "renew every 1s must be shorter than renew deadline 1s"},
-		{"negative period", []leasehold.Option{leasehold.WithRenewEvery(-time.Second)}, "renew every -1s"},
-		{"drift", []leasehold.Option{leasehold.WithDrift(0.7)}, "drift 0.7"},
+		{"negative period", []leasehold.Option{leasehold.WithRenewEvery(-time.Second)}, "WithRenewEvery(-1s)"},
+		{"negative deadline", []leasehold.Option{leasehold.WithRenewDeadline(-time.Second)}, "WithRenewDeadline(-1s)"},
+		{"drift", []leasehold.Option{leasehold.WithDrift(0.7)}, "WithDrift(0.7)"},
+		{"negative drift", []leasehold.Option{leasehold.WithDrift(-0.1)}, "WithDrift(-0.1)"},
+		{"drift NaN", []leasehold.Option{leasehold.WithDrift(math.NaN())}, "WithDrift(NaN)"},
+		{"negative margin", []leasehold.Option{leasehold.WithMargin(-time.Second)}, "WithMargin(-1s)"},
 		{"margin eats the lease", []leasehold.Option{leasehold.WithTTL(time.Second), leasehold.WithMargin(900 * time.Millisecond)}, "holder's deadline"},
-		{"namespace", []leasehold.Option{leasehold.WithNamespace("a//b")}, `namespace "a//b"`},
-		{"instance", []leasehold.Option{leasehold.WithInstance("")}, `instance ""`},
-		{"backoff", []leasehold.Option{leasehold.WithBackoff(time.Second, time.Millisecond)}, "backoff 1s..1ms"},
-		{"logger", []leasehold.Option{leasehold.WithLogger(nil)}, "logger is nil"},
+		{"namespace", []leasehold.Option{leasehold.WithNamespace("a//b")}, `WithNamespace("a//b")`},
+		{"empty namespace", []leasehold.Option{leasehold.WithNamespace("")}, `WithNamespace("")`},
+		{"instance", []leasehold.Option{leasehold.WithInstance("")}, `WithInstance("")`},
+		{"long instance", []leasehold.Option{leasehold.WithInstance(strings.Repeat("i", 129))}, `WithInstance("iii`},
+		{"backoff", []leasehold.Option{leasehold.WithBackoff(time.Second, time.Millisecond)}, "WithBackoff(1s, 1ms)"},
+		{"zero backoff", []leasehold.Option{leasehold.WithBackoff(0, time.Second)}, "WithBackoff(0s, 1s)"},
+		{"logger", []leasehold.Option{leasehold.WithLogger(nil)}, "WithLogger(nil)"},
+		{"nil option", []leasehold.Option{leasehold.WithInstance("ok"), nil}, "option 1 is nil"},
+		{"first bad option wins", []leasehold.Option{leasehold.WithInstance("ok"), leasehold.WithTTL(0), leasehold.WithLogger(nil)}, "WithTTL(0s)"},
 		{"below backend minimum", []leasehold.Option{leasehold.WithTTL(500 * time.Microsecond), leasehold.WithMargin(time.Nanosecond)}, "below backend memory's minimum"},
 	}
 	for _, c := range cases {

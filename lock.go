@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/attempt"
 	"github.com/leasehold/leasehold/internal/keeper"
 )
 
@@ -68,7 +69,7 @@ func (l *Lock) Key() string { return l.key }
 func (l *Lock) Token() Token { return l.token }
 
 // Context is cancelled when the lock is lost or released;
-// context.Cause tells which (ErrLeaseLost or ErrReleased). It carries the
+// context.Cause tells which (ErrLeaseLost or ErrLockReleased). It carries the
 // values of the context Acquire was called with, not its cancellation.
 func (l *Lock) Context() context.Context { return l.ctx }
 
@@ -81,7 +82,7 @@ func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 func (l *Lock) Deadline() time.Time { return l.keep.Deadline() }
 
 // TryAcquire acquires key if it is free, and fails at once with an error
-// wrapping ErrNotAcquired (and backend.ErrHeld, whose *backend.HeldError
+// wrapping ErrLockNotAcquired (and backend.ErrHeld, whose *backend.HeldError
 // names the holder) if it is held.
 func (lk *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 	return lk.acquire(ctx, kindLock, "key", key, false, nil)
@@ -92,8 +93,8 @@ func (lk *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 // backend pushes a release event; it sends no attempt that ctx's deadline
 // would cut short (less than two of the call's fastest round trips left)
 // and waits the deadline out instead. When ctx ends, the error wraps
-// ErrNotAcquired and ctx's error (naming the key and the holder last seen)
-// if no request of the call can have been applied, and ErrIndeterminate
+// ErrLockNotAcquired and ctx's error (naming the key and the holder last seen)
+// if no request of the call can have been applied, and ErrOutcomeIndeterminate
 // if one may have been: then Acquire has started a bounded background
 // search that releases the orphaned grant.
 // On a backend that keeps waiters in line on the server (backend.Queue,
@@ -135,7 +136,7 @@ func (lk *Locker) Do(ctx context.Context, key string, fn func(ctx context.Contex
 }
 
 // maxUnknownRetries bounds how often TryAcquire retries a request whose
-// outcome is unknown before it reports ErrIndeterminate.
+// outcome is unknown before it reports ErrOutcomeIndeterminate.
 const maxUnknownRetries = 3
 
 // acquire acquires the backend key <namespace>/<kind>/<key>. observe, if
@@ -168,7 +169,7 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 	leave := func() {}
 	if wait && observe == nil {
 		if leave, err = lk.queue.enter(ctx, bkey); err != nil {
-			return nil, fmt.Errorf("%w: acquire %q: waiting behind this process's other waiters: %w", ErrNotAcquired, key, err)
+			return nil, fmt.Errorf("%w: acquire %q: waiting behind this process's other waiters: %w", ErrLockNotAcquired, key, err)
 		}
 		defer func() {
 			if lock == nil {
@@ -182,137 +183,150 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 	if q, ok := lk.b.(backend.Queue); ok && wait && observe == nil {
 		return lk.acquireQueued(ctx, q, kind, key, bkey, owner, leave)
 	}
-	var (
-		firstUnknown time.Time // send time of the oldest attempt whose outcome is unknown
-		unknown      int
-		backoff      = lk.cfg.backoffMin
-		lastErr      error
-		// fastest is the shortest round trip of the call's attempts: the
-		// estimate of the next one. One slow answer (a GC pause, a
-		// reconnect) is no estimate: taken alone it would give up a
-		// deadline the next attempt could have beaten.
-		fastest time.Duration
-	)
-	for {
-		sent := time.Now()
+	req := lk.attemptRequest(bkey, owner)
+	req.Try = func(ctx context.Context) (backend.Grant, time.Duration, error) {
 		g, err := lk.b.Acquire(ctx, bkey, owner, lk.cfg.ttl)
-		if rtt := time.Since(sent); fastest == 0 || rtt < fastest {
-			fastest = rtt
+		var held *backend.HeldError
+		if observe != nil && errors.As(err, &held) {
+			observe(held.Holder)
 		}
-		if err == nil {
-			if firstUnknown.IsZero() && time.Until(sent.Add(lk.cfg.safeSpan(g.TTL))) > 0 {
-				return lk.hold(ctx, kind, key, bkey, owner, g, sent, leave), nil
-			}
-			// An earlier attempt may have been applied — even after a
-			// later one was answered "held" — so this success may be that
-			// grant answering "yours", and the backend may count its TTL
-			// from the earlier attempt's arrival. Or the reply came so
-			// late that the grant's deadline has passed: the backend may
-			// have expired it already. Either way, confirm with a renewal.
-			first := firstUnknown
-			if first.IsZero() {
-				first = sent
-			}
-			base, granted, gone := lk.confirm(ctx, bkey, owner, g, first)
-			if !gone && time.Until(base.Add(lk.cfg.safeSpan(granted))) > 0 {
-				g.TTL = granted
-				return lk.hold(ctx, kind, key, bkey, owner, g, base, leave), nil
-			}
-			// Lost before it could be confirmed, or not confirmed and no
-			// longer trustworthy: never hand out a lock that is already
-			// past its deadline. A blocking Acquire tries again (a retry
-			// answers "yours" and renews); giving up, release what may be
-			// ours — but never while this call may still take it.
-			if !wait {
-				if !gone {
-					go lk.cleanup(bkey, owner)
-				}
-				return nil, fmt.Errorf("%w: acquire %q: the grant could not be confirmed before its deadline", ErrIndeterminate, key)
-			}
-			if werr := sleep(ctx, jitter(backoff)); werr != nil {
-				go lk.cleanup(bkey, owner)
-				return nil, fmt.Errorf("%w: acquire %q: the grant could not be confirmed before its deadline", ErrIndeterminate, key)
-			}
-			continue
-		}
+		return g, g.TTL, err
+	}
+	req.Judge = func(err error) attempt.Verdict { return judgeAcquire(err, wait) }
+	req.Retry = lk.acquireRetry(key, bkey, wait)
+	req.Release = func() { lk.cleanup(bkey, owner) }
+	r, err := attempt.Run(ctx, req)
+	if err != nil {
+		return nil, acquireError(key, err)
+	}
+	g := r.Grant
+	g.TTL = r.TTL
+	return lk.hold(ctx, kind, key, bkey, owner, g, r.Base, leave), nil
+}
+
+// attemptRequest is what acquiring bkey under owner shares with every
+// caller of the attempt engine: the lease timing and the confirming
+// renewal.
+func (lk *Locker) attemptRequest(bkey string, owner backend.Owner) attempt.Request[backend.Grant] {
+	return attempt.Request[backend.Grant]{
+		Span: lk.cfg.safeSpan,
+		// Bounded like a watchdog renewal, not by the grant's deadline: a
+		// Renew that succeeds proves the lease was live when it arrived and
+		// extends it, however old the earliest attempt is.
+		Confirm: func(ctx context.Context, g backend.Grant, _ time.Duration) (time.Duration, error) {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lk.cfg.renewDeadline)
+			defer cancel()
+			rg, err := lk.b.Renew(rctx, backend.RenewRequest{Key: bkey, Owner: owner, Token: g.Token, TTL: lk.cfg.ttl})
+			return rg.TTL, err
+		},
+		IsLost: func(err error) bool { return errors.Is(err, backend.ErrLeaseLost) },
+	}
+}
+
+// judgeAcquire says what a failed Acquire attempt's error proves. A held
+// key ends a TryAcquire and is waited out by a blocking Acquire; an
+// attempt of ours whose outcome was unknown may still be applied after the
+// holder leaves.
+func judgeAcquire(err error, wait bool) attempt.Verdict {
+	switch {
+	case errors.As(err, new(*backend.HeldError)) && wait:
+		return attempt.NotApplied
+	case errors.Is(err, backend.ErrRefused) && !errors.Is(err, backend.ErrNotApplied):
+		// Refused for want of permission after part of it may have run:
+		// Retry gives up at once.
+		return attempt.Unknown
+	case errors.As(err, new(*backend.HeldError)), errors.Is(err, backend.ErrRefused),
+		errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):
+		// A refusal for want of permission gets the same answer again.
+		return attempt.Refused
+	case errors.Is(err, backend.ErrNotApplied):
+		return attempt.NotApplied
+	}
+	return attempt.Unknown // timed out, connection lost, ...: it may have been applied
+}
+
+// acquireRetry is the Retry of an acquire: how long to wait before the
+// next attempt, and when to give up. The error it gives up with is the
+// call's error when no attempt may have been applied (acquireError).
+func (lk *Locker) acquireRetry(key, bkey string, wait bool) func(context.Context, attempt.Failure) error {
+	backoff, unknown := lk.cfg.backoffMin, 0
+	return func(ctx context.Context, f attempt.Failure) error {
 		var held *backend.HeldError
 		switch {
-		case errors.As(err, &held):
-			// Another owner holds the key now; an attempt of ours whose
-			// outcome is unknown may still be applied after it leaves, so
-			// firstUnknown is kept for the rest of the call. (It is not
-			// moved to this attempt's send time: a SQL statement applied
-			// late may carry the timestamp of its start, so a grant made
-			// after this answer can still count from before it.)
-			if observe != nil {
-				observe(held.Holder)
+		case f.Verdict == attempt.Unconfirmed:
+			// Lost before it could be confirmed, or not confirmed and no
+			// longer trustworthy: never hand out a lock that is already past
+			// its deadline. A blocking Acquire tries again (a retry answers
+			// "yours" and renews).
+			if !wait || sleep(ctx, jitter(backoff)) != nil {
+				return f.Err
 			}
-			if !wait {
-				if !firstUnknown.IsZero() {
-					go lk.cleanup(bkey, owner)
-					return nil, fmt.Errorf("%w: acquire %q: an earlier attempt's outcome is unknown: %w", ErrIndeterminate, key, err)
-				}
-				return nil, fmt.Errorf("%w: %w", ErrNotAcquired, err)
-			}
+			return nil
+		case errors.As(f.Err, &held): // a blocking Acquire: wait for the holder to leave
 			if werr := lk.wait(ctx, bkey, backoff, held.Holder.Remaining); werr != nil {
-				if !firstUnknown.IsZero() {
-					go lk.cleanup(bkey, owner)
-					return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, lastErr)
+				if f.Pending {
+					return f.Unknown
 				}
-				return nil, heldAtDeadline(key, held, werr)
+				return heldAtDeadline(key, held, werr)
 			}
 			// An attempt that ctx's deadline would cut short could only end
 			// with an unknown outcome: wait the deadline out instead, and
 			// report the key held.
-			if dl, ok := ctx.Deadline(); ok && firstUnknown.IsZero() && time.Until(dl) < 2*fastest {
+			if dl, ok := ctx.Deadline(); ok && !f.Pending && time.Until(dl) < 2*f.Fastest {
 				<-ctx.Done()
-				return nil, heldAtDeadline(key, held, ctx.Err())
+				return heldAtDeadline(key, held, ctx.Err())
 			}
 			backoff = min(backoff*2, lk.cfg.backoffMax)
-			continue
-		case errors.Is(err, backend.ErrRefused):
-			// Refused for want of permission: a retry gets the same answer.
-			// Nothing is ours if nothing of this attempt ran and no earlier
-			// one may have been applied.
-			if firstUnknown.IsZero() && errors.Is(err, backend.ErrNotApplied) {
-				return nil, fmt.Errorf("acquire %q: refused by the backend's server (no permission?): %w", key, err)
-			}
-			go lk.cleanup(bkey, owner)
-			return nil, fmt.Errorf("%w: acquire %q: refused by the backend's server (no permission?) after an attempt that may have been applied: %w", ErrIndeterminate, key, err)
-		case errors.Is(err, backend.ErrClosed) && !firstUnknown.IsZero():
-			// Closed while an earlier attempt's outcome was unknown: it may
-			// hold the key until the backend expires it.
-			return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, err)
-		case errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):
-			return nil, err
-		case errors.Is(err, backend.ErrNotApplied) && firstUnknown.IsZero():
+			return nil
+		case f.Verdict == attempt.NotApplied && !f.Pending:
 			// Never sent, and no earlier attempt may have been applied:
 			// nothing is ours, so this is "not acquired", not "unknown".
 			if ctx.Err() != nil || !wait {
-				return nil, fmt.Errorf("%w: acquire %q: %w", ErrNotAcquired, key, err)
+				return fmt.Errorf("%w: acquire %q: %w", ErrLockNotAcquired, key, f.Err)
 			}
-			if werr := sleep(ctx, jitter(backoff)); werr != nil {
-				return nil, fmt.Errorf("%w: acquire %q: %w", ErrNotAcquired, key, err)
+			if sleep(ctx, jitter(backoff)) != nil {
+				return fmt.Errorf("%w: acquire %q: %w", ErrLockNotAcquired, key, f.Err)
 			}
-			continue
+			return nil
 		}
-		// Timed out, connection lost, ...: the attempt may have been applied.
-		if firstUnknown.IsZero() {
-			firstUnknown = sent
-		}
+		// The attempt, or an earlier one, may have been applied.
 		unknown++
-		lastErr = err
-		if ctx.Err() != nil || (!wait && unknown > maxUnknownRetries) {
-			go lk.cleanup(bkey, owner)
-			return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, lastErr)
+		if errors.Is(f.Err, backend.ErrRefused) || ctx.Err() != nil || (!wait && unknown > maxUnknownRetries) {
+			return f.Err
 		}
-		lk.cfg.logger.Warn("acquire failed, retrying", "key", key, "err", err)
-		if werr := sleep(ctx, jitter(backoff)); werr != nil {
-			go lk.cleanup(bkey, owner)
-			return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, lastErr)
+		lk.cfg.logger.Warn("acquire failed, retrying", "key", key, "err", f.Err)
+		if sleep(ctx, jitter(backoff)) != nil {
+			return f.Err
 		}
 		backoff = min(backoff*2, lk.cfg.backoffMax)
+		return nil
 	}
+}
+
+// acquireError is the error of an acquire that won nothing (err is the
+// attempt engine's *attempt.Error).
+func acquireError(key string, err error) error {
+	var e *attempt.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	var held *backend.HeldError
+	refused := errors.Is(e.Err, backend.ErrRefused)
+	switch {
+	case e.Indeterminate && e.Unconfirmed:
+		return fmt.Errorf("%w: acquire %q: %w", ErrOutcomeIndeterminate, key, e.Err)
+	case e.Indeterminate && refused:
+		return fmt.Errorf("%w: acquire %q: refused by the backend's server (no permission?) after an attempt that may have been applied: %w", ErrOutcomeIndeterminate, key, e.Err)
+	case e.Indeterminate && errors.As(e.Err, &held):
+		return fmt.Errorf("%w: acquire %q: an earlier attempt's outcome is unknown: %w", ErrOutcomeIndeterminate, key, e.Err)
+	case e.Indeterminate:
+		return fmt.Errorf("%w: acquire %q: %w", ErrOutcomeIndeterminate, key, e.Err)
+	case refused:
+		return fmt.Errorf("acquire %q: refused by the backend's server (no permission?): %w", key, e.Err)
+	case errors.As(e.Err, &held): // TryAcquire
+		return fmt.Errorf("%w: %w", ErrLockNotAcquired, e.Err)
+	}
+	return e.Err // ErrInvalid, ErrClosed, or the error the acquire's Retry gave up with
 }
 
 // heldAtDeadline is the error of a blocking acquire whose context ended
@@ -320,31 +334,7 @@ func (lk *Locker) acquireOnce(ctx context.Context, kind, field, key string, wait
 // changed hands since.
 func heldAtDeadline(key string, held *backend.HeldError, cause error) error {
 	return fmt.Errorf("%w: acquire %q: held by %s (token %d) when the wait ended: %w",
-		ErrNotAcquired, key, held.Holder.Owner.Instance, held.Holder.Token, cause)
-}
-
-// confirm renews a grant that may be the answer to an earlier attempt
-// applied late, and returns the instant the holder's deadline counts from:
-// the renewal's send time if the backend confirmed it (Renew extends the
-// lease to the TTL from its arrival), else first, the send time of the
-// earliest attempt that may have been applied — the backend cannot have
-// started the grant's TTL before it. gone reports that the backend answered
-// the grant is no longer held (it ran out before it could be confirmed).
-func (lk *Locker) confirm(ctx context.Context, bkey string, owner backend.Owner, g backend.Grant, first time.Time) (base time.Time, granted time.Duration, gone bool) {
-	// Bounded like a watchdog renewal, not by first's deadline: a Renew
-	// that succeeds proves the lease was live when it arrived and extends it,
-	// however old first is.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lk.cfg.renewDeadline)
-	defer cancel()
-	sent := time.Now()
-	rg, err := lk.b.Renew(rctx, bkey, owner, g.Token, lk.cfg.ttl)
-	switch {
-	case err == nil:
-		return sent, rg.TTL, false
-	case errors.Is(err, backend.ErrLeaseLost):
-		return time.Time{}, 0, true
-	}
-	return first, g.TTL, false
+		ErrLockNotAcquired, key, held.Holder.Owner.Instance, held.Holder.Token, cause)
 }
 
 // acquireQueued is a blocking acquire on a backend that keeps waiters in
@@ -357,7 +347,8 @@ func (lk *Locker) acquireQueued(ctx context.Context, q backend.Queue, kind, key,
 		// The grant's reply came after the deadline its send time gives:
 		// the backend may have expired it already. Confirm with a renewal,
 		// or give it back and queue again under a new nonce.
-		base, granted, gone := lk.confirm(ctx, bkey, owner, g, sent)
+		confirm := lk.attemptRequest(bkey, owner)
+		base, granted, gone := confirm.Confirmation(ctx, g, g.TTL, sent)
 		if !gone && time.Until(base.Add(lk.cfg.safeSpan(granted))) > 0 {
 			g.TTL, sent = granted, base
 			break
@@ -366,9 +357,9 @@ func (lk *Locker) acquireQueued(ctx context.Context, q backend.Queue, kind, key,
 			lk.cleanup(bkey, owner)
 		}
 		if ctx.Err() != nil {
-			kind := ErrNotAcquired // the backend said the grant is gone
+			kind := ErrLockNotAcquired // the backend said the grant is gone
 			if !gone {
-				kind = ErrIndeterminate // released, unless the cleanup failed
+				kind = ErrOutcomeIndeterminate // released, unless the cleanup failed
 			}
 			return nil, fmt.Errorf("%w: acquire %q: the grant could not be confirmed before its deadline", kind, key)
 		}
@@ -381,11 +372,11 @@ func (lk *Locker) acquireQueued(ctx context.Context, q backend.Queue, kind, key,
 	case errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):
 		return nil, err
 	case errors.Is(err, backend.ErrNotApplied):
-		return nil, fmt.Errorf("%w: acquire %q: %w", ErrNotAcquired, key, err)
+		return nil, fmt.Errorf("%w: acquire %q: %w", ErrLockNotAcquired, key, err)
 	}
 	// The backend could not confirm it left the line; it goes on
 	// withdrawing in the background and releases a grant that arises.
-	return nil, fmt.Errorf("%w: acquire %q: %w", ErrIndeterminate, key, err)
+	return nil, fmt.Errorf("%w: acquire %q: %w", ErrOutcomeIndeterminate, key, err)
 }
 
 // cleanup is started when Acquire gives up after attempts whose outcome is
@@ -458,7 +449,7 @@ func (lk *Locker) hold(ctx context.Context, kind, key, bkey string, owner backen
 	l.keep = keeper.Start(keeper.Config{
 		Timing: cfg.timing(), Every: cfg.renewEvery, AttemptTimeout: cfg.renewDeadline,
 		Renew: func(ctx context.Context) (time.Duration, error) {
-			rg, err := lk.b.Renew(ctx, bkey, owner, g.Token, cfg.ttl)
+			rg, err := lk.b.Renew(ctx, backend.RenewRequest{Key: bkey, Owner: owner, Token: g.Token, TTL: cfg.ttl})
 			return rg.TTL, err
 		},
 		IsLost: func(err error) bool { return errors.Is(err, backend.ErrLeaseLost) },
@@ -526,11 +517,11 @@ func (l *Lock) bestEffortRelease() {
 // Release cancels the lock's context first, stops the watchdog, then
 // releases the lease on the backend, retrying until ctx ends. A lease that is
 // no longer held by this grant counts as released. If the backend cannot be
-// reached before ctx ends the error wraps ErrIndeterminate; the lease then
+// reached before ctx ends the error wraps ErrOutcomeIndeterminate; the lease then
 // expires on its own within its TTL. Release is idempotent.
 func (l *Lock) Release(ctx context.Context) error {
 	l.release.Do(func() {
-		l.cancel(ErrReleased)
+		l.cancel(ErrLockReleased)
 		<-l.watchDone
 		l.keep.Stop()
 		var start time.Time
@@ -559,7 +550,7 @@ func (l *Lock) releaseBackend(ctx context.Context) error {
 			return err
 		}
 		if serr := sleep(ctx, jitter(backoff)); serr != nil {
-			return fmt.Errorf("%w: release %q token %d: %w", ErrIndeterminate, l.key, l.token, err)
+			return fmt.Errorf("%w: release %q token %d: %w", ErrOutcomeIndeterminate, l.key, l.token, err)
 		}
 		backoff = min(backoff*2, l.lk.cfg.backoffMax)
 	}

@@ -91,8 +91,11 @@ type ObserverFunc func(Event)
 func (f ObserverFunc) ObserveLock(ev Event) { f(ev) }
 
 // WithObserver sets an Observer told about acquires, renewals, losses,
-// releases and leadership changes (default: none, at no cost).
-func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
+// releases and leadership changes (default: none, at no cost; nil is none).
+// A Locker or an Elector only: a Scheduler takes schedule.WithObserver.
+func WithObserver(o Observer) Option {
+	return own("WithObserver", func(c *config) error { c.observer = o; return nil })
+}
 
 // acquireResult classifies the error of an acquire call.
 func acquireResult(ctx context.Context, err error) string {
@@ -101,15 +104,15 @@ func acquireResult(ctx context.Context, err error) string {
 		return ResultOK
 	case errors.Is(err, backend.ErrHeld):
 		return ResultHeld
-	case errors.Is(err, ErrIndeterminate):
+	case errors.Is(err, ErrOutcomeIndeterminate):
 		return ResultIndeterminate
 	case errors.Is(err, ErrInvalid), errors.Is(err, backend.ErrClosed):
 		return ResultInvalid
 	case ctx.Err() != nil:
-		// Including ErrNotAcquired after waiting: in this process's queue,
+		// Including ErrLockNotAcquired after waiting: in this process's queue,
 		// or for a request that was never sent.
 		return ResultCanceled
-	case errors.Is(err, ErrNotAcquired):
+	case errors.Is(err, ErrLockNotAcquired):
 		return ResultHeld
 	}
 	return ResultError
@@ -130,7 +133,7 @@ func releaseResult(err error) string {
 	switch {
 	case err == nil:
 		return ResultOK
-	case errors.Is(err, ErrIndeterminate):
+	case errors.Is(err, ErrOutcomeIndeterminate):
 		return ResultIndeterminate
 	case errors.Is(err, ErrInvalid), errors.Is(err, backend.ErrClosed):
 		return ResultInvalid

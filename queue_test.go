@@ -101,7 +101,7 @@ func TestAcquireQueueContext(t *testing.T) {
 // loseRenewals answers every renewal with ErrLeaseLost.
 type loseRenewals struct{ backend.Backend }
 
-func (b loseRenewals) Renew(ctx context.Context, key string, o backend.Owner, tok uint64, ttl time.Duration) (backend.Grant, error) {
+func (b loseRenewals) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
 	return backend.Grant{}, backend.ErrLeaseLost
 }
 

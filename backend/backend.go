@@ -9,7 +9,7 @@
 // implementation must pass. Users normally reach a backend through the root
 // leasehold package and never call these methods themselves.
 //
-// Contract, in short (DESIGN.md, "Semantics that must hold"):
+// Contract, in short (docs/semantics.md, "Rules that must hold"):
 //
 //   - While a lease on key K is unexpired by the backend's clock, no second
 //     Acquire on K succeeds.
@@ -25,85 +25,36 @@
 //
 // # Adding a backend
 //
-// Four places, each checked by a test that fails when one is missing:
+// TestAddingABackend (backend/open) fails until each of these is done:
 //
-//  1. the package backend/<name>: New(client, ...Option) over a client the
-//     application owns (Close leaves it open; postgres and mysql take a ctx
-//     first, for the checks New runs on it) and Open(ctx, url, ...Option),
-//     which makes and owns its connection, as redis, redlock, etcd,
-//     postgres and mysql have. The exceptions, each explained in its
-//     package: memory has no client or options (New(), Open(ctx,
-//     url)); SQLite has Open only, because its correctness rests on
-//     connection settings a caller's *sql.DB could not be checked for;
-//     ZooKeeper's New(ctx, servers, ...Option) makes and owns the session
-//     (WithConnOptions shapes it), because its locks are ephemeral nodes
-//     that only closing the session ends. It implements Leases,
-//     and Ledger only if it can keep a run ledger (optionally Notifier,
-//     Queue, Explainer and ServerClock);
-//  2. one row in backend/open's table (name, schemes, URL form, summary,
-//     open): Open, "leasehold --help" and "leasehold doctor" read it;
-//  3. one row in internal/chaos/harness's server table (how to start a
-//     private server for it, and whether chaos runs and the bench matrix
-//     can use it); backend/open's TestOpenEveryBackend fails unless the two
-//     tables have the same rows, and opens every scheme against that server;
-//  4. one conformance_test.go calling conformance.Run.
-//
-// A backend whose server is a new kind of program also needs its starter in
-// internal/testserver, which the row in 3 calls.
+//  1. the package backend/<name>, named as its row: New(client, ...Option)
+//     over a client the application owns (Close leaves it open; postgres
+//     and mysql take a ctx first) and Open(ctx, url, ...Option), which owns
+//     its connection. The exceptions are explained in their packages:
+//     memory (New(), Open(ctx, url)), SQLite (Open only: its correctness
+//     rests on connection settings), ZooKeeper (New makes and owns the
+//     session, whose end releases its locks). It implements Leases, and
+//     Ledger only if it keeps a run ledger (optionally Notifier, Queue,
+//     Explainer and ServerClock); its client library goes in go.mod;
+//  2. its conformance_test.go calling conformance.Run;
+//  3. one row in backend/open's table (name, schemes, URL form, summary,
+//     ledger, open), which Open, "leasehold --help", "leasehold doctor" and
+//     the lab's server table are keyed by;
+//  4. the starter of a private server for it in the lab's table
+//     (internal/chaos/harness, servers.go; a new kind of server program
+//     also needs one in internal/testserver); TestOpenEveryBackend then
+//     opens it through every scheme of its row;
+//  5. its row in the README's table of backends and, if it keeps a ledger,
+//     its URL in the config reference's backend field
+//     (daemon/configdocs.go, then go run ./internal/configdoc).
 package backend
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"time"
-)
-
-// Sentinel errors. Backends wrap them with %w; callers test with errors.Is.
-var (
-	// ErrHeld: the key is held by another owner (Acquire). The error is a
-	// *HeldError carrying the current holder.
-	ErrHeld = errors.New("leasehold/backend: held by another owner")
-	// ErrLeaseLost: the caller's owner nonce and token no longer hold the
-	// lease or claim (it expired, was taken over, or was released).
-	ErrLeaseLost = errors.New("leasehold/backend: lease lost")
-	// ErrNotFound: no lease or claim exists for the key (Get).
-	ErrNotFound = errors.New("leasehold/backend: not found")
-	// ErrInvalid: the request was malformed; nothing was changed.
-	ErrInvalid = errors.New("leasehold/backend: invalid argument")
-	// ErrClaimed: the occurrence is already claimed. The error is a
-	// *ClaimedError carrying the current record.
-	ErrClaimed = errors.New("leasehold/backend: occurrence already claimed")
-	// ErrNotExpired: Reclaim or Abandon was asked for an occurrence whose
-	// runner still holds an unexpired lease.
-	ErrNotExpired = errors.New("leasehold/backend: runner's lease has not expired")
-	// ErrTooEarly: a claim was made while the backend's clock says the
-	// occurrence is still in the future beyond the allowed tolerance.
-	ErrTooEarly = errors.New("leasehold/backend: occurrence is in the future")
-	// ErrTooLate: a claim was made while the backend's clock says the
-	// occurrence is older than the claim's MaxLate: it is a misfire, for the
-	// job's misfire policy, not a claim by a process that woke late.
-	ErrTooLate = errors.New("leasehold/backend: occurrence is too late to claim (a misfire)")
-	// ErrOverlap: a claim would exceed the job's cluster-wide limit of
-	// concurrently running occurrences.
-	ErrOverlap = errors.New("leasehold/backend: too many running occurrences")
-	// ErrClosed: the backend was closed.
-	ErrClosed = errors.New("leasehold/backend: closed")
-	// ErrNotApplied: nothing of the request remains: it was never sent (its
-	// context ended while it waited for a connection), or what it did was
-	// undone and the undoing confirmed (a queued acquire that left its
-	// queue). Unlike a timeout after sending, it leaves no outcome to find
-	// out.
-	ErrNotApplied = errors.New("leasehold/backend: request not sent")
-	// ErrRefused: the server refused the request for want of permission
-	// (an ACL, a missing grant, a failed authentication). Retrying gets the
-	// same answer until the server's configuration changes, so callers
-	// give up at once. When the refusal came before anything of the
-	// request ran, the error matches ErrNotApplied too (nothing to find
-	// out); else part of it may have run (see Refused).
-	ErrRefused = errors.New("leasehold/backend: refused by the server")
 )
 
 // Refused marks err, a server's refusal, as ErrRefused; notApplied says the
@@ -208,11 +159,13 @@ func (e *HeldError) Error() string {
 	return fmt.Sprintf("key %q is held by %s (token %d)", e.Holder.Key, e.Holder.Owner.Instance, e.Holder.Token)
 }
 
-// Unwrap makes errors.Is(err, ErrHeld) true.
-func (e *HeldError) Unwrap() error { return ErrHeld }
+// Unwrap makes errors.Is(err, ErrLeaseHeld) true.
+func (e *HeldError) Unwrap() error { return ErrLeaseHeld }
 
 // Capabilities describes what a backend guarantees. Backends compute it from
-// their live configuration where they can read it.
+// their live configuration where they can read it; such a reading goes
+// stale when the server is reconfigured, so those backends implement
+// CapabilityRefresher and say when they read it (ReadAt).
 type Capabilities struct {
 	// Name of the backend ("memory", "sqlite", ...).
 	Name string
@@ -237,6 +190,20 @@ type Capabilities struct {
 	// TTLGranularity: granted TTLs are rounded up to a multiple of this (0 =
 	// exact).
 	TTLGranularity time.Duration
+	// ReadAt is when the server's configuration this declaration rests on
+	// was read (by New, or the latest RefreshCapabilities; see
+	// CapabilityRefresher). Zero when it rests on nothing that can change
+	// while the backend is open. Compare declarations without it.
+	ReadAt time.Time
+}
+
+// RenewRequest asks Renew to extend the lease on Key held by Owner+Token
+// to TTL from now. CheckRenew validates it.
+type RenewRequest struct {
+	Key   string
+	Owner Owner
+	Token uint64
+	TTL   time.Duration
 }
 
 // Leases is the lease half of the contract.
@@ -250,10 +217,10 @@ type Leases interface {
 	// not leave a lease shorter than this answer implies), with the TTL
 	// granted. Otherwise it fails with a *HeldError.
 	Acquire(ctx context.Context, key string, owner Owner, ttl time.Duration) (Grant, error)
-	// Renew extends the lease held by owner with token to ttl from now (by
-	// the backend's clock), keeping the token. ErrLeaseLost if the lease is
-	// not held by owner+token or has expired.
-	Renew(ctx context.Context, key string, owner Owner, token uint64, ttl time.Duration) (Grant, error)
+	// Renew extends the lease on req.Key held by req.Owner with req.Token
+	// to req.TTL from now (by the backend's clock), keeping the token.
+	// ErrLeaseLost if the lease is not held by owner+token or has expired.
+	Renew(ctx context.Context, req RenewRequest) (Grant, error)
 	// Release clears the holder if owner+token still hold the lease. The
 	// token counter is kept. ErrLeaseLost if the lease was not held by
 	// owner+token (for the caller, that also means "released").
@@ -261,7 +228,10 @@ type Leases interface {
 	// Get returns the current unexpired lease on key, or ErrNotFound.
 	Get(ctx context.Context, key string) (Lease, error)
 	// List returns the unexpired leases whose keys start with prefix, in key
-	// order, at most limit of them (limit ≤ 0: all).
+	// order, at most limit of them (limit ≤ 0: all). It is a view for
+	// people, not a judgement of one key: on PostgreSQL and MySQL it reads a
+	// snapshot, so a lease whose renewal is being committed as its old
+	// expiry passes can be missing from it (Get waits for that renewal).
 	List(ctx context.Context, prefix string, limit int) ([]Lease, error)
 	// Capabilities describes the backend's guarantees.
 	Capabilities() Capabilities
@@ -305,10 +275,6 @@ type Backend interface {
 	Leases
 	Ledger
 }
-
-// ErrNoLedger: the backend implements Leases but not Ledger, so it cannot
-// keep the scheduler's run ledger.
-var ErrNoLedger = errors.New("leasehold/backend: the backend keeps no run ledger")
 
 // LedgerOf returns l as a full Backend when it implements Ledger, and
 // otherwise an error wrapping ErrNoLedger that names the backend.

@@ -23,6 +23,21 @@ type Explainer interface {
 	Explain(ctx context.Context) ([]Reason, error)
 }
 
+// CapabilityRefresher is implemented by backends whose Capabilities rest on
+// the server's live configuration, which can change while the backend is
+// open (Redis's CONFIG SET appendonly no, PostgreSQL's synchronous_commit,
+// MySQL's innodb_flush_log_at_trx_commit). RefreshCapabilities reads it
+// again and returns the new declaration, with ReadAt set; Capabilities
+// returns it from then on. When the configuration cannot be read, nothing
+// it would decide is claimed: the declaration falls to false for those
+// capabilities, and the error says why (or, for a read the server refused,
+// such as a CONFIG GET an ACL forbids, the backend's Explain does; that is
+// a declared unknown, not an error). Whoever states a guarantee to people
+// (doctor, the daemon) refreshes first.
+type CapabilityRefresher interface {
+	RefreshCapabilities(ctx context.Context) (Capabilities, error)
+}
+
 // ServerClock is implemented by backends that can read the clock their
 // expiry is judged by. ServerTime returns that clock's reading, taken
 // while the call was in flight (compare it with the local send and

@@ -36,10 +36,10 @@ type ClaimRequest struct {
 	Owner       Owner
 	// TTL of the runner's lease on the occurrence; Heartbeat extends it.
 	TTL time.Duration
-	// MaxEarly: the claim is refused with ErrTooEarly when ScheduledAt is
+	// MaxEarly: the claim is refused with ErrOccurrenceTooEarly when ScheduledAt is
 	// later than the backend's clock plus MaxEarly. Zero allows no earliness.
 	MaxEarly time.Duration
-	// MaxLate > 0: the claim is refused with ErrTooLate when ScheduledAt is
+	// MaxLate > 0: the claim is refused with ErrOccurrenceTooLate when ScheduledAt is
 	// earlier than the backend's clock minus MaxLate (an occurrence that
 	// late is a misfire, handled by the job's misfire policy, never claimed
 	// by a process that woke late). Zero: no bound. It is judged by the
@@ -47,15 +47,24 @@ type ClaimRequest struct {
 	// MaxEarly, MaxLate, MaxRunning. So a retry by the same owner nonce of
 	// an applied claim still answers "yours", a claim of an occurrence
 	// claimed before still fails with a *ClaimedError, and a late claim is
-	// ErrTooLate even while the job is at MaxRunning. Reclaim ignores
+	// ErrOccurrenceTooLate even while the job is at MaxRunning. Reclaim ignores
 	// MaxLate: a reclaimed occurrence was claimed in time.
 	MaxLate time.Duration
-	// MaxRunning > 0 refuses the claim with ErrOverlap while that many
+	// MaxRunning > 0 refuses the claim with ErrOccurrenceOverlap while that many
 	// occurrences of the job are running under unexpired leases
 	// (cluster-wide no-overlap is MaxRunning = 1). Reclaim honours it too,
 	// counting the job's other occurrences (the one being reclaimed, whose
 	// lease expired, does not count itself).
 	MaxRunning int
+	// MaxAttempts > 0 bounds the attempts of the occurrence: Reclaim
+	// refuses with ErrOccurrenceExhausted (nothing changed) an occurrence whose
+	// record already has MaxAttempts attempts, judged in the same atomic
+	// step as the take-over — not from a listing read earlier, which may
+	// be stale. It is judged after the record's state (a retry by the same
+	// owner nonce still answers "yours", a finished occurrence still a
+	// *ClaimedError, a live lease still ErrLeaseNotExpired) and before
+	// MaxRunning. Zero: no bound. Claim ignores it (a claim is attempt 1).
+	MaxAttempts int
 }
 
 // Run is one occurrence's record in the ledger.
@@ -87,8 +96,30 @@ func (e *ClaimedError) Error() string {
 		e.Run.Job, e.Run.ScheduledAt.Format(time.RFC3339Nano), e.Run.Owner.Instance, e.Run.State, e.Run.Token)
 }
 
-// Unwrap makes errors.Is(err, ErrClaimed) true.
-func (e *ClaimedError) Unwrap() error { return ErrClaimed }
+// Unwrap makes errors.Is(err, ErrOccurrenceClaimed) true.
+func (e *ClaimedError) Unwrap() error { return ErrOccurrenceClaimed }
+
+// HeartbeatRequest asks Heartbeat to extend the lease of the runner
+// Owner+Token on one occurrence (Job + ScheduledAt, normalised by Instant)
+// to TTL from now. CheckHeartbeat validates it.
+type HeartbeatRequest struct {
+	Job         string
+	ScheduledAt time.Time
+	Owner       Owner
+	Token       uint64
+	TTL         time.Duration
+}
+
+// FinishRequest asks Finish to record Outcome for one occurrence (Job +
+// ScheduledAt, normalised by Instant) held by Owner+Token. CheckFinish
+// validates it.
+type FinishRequest struct {
+	Job         string
+	ScheduledAt time.Time
+	Owner       Owner
+	Token       uint64
+	Outcome     Outcome
+}
 
 // Outcome is what Finish records.
 type Outcome struct {
@@ -134,23 +165,26 @@ type Ledger interface {
 	// state: a finished occurrence is never claimed again. Claim also raises
 	// the job's high-water mark to ScheduledAt.
 	Claim(ctx context.Context, req ClaimRequest) (Grant, error)
-	// Heartbeat extends the runner's lease on a running occurrence.
-	// ErrLeaseLost unless owner+token hold it unexpired.
-	Heartbeat(ctx context.Context, job string, scheduledAt time.Time, owner Owner, token uint64, ttl time.Duration) error
-	// Finish records the outcome of a running occurrence held by
-	// owner+token. ErrLeaseLost otherwise (also when its lease expired, even
-	// if nobody reclaimed it yet).
-	Finish(ctx context.Context, job string, scheduledAt time.Time, owner Owner, token uint64, out Outcome) error
+	// Heartbeat extends the runner's lease on a running occurrence to
+	// req.TTL from now. ErrLeaseLost unless req.Owner+req.Token hold it
+	// unexpired.
+	Heartbeat(ctx context.Context, req HeartbeatRequest) error
+	// Finish records req.Outcome for a running occurrence held by
+	// req.Owner+req.Token. ErrLeaseLost otherwise (also when its lease
+	// expired, even if nobody reclaimed it yet).
+	Finish(ctx context.Context, req FinishRequest) error
 	// Reclaim takes over a running occurrence whose runner's lease expired:
-	// new owner, greater token, attempt+1, SpecVersion from req. ErrNotExpired
+	// new owner, greater token, attempt+1, SpecVersion from req. ErrLeaseNotExpired
 	// while the lease is live, *ClaimedError if it is finished, ErrNotFound
-	// if never claimed, ErrOverlap (nothing changed) when req.MaxRunning > 0
-	// and that many other occurrences of the job run under unexpired leases.
-	// A retry by the same owner nonce returns the same grant, renewed to the
-	// TTL from now, whatever the limit.
+	// if never claimed, ErrOccurrenceOverlap (nothing changed) when req.MaxRunning > 0
+	// and that many other occurrences of the job run under unexpired leases,
+	// ErrOccurrenceExhausted (nothing changed) when req.MaxAttempts > 0 and the
+	// occurrence already has that many attempts. A retry by the same owner
+	// nonce returns the same grant, renewed to the TTL from now, whatever
+	// the limits.
 	Reclaim(ctx context.Context, req ClaimRequest) (Grant, Run, error)
 	// Abandon marks a running occurrence whose runner's lease expired as
-	// Abandoned (crash policy skip). ErrNotExpired while the lease is live.
+	// Abandoned (crash policy skip). ErrLeaseNotExpired while the lease is live.
 	Abandon(ctx context.Context, job string, scheduledAt time.Time) (Run, error)
 	// GetRun returns one occurrence's record, or ErrNotFound.
 	GetRun(ctx context.Context, job string, scheduledAt time.Time) (Run, error)
@@ -164,14 +198,34 @@ type Ledger interface {
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
 	// Prune deletes at most batch finished runs that finished before
 	// olderThan, returning how many it deleted. Running occurrences, token
-	// counters and high-water marks are never pruned. Callers loop until it
-	// returns fewer than batch, or until their context ends.
+	// counters and high-water marks are never pruned. A run that a
+	// concurrent call on its occurrence holds may be skipped (PostgreSQL
+	// skips locked rows so that pruners never queue); a later Prune
+	// deletes it. Callers loop until it returns fewer than batch, or until
+	// their context ends.
 	Prune(ctx context.Context, olderThan time.Time, batch int) (int, error)
 }
 
 // Instant normalises a scheduled instant the way every backend stores it:
 // UTC, truncated to the millisecond.
 func Instant(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
+
+// CeilInstant returns t in UTC rounded up to the millisecond: the earliest
+// stored instant (see Instant) not before t, so that comparing stored
+// instants with it equals comparing them with t.
+func CeilInstant(t time.Time) time.Time {
+	t = t.UTC()
+	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
+		return r.Add(time.Millisecond)
+	}
+	return t
+}
+
+// FormatOccurrence names an occurrence in messages: job %q at its Instant
+// in RFC 3339.
+func FormatOccurrence(job string, at time.Time) string {
+	return fmt.Sprintf("job %q at %s", job, Instant(at).Format(time.RFC3339Nano))
+}
 
 // DefaultRunLimit is how many runs ListRuns returns when RunFilter.Limit ≤ 0.
 const DefaultRunLimit = 100

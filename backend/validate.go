@@ -112,6 +112,9 @@ func CheckClaim(r ClaimRequest, minTTL time.Duration) error {
 	if r.MaxRunning < 0 {
 		return fmt.Errorf("%w: max running %d is negative", ErrInvalid, r.MaxRunning)
 	}
+	if r.MaxAttempts < 0 {
+		return fmt.Errorf("%w: max attempts %d is negative", ErrInvalid, r.MaxAttempts)
+	}
 	return CheckTTL(r.TTL, minTTL)
 }
 
@@ -200,12 +203,12 @@ func CheckRelease(key string, o Owner, token uint64) error {
 	return CheckToken(token)
 }
 
-// CheckRenew validates Renew's arguments.
-func CheckRenew(key string, o Owner, token uint64, ttl, minTTL time.Duration) error {
-	if err := CheckLease(key, o, ttl, minTTL); err != nil {
+// CheckRenew validates a RenewRequest against the backend's minimum TTL.
+func CheckRenew(r RenewRequest, minTTL time.Duration) error {
+	if err := CheckLease(r.Key, r.Owner, r.TTL, minTTL); err != nil {
 		return err
 	}
-	return CheckToken(token)
+	return CheckToken(r.Token)
 }
 
 // CheckHeld validates the occurrence and owner arguments shared by
@@ -221,4 +224,27 @@ func CheckHeld(job string, at time.Time, o Owner, token uint64) error {
 		return err
 	}
 	return CheckToken(token)
+}
+
+// CheckHeartbeat validates a HeartbeatRequest against the backend's
+// minimum TTL.
+func CheckHeartbeat(r HeartbeatRequest, minTTL time.Duration) error {
+	if err := CheckHeld(r.Job, r.ScheduledAt, r.Owner, r.Token); err != nil {
+		return err
+	}
+	return CheckTTL(r.TTL, minTTL)
+}
+
+// CheckFinish validates a FinishRequest and returns it with its outcome's
+// texts made storable (see CheckOutcome).
+func CheckFinish(r FinishRequest) (FinishRequest, error) {
+	if err := CheckHeld(r.Job, r.ScheduledAt, r.Owner, r.Token); err != nil {
+		return r, err
+	}
+	out, err := CheckOutcome(r.Outcome)
+	if err != nil {
+		return r, err
+	}
+	r.Outcome = out
+	return r, nil
 }

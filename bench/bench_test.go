@@ -24,7 +24,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/backend/redlock"
-	"github.com/leasehold/leasehold/internal/benchkit"
+	"github.com/leasehold/leasehold/cmd/leasehold-lab/benchkit"
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 

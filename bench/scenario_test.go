@@ -11,7 +11,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/redis"
-	"github.com/leasehold/leasehold/internal/benchkit"
+	"github.com/leasehold/leasehold/cmd/leasehold-lab/benchkit"
 )
 
 // pct is benchkit.Percentile, the one definition the CLI shares.

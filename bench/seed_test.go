@@ -21,7 +21,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/backend/redlock"
 	"github.com/leasehold/leasehold/backend/zookeeper"
-	"github.com/leasehold/leasehold/internal/benchkit"
+	"github.com/leasehold/leasehold/cmd/leasehold-lab/benchkit"
 )
 
 // The seed's scenario (benchkit.Seed): n clients start at once (a start
@@ -98,14 +98,18 @@ func timeoutOutcome(err error, refused ...error) benchkit.Outcome {
 }
 
 func redislockImpl(c *goredis.Client) seedImpl {
-	lc := redislock.New(c)
-	return seedImpl{name: "redislock", try: func(ctx context.Context, key string) (func(), benchkit.Outcome, error) {
+	return seedImpl{name: "redislock", try: redislockTry(redislock.New(c))}
+}
+
+// redislockTry is one Obtain with the seed's TTL, released with Release.
+func redislockTry(lc *redislock.Client) benchkit.Try {
+	return func(ctx context.Context, key string) (func(), benchkit.Outcome, error) {
 		l, err := lc.Obtain(ctx, key, benchkit.SeedTTL, nil)
 		if err != nil {
 			return nil, timeoutOutcome(err, redislock.ErrNotObtained), err
 		}
 		return func() { _ = l.Release(context.Background()) }, benchkit.Acquired, nil
-	}}
+	}
 }
 
 // redsyncImpl: redsync with the seed's options, which retries itself; one

@@ -21,9 +21,12 @@ const (
 // HTTPConfig configures the admin HTTP API and dashboard.
 type HTTPConfig struct {
 	// Listen is host:port (default 127.0.0.1:7070), or "off". When the
-	// default address is taken (several daemons on one host), the daemon
-	// logs a warning and runs without the API; an address given explicitly
-	// must be free.
+	// default address is taken (several daemons on one host), a daemon
+	// with configured tokens logs a warning and runs without the API; one
+	// using the admin token it generated does so only if the listener
+	// there proves it holds that token (another daemon on the same
+	// database), and otherwise stops with an error (the token is usable
+	// only through the API); an address given explicitly must be free.
 	Listen  string        `yaml:"listen"`
 	TLSCert string        `yaml:"tls_cert"` // PEM file; with tls_key, serve HTTPS
 	TLSKey  string        `yaml:"tls_key"`
@@ -123,7 +126,7 @@ func (c *Config) adminTokens() ([]admin.Token, error) {
 	for env, scope := range map[string]admin.Scope{EnvAdminToken: admin.ScopeAdmin, EnvReadToken: admin.ScopeRead} {
 		if v := os.Getenv(env); v != "" {
 			if len(v) < admin.MinTokenLen {
-				return nil, fmt.Errorf("%w: $%s is %d bytes; at least %d are required", ErrConfig, env, len(v), admin.MinTokenLen)
+				return nil, fmt.Errorf("%w: $%s is %d bytes; at least %d are required", ErrConfigInvalid, env, len(v), admin.MinTokenLen)
 			}
 			out = append(out, admin.Token{Secret: v, Scope: scope})
 		}
@@ -171,7 +174,7 @@ func parseLevel(s string) (slog.Level, error) {
 func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	lv, err := parseLevel(level)
 	if err != nil {
-		return nil, fmt.Errorf("%w: log level %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: log level %v", ErrConfigInvalid, err)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	var h slog.Handler
@@ -181,7 +184,7 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	case "json":
 		h = slog.NewJSONHandler(w, opts)
 	default:
-		return nil, fmt.Errorf("%w: log format %q is not text or json", ErrConfig, format)
+		return nil, fmt.Errorf("%w: log format %q is not text or json", ErrConfigInvalid, format)
 	}
 	return slog.New(h), nil
 }

@@ -82,7 +82,7 @@ func loadOrCreateToken(path string) (secret string, created bool, err error) {
 }
 
 // ReadAdminToken reads a token file written by a daemon (see
-// AdminTokenFile). A file group or others may access is refused (ErrConfig);
+// AdminTokenFile). A file group or others may access is refused (ErrConfigInvalid);
 // a missing one is an error wrapping fs.ErrNotExist.
 //
 // Unlike the daemon, it accepts a file another user owns (root running
@@ -98,7 +98,7 @@ func ReadAdminToken(path string) (string, error) { return readToken(path, false)
 func readToken(path string, ownOnly bool) (string, error) {
 	f, err := openNoFollow(path)
 	if errors.Is(err, errSymlink) {
-		return "", fmt.Errorf("%w: admin token file %s is a symbolic link: refused (delete it to have a new token generated)", ErrConfig, path)
+		return "", fmt.Errorf("%w: admin token file %s is a symbolic link: refused (delete it to have a new token generated)", ErrConfigInvalid, path)
 	}
 	if err != nil {
 		return "", err
@@ -109,13 +109,13 @@ func readToken(path string, ownOnly bool) (string, error) {
 		return "", fmt.Errorf("admin token file %s: %w", path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("%w: admin token file %s is not a regular file", ErrConfig, path)
+		return "", fmt.Errorf("%w: admin token file %s is not a regular file", ErrConfigInvalid, path)
 	}
 	if m := fi.Mode().Perm(); m&0o077 != 0 {
-		return "", fmt.Errorf("%w: admin token file %s has mode %04o: group and others must have no access (chmod 600 it, or delete it to have a new token generated)", ErrConfig, path, m)
+		return "", fmt.Errorf("%w: admin token file %s has mode %04o: group and others must have no access (chmod 600 it, or delete it to have a new token generated)", ErrConfigInvalid, path, m)
 	}
 	if uid, ok := fileOwner(fi); ok && ownOnly && uid != os.Geteuid() {
-		return "", fmt.Errorf("%w: admin token file %s is owned by uid %d, not by this user (uid %d): refused (delete it to have a new token generated)", ErrConfig, path, uid, os.Geteuid())
+		return "", fmt.Errorf("%w: admin token file %s is owned by uid %d, not by this user (uid %d): refused (delete it to have a new token generated)", ErrConfigInvalid, path, uid, os.Geteuid())
 	}
 	data, err := io.ReadAll(io.LimitReader(f, 4096))
 	if err != nil {
@@ -123,7 +123,7 @@ func readToken(path string, ownOnly bool) (string, error) {
 	}
 	secret := strings.TrimSpace(string(data))
 	if len(secret) < admin.MinTokenLen || strings.ContainsAny(secret, " \t\r\n") {
-		return "", fmt.Errorf("%w: admin token file %s: holds %d bytes, not one token of at least %d", ErrConfig, path, len(secret), admin.MinTokenLen)
+		return "", fmt.Errorf("%w: admin token file %s: holds %d bytes, not one token of at least %d", ErrConfigInvalid, path, len(secret), admin.MinTokenLen)
 	}
 	return secret, nil
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -25,10 +26,6 @@ import (
 	"github.com/leasehold/leasehold/schedule"
 )
 
-// ErrConfig: the configuration file is invalid. The message names the file,
-// the line, the field and the value.
-var ErrConfig = errors.New("leasehold/daemon: invalid config")
-
 // Config is the daemon's configuration file (YAML).
 type Config struct {
 	// Backend URL; default: a SQLite file "leasehold.db" next to the
@@ -44,9 +41,12 @@ type Config struct {
 	Jobs      []JobConfig `yaml:"jobs"`
 	HTTP      HTTPConfig  `yaml:"http"` // admin API and dashboard
 	Log       LogConfig   `yaml:"log"`
+	// OnFailure is every job's on_failure hook, unless the job has its own.
+	OnFailure *HookConfig `yaml:"on_failure"`
 
 	path       string
 	envSecrets []string          // values of ${NAME}s in backend whose names look like credentials
+	backendEnv []string          // the NAMEs of every ${NAME} in backend: jobs may not get them
 	lines      map[string]int    // "jobs[2].schedule" -> line
 	at         map[[2]int]string // line, column of a value -> its field path
 }
@@ -76,6 +76,9 @@ type JobConfig struct {
 	Paused bool `yaml:"paused"`
 	// Retry retries failed runs after a backoff (see schedule.RetryPolicy).
 	Retry RetryConfig `yaml:"retry"`
+	// OnFailure is called when an occurrence fails for good (HookConfig);
+	// it replaces the top-level on_failure.
+	OnFailure *HookConfig `yaml:"on_failure"`
 
 	Command *CommandJob `yaml:"command"`
 	HTTP    *HTTPJob    `yaml:"http"`
@@ -110,6 +113,10 @@ type HTTPJob struct {
 	Headers map[string]string `yaml:"headers"`
 	Body    string            `yaml:"body"`
 	Expect  int               `yaml:"expect"` // expected status (default: any 2xx)
+	// Redirects says which redirects are followed: "same_origin" (the
+	// default: same scheme, host and port), "none", or "any" (another
+	// origin gets none of Headers). No redirect carries a Referer.
+	Redirects string `yaml:"redirects"`
 }
 
 // Duration is a time.Duration written as "30s", "5m", "1h30m".
@@ -138,7 +145,7 @@ const MaxConfigSize = 1 << 20
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrConfigInvalid, err)
 	}
 	return Parse(path, data)
 }
@@ -152,11 +159,11 @@ var (
 
 // Parse parses and validates config data; path names the file in errors and
 // anchors relative paths (the default SQLite file is next to it). It reports
-// every error it finds (errors.Join), each wrapping ErrConfig on a line of
+// every error it finds (errors.Join), each wrapping ErrConfigInvalid on a line of
 // its own as "file:line: field: message".
 func Parse(path string, data []byte) (*Config, error) {
 	fail := func(line int, format string, args ...any) error {
-		return &configErr{line: line, err: fmt.Errorf("%w: %s:%d: %s", ErrConfig, path, line, fmt.Sprintf(format, args...))}
+		return &configErr{line: line, err: fmt.Errorf("%w: %s:%d: %s", ErrConfigInvalid, path, line, fmt.Sprintf(format, args...))}
 	}
 	if len(data) > MaxConfigSize {
 		return nil, fail(0, "file is %d bytes, more than %d", len(data), MaxConfigSize)
@@ -172,6 +179,13 @@ func Parse(path string, data []byte) (*Config, error) {
 		}
 		return nil, fail(line, "%s", msg)
 	}
+	// The decoder's guard against excessive aliasing first: the walks
+	// below follow aliases, and a small alias bomb would keep them busy
+	// for minutes.
+	var probe any
+	if err := yaml.Unmarshal(data, &probe); err != nil {
+		return nil, fail(0, "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
 	c.path, c.lines, c.at = path, map[string]int{}, map[[2]int]string{}
 	collectLines(&root, "", c.lines, c.at)
 	var errs []error
@@ -181,7 +195,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	for _, te := range kinds {
 		typed[te.field] = true
 		errs = append(errs, &configErr{line: te.line, field: te.field,
-			err: fmt.Errorf("%w: %s:%d: %s: %s", ErrConfig, path, te.line, te.field, te.msg)})
+			err: fmt.Errorf("%w: %s:%d: %s: %s", ErrConfigInvalid, path, te.line, te.field, te.msg)})
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -321,7 +335,7 @@ func collectLines(n *yaml.Node, prefix string, out map[string]int, at map[[2]int
 func (c *Config) Path() string { return c.path }
 
 // configErr is one error of a config file: its line, the field path it
-// concerns ("" if none) and the message, which wraps ErrConfig.
+// concerns ("" if none) and the message, which wraps ErrConfigInvalid.
 type configErr struct {
 	line  int
 	field string
@@ -335,7 +349,7 @@ func (e *configErr) Unwrap() error { return e.err }
 // nearest enclosing field that is in the file), field and the message.
 func (c *Config) errf(field string, format string, args ...any) error {
 	line := c.lineOf(field)
-	return &configErr{line, field, fmt.Errorf("%w: %s:%d: %s: %s", ErrConfig, c.path, line, field, fmt.Sprintf(format, args...))}
+	return &configErr{line, field, fmt.Errorf("%w: %s:%d: %s: %s", ErrConfigInvalid, c.path, line, field, fmt.Sprintf(format, args...))}
 }
 
 // lineOf returns the line of field, or of its nearest enclosing field
@@ -368,6 +382,7 @@ func jobKey(field string) string {
 func (c *Config) validate() []error {
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
+	c.backendEnv = envNames(c.Backend)
 	if expanded, secrets, err := expandEnv(c.Backend); err != nil {
 		add(c.errf("backend", "%v", err))
 	} else {
@@ -423,7 +438,7 @@ func (c *Config) validate() []error {
 				var fe *schedule.FieldError
 				switch {
 				case errors.As(e, &fe) && jobKey(fe.Field) != "":
-					add(c.errf(f(jobKey(fe.Field)), "%v", e))
+					add(c.errf(f(jobKey(fe.Field)), "%v%s", e, enumHint(jobKey(fe.Field), j)))
 				default:
 					add(c.errf(fmt.Sprintf("jobs[%d]", i), "%v", e))
 				}
@@ -452,7 +467,7 @@ func (c *Config) validate() []error {
 				case !validEnvName(k):
 					add(c.errf(f("command.env_passthrough"), "variable name %q is not valid", k))
 				case c.secretEnv(k):
-					add(c.errf(f("command.env_passthrough"), "%q holds a secret of the daemon (a token or the backend URL); jobs never get it", k))
+					add(c.errf(f("command.env_passthrough"), "%q holds a secret of the daemon (a token, the backend URL or a part of it); jobs never get it", k))
 				}
 			}
 		}
@@ -471,12 +486,49 @@ func (c *Config) validate() []error {
 			if !regexp.MustCompile(`^[A-Z]+$`).MatchString(h.Method) {
 				add(c.errf(f("http.method"), "%q is not an HTTP method", h.Method))
 			}
+			switch h.Redirects {
+			case "":
+				h.Redirects = RedirectsSameOrigin
+			case RedirectsSameOrigin, RedirectsNone, RedirectsAny:
+			default:
+				add(c.errf(f("http.redirects"), "%q is not %s, %s or %s%s", h.Redirects, RedirectsSameOrigin, RedirectsNone, RedirectsAny,
+					didYouMean(h.Redirects, RedirectsSameOrigin, RedirectsNone, RedirectsAny)))
+			}
 			if h.Expect != 0 && (h.Expect < 100 || h.Expect > 599) {
 				add(c.errf(f("http.expect"), "%d is not an HTTP status", h.Expect))
 			}
 		}
 	}
-	return errs
+	return append(errs, c.validateHooks()...)
+}
+
+// enumHint is " (did you mean ...?)" for a job's mode, misfire or crash
+// (key) whose value is a near miss of one of the values it takes.
+func enumHint(key string, j *JobConfig) string {
+	switch key {
+	case "mode":
+		return didYouMean(j.Mode, string(schedule.Once), string(schedule.Leader), string(schedule.EveryInstance))
+	case "misfire":
+		return didYouMean(j.Misfire, string(schedule.MisfireSkip), string(schedule.MisfireRunOnce), string(schedule.MisfireRunAll))
+	case "crash":
+		return didYouMean(j.Crash, string(schedule.CrashRetry), string(schedule.CrashSkip))
+	}
+	return ""
+}
+
+// didYouMean is " (did you mean %q?)" naming the one of options within
+// two edits of got (case aside), or "".
+func didYouMean(got string, options ...string) string {
+	best, bestD := "", 3
+	for _, o := range options {
+		if d := editDistance(strings.ToLower(got), o); d < bestD {
+			best, bestD = o, d
+		}
+	}
+	if best == "" || got == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
 }
 
 // flatten returns the errors joined in err (err itself if it joins none).
@@ -524,13 +576,21 @@ func (c *Config) scrubber() *redact.Scrubber {
 	for _, j := range c.Jobs {
 		if h := j.HTTP; h != nil {
 			secrets = append(secrets, redact.Secrets(h.URL)...)
+			// net/http sends a URL's userinfo as "Authorization: Basic
+			// base64(user:password)", which an endpoint may echo.
+			if u, err := url.Parse(h.URL); err == nil && u.User != nil {
+				if pw, ok := u.User.Password(); ok {
+					secrets = append(secrets, base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pw)))
+				}
+			}
 			for k, v := range h.Headers {
 				if redact.SensitiveName(k) {
-					secrets = append(secrets, v, strings.TrimSpace(strings.TrimPrefix(v, "Bearer ")))
+					secrets = append(secrets, v, strings.TrimSpace(strings.TrimPrefix(v, "Bearer ")), strings.TrimSpace(strings.TrimPrefix(v, "Basic ")))
 				}
 			}
 		}
 	}
+	secrets = append(secrets, c.hookSecrets()...)
 	if ts, err := c.adminTokens(); err == nil {
 		for _, t := range ts {
 			secrets = append(secrets, t.Secret)

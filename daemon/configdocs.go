@@ -5,6 +5,13 @@ package daemon
 // renders them; go run ./internal/configdoc writes them). A test fails if a
 // field of Config has no entry here, or an entry no field.
 
+// The documentation of on_failure, at the top level and in each job.
+const (
+	docHook        = "Called once for each occurrence of the job that fails for good (its failure recorded in the run ledger, no retry left), by the daemon that ran that last attempt: not for an attempt that is retried, nor for an occurrence whose runner died (abandoned or reclaimed; see leasehold_runs_recovered_total). Every-instance jobs: by each daemon whose run failed. A hook that fails or times out is logged, not retried. Exactly one of command and http."
+	docHookCommand = "Run a program directly (argv, no shell) under a supervisor, in the clean environment of a command job, with LEASEHOLD_JOB, LEASEHOLD_SCHEDULED_AT, LEASEHOLD_TOKEN, LEASEHOLD_ATTEMPT, LEASEHOLD_INSTANCE, LEASEHOLD_NAMESPACE and LEASEHOLD_ERROR (the error as recorded, secrets masked)."
+	docHookHTTP    = "POST a JSON object {namespace, job, scheduled_at, attempt, token, instance, error} (Content-Type: application/json); any 2xx answer is success; no redirect is followed."
+)
+
 // fieldDoc documents one config field.
 type fieldDoc struct {
 	Doc      string
@@ -17,7 +24,7 @@ type fieldDoc struct {
 }
 
 var configDocs = map[string]fieldDoc{
-	"backend": {Doc: "Backend URL: sqlite:///abs/path.db, redis://user:pass@host:port/db, postgres://…, mysql://…, etcd://h1:2379,h2:2379/prefix, zk://h1:2181/prefix or memory://. ${NAME} is replaced by the environment variable NAME (an unset one is an error; $${ is a literal ${), so that a password need not be in the file. Logs and errors show the URL redacted: its password, credential-like parameters and the values of ${NAME}s whose names look like credentials (PASSWORD, TOKEN, SECRET, …) are masked.",
+	"backend": {Doc: "Backend URL: sqlite:///abs/path.db, redis://user:pass@host:port/db (one Redis node), redis://user:pass@h1:7000?addr=h2:7000&addr=h3:7000 (a Redis Cluster: the host and each addr are seeds), redis://suser:spass@s1:26379?master_name=mymaster&addr=s2:26379&addr=s3:26379&password=pass (Sentinel: the userinfo is the Sentinels' password, password= the primary's), rediss://… for TLS in any form; wait_replicas=N&wait_timeout=200ms makes each Redis grant wait for N replicas (WAIT) before it is reported, so a failover cannot lose it — pair it with min-replicas-to-write N on the servers, see docs/redis.md, postgres://…, mysql://…, etcd://h1:2379,h2:2379/prefix, zk://h1:2181/prefix or memory://. ${NAME} is replaced by the environment variable NAME (an unset one is an error; $${ is a literal ${), so that a password need not be in the file. Logs and errors show the URL redacted: its password, credential-like parameters and the values of ${NAME}s whose names look like credentials (PASSWORD, TOKEN, SECRET, …) are masked.",
 		Default: "a SQLite file leasehold.db next to the config", Example: `"redis://app:${REDIS_PASSWORD}@10.0.0.5:6379/0"`},
 	"instance": {Doc: "This daemon's instance id: the holder name of its claims and leases. Only one daemon holds an id at a time.",
 		Default: "the host name", Example: "web-1"},
@@ -78,9 +85,33 @@ var configDocs = map[string]fieldDoc{
 	"jobs[].http.headers": {Doc: "Request headers; credential-like ones are masked in logs and history.", Example: `{Authorization: "Bearer …"}`},
 	"jobs[].http.body":    {Doc: "Request body.", Example: `'{"full": true}'`},
 	"jobs[].http.expect":  {Doc: "The status that counts as success.", Default: "any 2xx", Example: "204"},
+	"jobs[].http.redirects": {Doc: "Which redirects are followed: same_origin (same scheme, host and port), none, or any (another origin gets none of headers). No redirect carries a Referer.",
+		Default: "same_origin", Value: "same_origin", Example: "none"},
+
+	"jobs[].on_failure":                         {Doc: docHook},
+	"jobs[].on_failure.command":                 {Doc: docHookCommand},
+	"jobs[].on_failure.command.argv":            {Doc: "The program and its arguments.", Required: true, Example: "[/usr/local/bin/page-oncall]"},
+	"jobs[].on_failure.command.env":             {Doc: "Variables the hook gets besides PATH, HOME, LANG, TZ and the LEASEHOLD_* ones.", Example: "{TEAM: ops}"},
+	"jobs[].on_failure.command.env_passthrough": {Doc: "Variables of the daemon's environment the hook also gets; the daemon's tokens and backend URL cannot be named.", Example: "[PAGER_ROUTING_KEY]"},
+	"jobs[].on_failure.command.dir":             {Doc: "Working directory.", Default: "the daemon's", Example: "/srv/ops"},
+	"jobs[].on_failure.http":                    {Doc: docHookHTTP},
+	"jobs[].on_failure.http.url":                {Doc: "http(s) URL; its password and credential-like parameters are masked in logs.", Required: true, Example: `"https://alerts.example.com/hooks/leasehold"`},
+	"jobs[].on_failure.http.headers":            {Doc: "Request headers (not Content-Type, Content-Length or Host); credential-like ones are masked in logs.", Example: `{Authorization: "Bearer …"}`},
+	"jobs[].on_failure.timeout":                 {Doc: "How long one call of the hook may take (at most 10m); a command is then stopped (SIGTERM, SIGKILL 5 s later), a request abandoned.", Default: "30s", Value: "30s", Unit: "duration", Example: "10s"},
+
+	"on_failure":                         {Doc: docHook + " This one is every job's default; a job's own on_failure replaces it."},
+	"on_failure.command":                 {Doc: docHookCommand},
+	"on_failure.command.argv":            {Doc: "The program and its arguments.", Required: true, Example: "[/usr/local/bin/page-oncall]"},
+	"on_failure.command.env":             {Doc: "Variables the hook gets besides PATH, HOME, LANG, TZ and the LEASEHOLD_* ones.", Example: "{TEAM: ops}"},
+	"on_failure.command.env_passthrough": {Doc: "Variables of the daemon's environment the hook also gets; the daemon's tokens and backend URL cannot be named.", Example: "[PAGER_ROUTING_KEY]"},
+	"on_failure.command.dir":             {Doc: "Working directory.", Default: "the daemon's", Example: "/srv/ops"},
+	"on_failure.http":                    {Doc: docHookHTTP},
+	"on_failure.http.url":                {Doc: "http(s) URL; its password and credential-like parameters are masked in logs.", Required: true, Example: `"https://alerts.example.com/hooks/leasehold"`},
+	"on_failure.http.headers":            {Doc: "Request headers (not Content-Type, Content-Length or Host); credential-like ones are masked in logs.", Example: `{Authorization: "Bearer …"}`},
+	"on_failure.timeout":                 {Doc: "How long one call of the hook may take (at most 10m); a command is then stopped (SIGTERM, SIGKILL 5 s later), a request abandoned.", Default: "30s", Value: "30s", Unit: "duration", Example: "10s"},
 
 	"http": {Doc: "The admin API and dashboard."},
-	"http.listen": {Doc: "host:port, or off. When the default address is taken the daemon runs without the API (a warning); an address given explicitly must be free.",
+	"http.listen": {Doc: "host:port, or off. When the default address is taken, a daemon with configured tokens runs without the API (a warning); one using its generated admin token does so only if the listener there proves it holds that token (another daemon on the same database), and otherwise stops with an error; an address given explicitly must be free.",
 		Default: "127.0.0.1:7070", Value: "127.0.0.1:7070", Example: `"0.0.0.0:7443"`},
 	"http.tls_cert":           {Doc: "PEM certificate file; with tls_key, serve HTTPS. Relative to the config's directory.", Example: "tls/cert.pem"},
 	"http.tls_key":            {Doc: "PEM key file of tls_cert.", Example: "tls/key.pem"},
@@ -111,6 +142,9 @@ jobs:
     command:
       argv: [/usr/local/bin/send-report, --daily]
       env: {MODE: full}
+    on_failure:
+      timeout: 10s
+      command: {argv: [/usr/local/bin/page-oncall, --team, reports]}
   - name: warm-cache
     schedule: "@every 5m"
     max_concurrent: 1

@@ -12,6 +12,17 @@ import (
 
 var envRef = regexp.MustCompile(`\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{`)
 
+// envNames returns the NAMEs of the ${NAME} references of s.
+func envNames(s string) []string {
+	var names []string
+	for _, m := range envRef.FindAllStringSubmatch(s, -1) {
+		if m[1] != "" {
+			names = append(names, m[1])
+		}
+	}
+	return names
+}
+
 // expandEnv replaces each ${NAME} of s by the environment variable NAME
 // and $${ by ${. An unset variable, or a ${ that does not start a
 // reference, is an error naming it (never the value). secrets are the

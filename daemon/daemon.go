@@ -9,7 +9,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -26,13 +25,10 @@ import (
 	"github.com/leasehold/leasehold/internal/doctor"
 	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/internal/sdnotify"
+	"github.com/leasehold/leasehold/internal/supervisor"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/schedule"
 )
-
-// ErrDuplicateInstance: another daemon with the same instance id holds the
-// backend. Run does not return it: it logs it and waits (see Run).
-var ErrDuplicateInstance = errors.New("leasehold/daemon: instance id already running")
 
 // Daemon runs the jobs of one Config.
 type Daemon struct {
@@ -45,6 +41,10 @@ type Daemon struct {
 
 	client *http.Client
 	scrub  *redact.Scrubber // grows with the secrets of reloaded jobs
+	// supervisors keeps a command supervisor spawned ahead of the next
+	// command job's run (internal/supervisor); closed when Run returns.
+	supervisors *supervisor.Pool
+	hooks       *hookRunner // on_failure hooks; Run waits for them
 
 	mu      sync.Mutex     // guards cfg.Jobs, jobs and holding (Reload, suspendJobs, resumeJobs)
 	jobs    []schedule.Job // cfg.Jobs, built
@@ -52,6 +52,10 @@ type Daemon struct {
 
 	tokenFile, tokenSecret string // the generated admin token, if used
 	tokenCreated           bool
+
+	// recheckEvery is how often the backend's declaration is read again
+	// (RecheckGuaranteesEvery; tests shorten it).
+	recheckEvery time.Duration
 
 	adminMu   sync.Mutex
 	adminAddr net.Addr
@@ -81,13 +85,15 @@ func New(cfg *Config, l backend.Leases, log *slog.Logger, adminOpts ...admin.Opt
 	if err != nil {
 		return nil, err
 	}
-	sched, err := schedule.New(b, schedule.WithInstance(cfg.Instance), schedule.WithNamespace(cfg.Namespace), schedule.WithObserver(m),
-		schedule.WithLogger(log), schedule.WithGrace(time.Duration(cfg.Grace)), schedule.WithRetention(time.Duration(cfg.Retention)))
+	sched, err := schedule.New(b, leasehold.WithInstance(cfg.Instance), leasehold.WithNamespace(cfg.Namespace), schedule.WithObserver(m),
+		leasehold.WithLogger(log), schedule.WithGrace(time.Duration(cfg.Grace)), schedule.WithRetention(time.Duration(cfg.Retention)))
 	if err != nil {
 		return nil, err
 	}
 	client := &http.Client{}
-	jobs, err := buildJobs(cfg, client, scrub)
+	supervisors := supervisor.NewPool("", outputWait)
+	hooks := newHookRunner(cfg, b, supervisors, log)
+	jobs, err := buildJobs(cfg, client, scrub, log, supervisors, hooks)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +109,7 @@ func New(cfg *Config, l backend.Leases, log *slog.Logger, adminOpts ...admin.Opt
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, b: b, log: log, sched: sched, idlk: idlk, client: client, scrub: scrub,
-		jobs: jobs, holding: true, ready: make(chan struct{})}
+		supervisors: supervisors, hooks: hooks, jobs: jobs, holding: true, ready: make(chan struct{}), recheckEvery: RecheckGuaranteesEvery}
 	if cfg.HTTP.Listen != HTTPOff {
 		// /metrics behind the API's read scope (job names, instance names
 		// and counts are not for everyone once the listener needs tokens);
@@ -123,9 +129,20 @@ func New(cfg *Config, l backend.Leases, log *slog.Logger, adminOpts ...admin.Opt
 		if d.admin, err = d.newAdmin(cfg, b, sched, log, adminOpts); err != nil {
 			return nil, err
 		}
+		if err := reg.Register(newJobStateCollector(d.admin, b, cfg.Namespace, log)); err != nil {
+			return nil, err
+		}
 	}
 	return d, nil
 }
+
+// RecheckGuaranteesEvery is how often a running daemon reads its backend's
+// declaration again, where it rests on the server's live configuration
+// (backend.CapabilityRefresher: Redis's appendonly, PostgreSQL's
+// synchronous_commit), and logs what changed. A minute: a server
+// reconfigured to lose grants at a crash is in the log within a minute, for
+// a handful of reads a minute the server does not notice.
+const RecheckGuaranteesEvery = time.Minute
 
 // instanceKey is the lock a daemon holds while it runs, so that a second
 // daemon with the same instance id refuses to start.
@@ -139,7 +156,7 @@ func (d *Daemon) Scheduler() *schedule.Scheduler { return d.sched }
 // period, release leases. It returns nil when ctx ended it.
 //
 // The instance id is a lease that only one daemon holds at a time. If
-// another process holds it, Run logs who (ErrDuplicateInstance) and waits
+// another process holds it, Run logs who (ErrInstanceAlreadyRunning) and waits
 // until the lease is released or expires — unless the holder is a previous
 // process on this host, same boot, whose pid is gone (a kill -9 leaves
 // its lease behind): then Run takes the id over at once. If the lease is
@@ -148,7 +165,17 @@ func (d *Daemon) Scheduler() *schedule.Scheduler { return d.sched }
 // stopped; runs already started go on under their own leases — takes the
 // id again the same way, and resumes.
 func (d *Daemon) Run(ctx context.Context) error {
-	d.warnGuarantees(ctx)
+	defer d.supervisors.Close()
+	decl := d.warnGuarantees(ctx)
+	if _, ok := d.b.(backend.CapabilityRefresher); ok {
+		wctx, stop := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			d.watchGuarantees(wctx, decl)
+		}()
+		defer func() { stop(); <-watched }()
+	}
 	id, err := d.holdInstance(ctx)
 	if err != nil {
 		return nil // ctx ended while waiting for the id: nothing started
@@ -161,6 +188,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.sched.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
+	advised := make(chan struct{})
+	actx, stopAdvice := context.WithCancel(ctx)
+	go func() { defer close(advised); d.adviseRefused(actx) }()
+	defer func() { stopAdvice(); <-advised }()
 	go func() {
 		// Start-up (every job's schedule version read and recorded, its
 		// catch-up read) leaves the heap grown by its garbage — some 30 MB
@@ -217,18 +248,65 @@ func (d *Daemon) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.cfg.Grace)+10*time.Second)
 	defer cancel()
 	runErr := d.sched.Shutdown(sctx)
+	d.hooks.stop(time.Duration(d.cfg.Grace)) // the runs that failed at shutdown call theirs
 	d.log.Info("stopped")
 	return runErr
 }
 
-// warnGuarantees logs each guarantee the backend does not give, with its
-// reason: the warnings "leasehold doctor" prints (internal/doctor), from
-// the same function.
-func (d *Daemon) warnGuarantees(ctx context.Context) {
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+// warnGuarantees reads the backend's declaration again (doctor.Declare)
+// and logs each guarantee it does not give, with its reason: the warnings
+// "leasehold doctor" prints (internal/doctor), from the same function.
+func (d *Daemon) warnGuarantees(ctx context.Context) doctor.Declaration {
+	decl := d.declare(ctx)
+	if doctor.HostLocal(decl.Capabilities) {
+		d.log.Warn("backend local to this host", "backend", decl.Capabilities.Name, "note", doctor.LocalNote)
+	}
+	for _, w := range decl.Warnings() {
+		d.log.Warn("backend guarantee not given", "backend", decl.Capabilities.Name, "warning", w)
+	}
+	return decl
+}
+
+// declare reads the backend's declaration, bounded to 10 s.
+func (d *Daemon) declare(ctx context.Context) doctor.Declaration {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	name := d.b.Capabilities().Name
-	for _, w := range doctor.Warnings(wctx, d.b) {
-		d.log.Warn("backend guarantee not given", "backend", name, "warning", w)
+	return doctor.Declare(dctx, d.b)
+}
+
+// watchGuarantees reads the backend's declaration again every
+// recheckEvery, from was (the one logged at start), until ctx ends, and
+// logs each capability that changed (a warning when it withdraws a
+// guarantee) and a configuration that can no longer be read (which
+// withdraws what rests on it).
+func (d *Daemon) watchGuarantees(ctx context.Context, was doctor.Declaration) {
+	t := time.NewTicker(d.recheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := d.declare(ctx)
+		if ctx.Err() != nil {
+			return // a read cut short by shutdown says nothing of the server
+		}
+		name := now.Capabilities.Name
+		if now.RefreshErr != nil && was.RefreshErr == nil {
+			d.log.Warn("backend configuration could not be read again: the guarantees resting on it are not claimed", "backend", name, "err", now.RefreshErr)
+		}
+		if now.RefreshErr == nil && was.RefreshErr != nil {
+			d.log.Info("backend configuration read again", "backend", name)
+		}
+		for _, c := range doctor.Changes(was, now) {
+			level := slog.LevelInfo // a guarantee given again
+			if c.Warn {
+				level = slog.LevelWarn // a guarantee withdrawn
+			}
+			d.log.Log(ctx, level, "backend guarantee changed", "backend", name, "change", c.String(),
+				"read_at", now.Capabilities.ReadAt.UTC().Format(time.RFC3339Nano))
+		}
+		was = now
 	}
 }

@@ -133,7 +133,7 @@ func (d *Daemon) holdInstance(ctx context.Context) (*leasehold.Lock, error) {
 			if holder := fmt.Sprintf("%s/%d", h.Owner.Instance, h.Token); holder != lastHolder || time.Since(lastSaid) >= 30*time.Second {
 				lastHolder, lastSaid = holder, time.Now()
 				d.log.Warn(fmt.Sprintf("%v", fmt.Errorf("%w: %q on %s is held by %s (token %d, lease %v left); %s; waiting until it is released or its lease expires — is another daemon with this instance id running?",
-					ErrDuplicateInstance, d.cfg.Instance, redactURL(d.cfg.Backend), h.Owner.Instance, h.Token, h.Remaining.Round(time.Millisecond), why)))
+					ErrInstanceAlreadyRunning, d.cfg.Instance, redactURL(d.cfg.Backend), h.Owner.Instance, h.Token, h.Remaining.Round(time.Millisecond), why)))
 			}
 			if h.Remaining > 0 && h.Remaining < wait {
 				wait = h.Remaining + 10*time.Millisecond

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,9 +20,10 @@ const defaultPath = "/usr/local/bin:/usr/bin:/bin"
 // secretEnv reports whether name is a variable of the daemon's environment
 // that holds one of its secrets, which env_passthrough may not name:
 // the token variables, the backend URL, the variables a backend client
-// reads a password from, and the config's token_env names.
+// reads a password from, the config's token_env names, and every variable
+// the backend URL references (${NAME}: a password is often taken so).
 func (c *Config) secretEnv(name string) bool {
-	if fixedSecretEnv(name) {
+	if fixedSecretEnv(name) || slices.Contains(c.backendEnv, name) {
 		return true
 	}
 	for _, t := range c.HTTP.Tokens {

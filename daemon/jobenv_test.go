@@ -27,7 +27,7 @@ func TestJobEnvironmentIsClean(t *testing.T) {
 		Env:            map[string]string{"OUT": out, "MODE": "full"},
 		EnvPassthrough: []string{"SHARED_OK", "NOT_SET_ANYWHERE"},
 	}}
-	if err := commandFunc(j, "web-1")(context.Background(), run); err != nil {
+	if err := commandFunc(j, "web-1", nil, nil)(context.Background(), run); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(out)

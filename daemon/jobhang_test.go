@@ -47,7 +47,7 @@ func TestCommandWithDetachedGrandchildReturns(t *testing.T) {
 			})
 			start := time.Now()
 			done := make(chan error, 1)
-			go func() { done <- commandFunc(j, "i")(ctx, run) }()
+			go func() { done <- commandFunc(j, "i", nil, nil)(ctx, run) }()
 			bound := c.timeout + killGrace + outputWait + 5*time.Second
 			select {
 			case err := <-done:

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,8 +16,8 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
-	"github.com/leasehold/leasehold/internal/childproc"
 	"github.com/leasehold/leasehold/internal/redact"
+	"github.com/leasehold/leasehold/internal/supervisor"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -58,54 +58,104 @@ func killGraceFor(j *JobConfig) time.Duration {
 	return min(killGrace, ttl/3)
 }
 
-// outputWait is how long a command's output is still read after it
-// exited: a process it left running in a session of its own (out of reach
-// of the group kill) may hold the pipe open for as long as it lives.
+// outputWait is how long a command's output is still read after its
+// supervisor exited (which it does only once the command's tree is gone,
+// so only a process out of its reach — see internal/supervisor — may hold
+// the pipe open).
 const outputWait = 2 * time.Second
 
-// commandFunc runs a command job: argv without a shell, in its own process
-// group, killed (SIGTERM, then SIGKILL after killGraceFor) when the run's
-// context ends — SIGKILL at once when the run's lease is lost — and, on
-// Linux, killed by the kernel if the daemon dies (see internal/childproc
-// for what other systems do).
-func commandFunc(j *JobConfig, instance string) schedule.Func {
+// commandStarter starts a command under a supervisor: a
+// *supervisor.Pool, or startFresh.
+type commandStarter interface {
+	Start(supervisor.Spec, supervisor.Options) (*supervisor.Handle, error)
+}
+
+// startFresh spawns a supervisor for each command.
+type startFresh struct{}
+
+func (startFresh) Start(s supervisor.Spec, o supervisor.Options) (*supervisor.Handle, error) {
+	return supervisor.Start(s, o)
+}
+
+// commandFunc runs a command job: argv without a shell, under a supervisor
+// process (internal/supervisor) that owns the command's whole tree. The
+// run's lease deadline is passed to the supervisor on every confirmed
+// heartbeat, and the supervisor kills the tree when it passes — even if
+// the daemon is paused or dead — or at once when the daemon dies. The tree
+// is stopped (SIGTERM, then SIGKILL after killGraceFor) when the run's
+// context ends, killed at once when the run's lease is lost, and a
+// command that exits leaving processes behind has them killed (and the
+// run's output says so): the run ends only when nothing of its tree
+// remains. log (nil: none) is told the kill mode in force for each run;
+// sup (nil: a supervisor spawned per run) starts the supervisors.
+func commandFunc(j *JobConfig, instance string, log *slog.Logger, sup commandStarter) schedule.Func {
+	if sup == nil {
+		sup = startFresh{}
+	}
 	c := j.Command
 	grace := killGraceFor(j)
 	max := c.MaxOutput
 	if max == 0 {
 		max = 4096
 	}
+	ttl := time.Duration(j.LeaseTTL)
 	return func(ctx context.Context, r schedule.Run) error {
-		cmd := exec.Command(c.Argv[0], c.Argv[1:]...)
-		cmd.Dir = c.Dir
-		cmd.Env = jobEnv(c, r, instance) // a clean environment: never the daemon's tokens
 		out := &capped{max: max}
-		cmd.Stdout, cmd.Stderr = out, out
-		cmd.WaitDelay = outputWait
-
-		child, err := childproc.Start(cmd, childproc.Options{Group: true, DieWithParent: true})
+		deadline, moved := r.LeaseDeadline()
+		opts := supervisor.Options{Stdout: out, Stderr: out, WaitDelay: outputWait, Deadline: deadline}
+		if !deadline.IsZero() && ttl > 0 {
+			opts.MaxAhead = ttl
+		}
+		h, err := sup.Start(supervisor.Spec{Argv: c.Argv, Dir: c.Dir, Env: jobEnv(c, r, instance)}, opts) // a clean environment: never the daemon's tokens
 		if err != nil {
 			return fmt.Errorf("command %q: %w", c.Argv[0], err)
 		}
-		select {
-		case <-child.Done():
-			err = child.Wait()
-		case <-ctx.Done():
-			g := grace
-			if errors.Is(context.Cause(ctx), leasehold.ErrLeaseLost) {
-				g = 0 // the lease is ending: no grace
-			}
-			// Lost while the command was stopping: SIGKILL at once.
-			err = child.Stop(g, r.LeaseLost())
-			err = fmt.Errorf("command %q stopped: %w (%v)", c.Argv[0], context.Cause(ctx), err)
+		if log != nil {
+			log.Info("command started", "job", r.Job, "at", r.ScheduledAt, "token", r.Token, "pid", h.Pid(), "kill_mode", h.Mode())
 		}
-		if errors.Is(err, exec.ErrWaitDelay) {
-			// The command exited well; something it started still held its
-			// output open, and was not waited for.
-			err = nil
-			_, _ = out.Write([]byte("\n[leasehold: output closed " + outputWait.String() + " after the command exited: a process it left running held it open]"))
+		var (
+			lost    = r.LeaseLost()
+			ctxDone = ctx.Done()
+			stopped error
+		)
+	wait:
+		for {
+			select {
+			case <-h.Done():
+				break wait
+			case <-moved:
+				deadline, moved = r.LeaseDeadline()
+				_ = h.SetDeadline(deadline)
+			case <-lost:
+				// From now on another instance may run the occurrence.
+				lost = nil
+				_ = h.Kill()
+			case <-ctxDone:
+				ctxDone, stopped = nil, context.Cause(ctx)
+				if errors.Is(stopped, leasehold.ErrLeaseLost) {
+					_ = h.Kill() // the lease is ending: no grace
+				} else {
+					_ = h.Terminate(grace)
+				}
+			}
+		}
+		res := h.Wait()
+		if res.Leftovers > 0 {
+			_, _ = fmt.Fprintf(out, "\n[leasehold: the command exited leaving %d process(es) running; they were killed before the run ended]", res.Leftovers)
+			if log != nil {
+				log.Warn("command exited leaving processes running; they were killed", "job", r.Job, "at", r.ScheduledAt, "token", r.Token, "leftovers", res.Leftovers, "kill_mode", h.Mode())
+			}
+		}
+		if res.Killed != "" {
+			_, _ = fmt.Fprintf(out, "\n[leasehold: the command was killed: %s]", res.Killed)
 		}
 		r.Report(out.String())
+		err = res.Err
+		if stopped != nil {
+			err = fmt.Errorf("command %q stopped: %w (%v)", c.Argv[0], stopped, err)
+		} else if res.Killed != "" {
+			err = fmt.Errorf("command %q killed: %s (%v)", c.Argv[0], res.Killed, err)
+		}
 		if err != nil {
 			return fmt.Errorf("command %q: %w", c.Argv[0], err)
 		}
@@ -182,6 +232,9 @@ func (c *capped) String() string {
 // fails with an error wrapping schedule.ErrTimeout.
 func httpFunc(j *JobConfig, client *http.Client, scrub *redact.Scrubber, bound time.Duration) schedule.Func {
 	h := j.HTTP
+	if h != nil && client != nil {
+		client = redirectClient(client, h)
+	}
 	return func(ctx context.Context, r schedule.Run) error {
 		ctx, cancel := context.WithTimeoutCause(ctx, bound, fmt.Errorf("%w after %v", schedule.ErrTimeout, bound))
 		defer cancel()

@@ -22,7 +22,7 @@ func TestCommandEnvAndExitCode(t *testing.T) {
 	j := &JobConfig{Name: "report", Command: &CommandJob{
 		Argv: []string{"sh", "-c", `echo "$LEASEHOLD_JOB $LEASEHOLD_SCHEDULED_AT $LEASEHOLD_TOKEN $LEASEHOLD_ATTEMPT $LEASEHOLD_INSTANCE $EXTRA" > "$OUT"; exit 3`},
 		Env:  map[string]string{"EXTRA": "x", "OUT": out}}}
-	err := commandFunc(j, "web-1")(context.Background(), run)
+	err := commandFunc(j, "web-1", nil, nil)(context.Background(), run)
 	if err == nil || !strings.Contains(err.Error(), "exit status 3") {
 		t.Fatalf("err = %v, want exit status 3", err)
 	}
@@ -36,7 +36,7 @@ func TestCommandKilledOnCancel(t *testing.T) {
 	j := &JobConfig{Name: "hang", Command: &CommandJob{Argv: []string{"sleep", "60"}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- commandFunc(j, "i")(ctx, run) }()
+	go func() { done <- commandFunc(j, "i", nil, nil)(ctx, run) }()
 	cancel()
 	select {
 	case err := <-done:

@@ -61,7 +61,7 @@ func TestKillGraceEndsBeforeLease(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	done := make(chan error, 1)
-	go func() { done <- commandFunc(j, "i")(ctx, run) }()
+	go func() { done <- commandFunc(j, "i", nil, nil)(ctx, run) }()
 	t.Cleanup(func() {
 		if pid := readPid(t, pids); pid > 0 {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -88,17 +88,17 @@ type cutOff struct {
 	cut *atomic.Bool
 }
 
-func (c cutOff) Heartbeat(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, ttl time.Duration) error {
+func (c cutOff) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
 	if !c.cut.Load() {
-		return c.Backend.Heartbeat(ctx, job, at, o, token, ttl)
+		return c.Backend.Heartbeat(ctx, req)
 	}
 	<-ctx.Done()
 	return ctx.Err()
 }
 
-func (c cutOff) Finish(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, out backend.Outcome) error {
+func (c cutOff) Finish(ctx context.Context, req backend.FinishRequest) error {
 	if !c.cut.Load() {
-		return c.Backend.Finish(ctx, job, at, o, token, out)
+		return c.Backend.Finish(ctx, req)
 	}
 	<-ctx.Done()
 	return ctx.Err()
@@ -130,7 +130,7 @@ func TestCommandGoneBeforeReclaim(t *testing.T) {
 		retried     bool
 		overlapping bool
 	)
-	cmd := commandFunc(j, "a")
+	cmd := commandFunc(j, "a", nil, nil)
 	// Instance a, cut off from the backend once it claimed, runs the command
 	// for the first occurrence it claims (and nothing for later ones).
 	aJob := schedule.Job{Name: "stubborn", Schedule: "* * * * * *", LeaseTTL: ttl, Func: func(ctx context.Context, r schedule.Run) error {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"reflect"
 	"time"
@@ -11,12 +12,10 @@ import (
 	"github.com/leasehold/leasehold/schedule"
 )
 
-// ErrNotReloaded: Reload refused a config; the running config goes on.
-var ErrNotReloaded = errors.New("leasehold/daemon: config not reloaded")
-
 // buildJobs turns cfg's jobs into scheduler jobs, in config order; the
 // error lists every job that cannot be built.
-func buildJobs(cfg *Config, client *http.Client, scrub *redact.Scrubber) ([]schedule.Job, error) {
+// hooks (nil: none) calls their on_failure hooks.
+func buildJobs(cfg *Config, client *http.Client, scrub *redact.Scrubber, log *slog.Logger, sup commandStarter, hooks *hookRunner) ([]schedule.Job, error) {
 	var (
 		out  []schedule.Job
 		errs []error
@@ -25,9 +24,10 @@ func buildJobs(cfg *Config, client *http.Client, scrub *redact.Scrubber) ([]sche
 		j := &cfg.Jobs[i]
 		fn := httpFunc(j, client, scrub, httpTimeout(j))
 		if j.Command != nil {
-			fn = commandFunc(j, cfg.Instance)
+			fn = commandFunc(j, cfg.Instance, log, sup)
 		}
 		fn = scrubErrors(fn, scrub) // run errors are stored, logged and served
+		fn = hooks.wrap(j, cfg.hookFor(j), fn)
 		sj, err := j.job(fn, time.Duration(cfg.Retention))
 		if err != nil {
 			errs = append(errs, cfg.errf(fmt.Sprintf("jobs[%d]", i), "%v", err))
@@ -77,24 +77,24 @@ func fixedChanges(old, new *Config) []error {
 // are never two timers for one name; runs already started go on). Settings
 // other than the jobs cannot change while the daemon runs: a cfg that
 // changes them, or that has an invalid job, is refused whole with an error
-// wrapping ErrNotReloaded that lists every reason, and nothing changes.
+// wrapping ErrConfigNotReloaded that lists every reason, and nothing changes.
 // cfg should come from Load or Parse, which validate it.
 func (d *Daemon) Reload(cfg *Config) error {
 	if cfg == nil {
-		return fmt.Errorf("%w: config is nil", ErrNotReloaded)
+		return fmt.Errorf("%w: config is nil", ErrConfigNotReloaded)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	errs := fixedChanges(d.cfg, cfg)
 	scrub := cfg.scrubber()
-	jobs, err := buildJobs(cfg, d.client, scrub)
+	jobs, err := buildJobs(cfg, d.client, scrub, d.log, d.supervisors, d.hooks)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		// The new config's secrets (its ${NAME}s) are not the daemon's
 		// scrubber's yet: mask them here, as the old ones.
-		err := fmt.Errorf("%w: %s: %w", ErrNotReloaded, cfg.path, errors.Join(errs...))
+		err := fmt.Errorf("%w: %s: %w", ErrConfigNotReloaded, cfg.path, errors.Join(errs...))
 		return redact.Error(redact.Error(err, scrub), d.scrub)
 	}
 	d.scrub.Merge(scrub) // the new jobs' secrets are masked in the log before they run
@@ -110,7 +110,7 @@ func (d *Daemon) Reload(cfg *Config) error {
 		switch {
 		case !ok:
 			added = append(added, sj.Name)
-		case !reflect.DeepEqual(prev, cfg.Jobs[i]):
+		case !reflect.DeepEqual(prev, cfg.Jobs[i]) || !reflect.DeepEqual(d.cfg.hookFor(&prev), cfg.hookFor(&cfg.Jobs[i])):
 			changed = append(changed, sj.Name)
 		default:
 			continue
@@ -132,7 +132,7 @@ func (d *Daemon) Reload(cfg *Config) error {
 			}
 		}
 	}
-	d.cfg.Jobs, d.jobs = cfg.Jobs, jobs
+	d.cfg.Jobs, d.cfg.OnFailure, d.jobs = cfg.Jobs, cfg.OnFailure, jobs
 	d.log.Info("config reloaded", "file", cfg.path, "added", added, "changed", changed, "removed", removed)
 	if len(errs) > 0 {
 		return fmt.Errorf("reloading %s: %w", cfg.path, errors.Join(errs...))

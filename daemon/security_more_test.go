@@ -32,7 +32,7 @@ func TestEnvPassthroughOfBackendPasswordVars(t *testing.T) {
 	t.Setenv("MYSQL_PWD", pw)
 	out := filepath.Join(t.TempDir(), "env")
 	j := &JobConfig{Name: "report", Command: &CommandJob{Argv: []string{"sh", "-c", `env > "$OUT"`}, Env: map[string]string{"OUT": out}, EnvPassthrough: []string{"MYSQL_PWD"}}}
-	if err := commandFunc(j, "web-1")(context.Background(), run); err != nil {
+	if err := commandFunc(j, "web-1", nil, nil)(context.Background(), run); err != nil {
 		t.Fatal(err)
 	}
 	if data, _ := os.ReadFile(out); strings.Contains(string(data), pw) {

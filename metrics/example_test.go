@@ -25,7 +25,7 @@ func ExampleNew() {
 		panic(err)
 	}
 	lk, _ := leasehold.NewLocker(b, leasehold.WithObserver(m), leasehold.WithNamespace("shop"))
-	if _, err := schedule.New(b, schedule.WithObserver(m), schedule.WithNamespace("shop")); err != nil {
+	if _, err := schedule.New(b, schedule.WithObserver(m), leasehold.WithNamespace("shop")); err != nil {
 		panic(err)
 	}
 	l, _ := lk.TryAcquire(context.Background(), "invoices")

@@ -13,7 +13,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
-	"github.com/leasehold/leasehold/internal/redact"
 )
 
 // Prober is the backend call readiness makes: one Get of a key that
@@ -40,7 +39,8 @@ func Healthz() http.Handler {
 
 // Readyz answers 200 when the backend is reachable: one Get of a key in
 // namespace ("leasehold-readyz") answers, found or not, within timeout
-// (≤ 0: DefaultProbeTimeout). Otherwise it answers 503 with the error.
+// (≤ 0: DefaultProbeTimeout). Otherwise it answers 503, saying only that
+// the backend is unreachable (not the error, which names its address).
 func Readyz(p Prober, namespace string, timeout time.Duration) (http.Handler, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: prober is nil", leasehold.ErrInvalid)
@@ -57,8 +57,11 @@ func Readyz(p Prober, namespace string, timeout time.Duration) (http.Handler, er
 		defer cancel()
 		_, err := p.Get(ctx, key)
 		if err != nil && !errors.Is(err, backend.ErrNotFound) {
-			// The probe needs no token: mask URL secrets a client error may repeat.
-			writeStatus(w, http.StatusServiceUnavailable, "unready", "backend unreachable: "+redact.Text(err.Error()))
+			// The probe needs no token and answers any client: the
+			// error (which names the backend's address, and may repeat
+			// URL secrets) is for the daemon's log and the token-holding
+			// API, not for it.
+			writeStatus(w, http.StatusServiceUnavailable, "unready", "backend unreachable")
 			return
 		}
 		writeStatus(w, http.StatusOK, "ready", "")

@@ -36,6 +36,7 @@ type Metrics struct {
 	runTime   *prometheus.HistogramVec // namespace, job, result
 	runsLost  *prometheus.CounterVec   // namespace, job
 	recovered *prometheus.CounterVec   // namespace, job, action
+	retried   *prometheus.CounterVec   // namespace, job
 	caughtUp  *prometheus.CounterVec   // namespace, job
 	misfired  *prometheus.CounterVec   // namespace, job, policy
 	pruned    *prometheus.CounterVec   // namespace
@@ -93,6 +94,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: prefix + "runs_recovered_total", Help: "Occurrences whose runner died, handled by this instance: reclaimed (crash policy retry) or abandoned.",
 		}, []string{"namespace", "job", "action"}),
+		retried: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: prefix + "runs_retried_total", Help: "Failed runs retried by this instance after their backoff (Retry policy); not crashes.",
+		}, []string{"namespace", "job"}),
 		caughtUp: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: prefix + "misfires_caught_up_total", Help: "Missed occurrences claimed by this instance under the job's misfire policy.",
 		}, []string{"namespace", "job"}),
@@ -120,7 +124,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.acquire, m.renewals, m.renewFailures, m.lost, m.releases, m.leadership, m.leading,
-		m.claims, m.runs, m.runTime, m.runsLost, m.recovered, m.caughtUp, m.misfired, m.pruned, m.prunes}
+		m.claims, m.runs, m.runTime, m.runsLost, m.recovered, m.retried, m.caughtUp, m.misfired, m.pruned, m.prunes}
 }
 
 // ObserveLock counts a lock or election event. It implements
@@ -168,6 +172,8 @@ func (m *Metrics) ObserveSchedule(ev schedule.Event) {
 		m.runsLost.WithLabelValues(ev.Namespace, ev.Job).Inc()
 	case schedule.EventReclaim:
 		m.recovered.WithLabelValues(ev.Namespace, ev.Job, "reclaimed").Inc()
+	case schedule.EventRetry:
+		m.retried.WithLabelValues(ev.Namespace, ev.Job).Inc()
 	case schedule.EventAbandon:
 		m.recovered.WithLabelValues(ev.Namespace, ev.Job, "abandoned").Inc()
 	case schedule.EventMisfire:

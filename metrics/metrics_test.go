@@ -329,7 +329,7 @@ func TestCatchUpAndPruneMetrics(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Finish(ctx, "retired", at, owner, g.Token, backend.Outcome{State: backend.Succeeded}); err != nil {
+		if err := b.Finish(ctx, backend.FinishRequest{Job: "retired", ScheduledAt: at, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded}}); err != nil {
 			t.Fatal(err)
 		}
 	}

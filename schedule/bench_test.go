@@ -24,9 +24,9 @@ func (c *counting) Claim(ctx context.Context, r backend.ClaimRequest) (backend.G
 	return c.Backend.Claim(ctx, r)
 }
 
-func (c *counting) Finish(ctx context.Context, job string, at time.Time, o backend.Owner, tok uint64, out backend.Outcome) error {
+func (c *counting) Finish(ctx context.Context, req backend.FinishRequest) error {
 	c.n.Add(1)
-	return c.Backend.Finish(ctx, job, at, o, tok, out)
+	return c.Backend.Finish(ctx, req)
 }
 
 // BenchmarkOccurrenceOverhead is the cost leasehold adds to one occurrence:

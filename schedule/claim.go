@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/attempt"
 )
 
 // Claim is a won claim of one occurrence, held by heartbeats until Finish.
@@ -128,52 +129,76 @@ func (c *Claim) Finish(ctx context.Context, runErr error) error {
 // overlap) are returned as they are, unless an earlier attempt may still be
 // applied: then the error wraps leasehold.ErrIndeterminate.
 func claimGrant(ctx context.Context, lease leaseTiming, b backend.Ledger, req backend.ClaimRequest) (backend.Grant, time.Time, error) {
-	job, at := req.Job, req.ScheduledAt
-	var (
-		g    backend.Grant
-		err  error
-		sent time.Time
-		// firstUnknown is the send time of the first attempt whose outcome
-		// is unknown: it may be applied, even later, and a retry answering
-		// "yours" then returns the grant it made.
-		firstUnknown time.Time
-	)
-	for attempt := 0; attempt < 3; attempt++ { // retries reuse the nonce: an applied claim answers "yours"
-		sent = time.Now()
-		g, err = b.Claim(ctx, req)
-		if err == nil || errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrInvalid) ||
-			errors.Is(err, backend.ErrTooEarly) || errors.Is(err, backend.ErrTooLate) || errors.Is(err, backend.ErrOverlap) {
-			break
-		}
-		if firstUnknown.IsZero() && !errors.Is(err, backend.ErrNotApplied) && !errors.Is(err, backend.ErrClosed) {
-			firstUnknown = sent
-		}
-		if ctx.Err() != nil {
-			break
-		}
+	a := claimAttempt(b, lease, req, func(g backend.Grant) uint64 { return g.Token })
+	a.Try = func(ctx context.Context) (backend.Grant, time.Duration, error) {
+		g, err := b.Claim(ctx, req)
+		return g, g.TTL, err
 	}
-	if err == nil && firstUnknown.IsZero() && time.Until(sent.Add(lease.span(g.TTL))) <= 0 {
-		firstUnknown = sent // the reply came after the deadline its send time gives
+	a.Judge = func(err error) attempt.Verdict { return judgeClaim(err, attempt.Refused) }
+	a.Retry = func(ctx context.Context, f attempt.Failure) error {
+		// At once, three times at most: the caller has its own schedule.
+		if f.Verdict == attempt.Unconfirmed || ctx.Err() != nil || f.Attempts >= 3 {
+			return f.Err
+		}
+		return nil
 	}
+	r, err := attempt.Run(ctx, a)
+	if err == nil {
+		return r.Grant, r.Base, nil
+	}
+	var e *attempt.Error
 	switch {
-	case err == nil && !firstUnknown.IsZero():
-		// Confirm with a heartbeat, as the Scheduler does: the lease may
-		// count from the first attempt, possibly long ago.
-		base, lost := confirmGrant(ctx, b, req, g, firstUnknown)
-		if lost || time.Until(base.Add(lease.span(g.TTL))) <= 0 {
-			return backend.Grant{}, time.Time{}, fmt.Errorf("%w: claim %s@%s: won after an attempt whose outcome was unknown, and not confirmed in time",
-				leasehold.ErrIndeterminate, job, at.Format(time.RFC3339Nano))
-		}
-		sent = base
-	case err == nil:
-	case !firstUnknown.IsZero() && !errors.Is(err, backend.ErrClaimed) && !errors.Is(err, backend.ErrInvalid):
-		// A refusal (too early, overlap) or another failure does not undo
-		// an earlier attempt that may still be applied: the claim may be
-		// ours, held by nobody, until its lease expires.
-		return backend.Grant{}, time.Time{}, fmt.Errorf("%w: claim %s@%s: an attempt's outcome is unknown: %w",
-			leasehold.ErrIndeterminate, job, at.Format(time.RFC3339Nano), err)
-	default:
+	case !errors.As(err, &e):
 		return backend.Grant{}, time.Time{}, err
+	case !e.Indeterminate:
+		return backend.Grant{}, time.Time{}, e.Err // the answer, as it is
+	case e.Unconfirmed:
+		return backend.Grant{}, time.Time{}, fmt.Errorf("%w: claim %s@%s: won after an attempt whose outcome was unknown, and not confirmed in time",
+			leasehold.ErrIndeterminate, req.Job, req.ScheduledAt.Format(time.RFC3339Nano))
 	}
-	return g, sent, nil
+	// A refusal (too early, overlap) or another failure does not undo an
+	// earlier attempt that may still be applied: the claim may be ours,
+	// held by nobody, until its lease expires.
+	return backend.Grant{}, time.Time{}, fmt.Errorf("%w: claim %s@%s: an attempt's outcome is unknown: %w",
+		leasehold.ErrIndeterminate, req.Job, req.ScheduledAt.Format(time.RFC3339Nano), e.Err)
+}
+
+// claimAttempt is what every claim of req (Claim, Reclaim) shares in the
+// attempt engine: the lease timing, and the heartbeat that confirms a
+// grant that may answer an earlier attempt applied late. token is the
+// fencing token of what an attempt won.
+func claimAttempt[G any](l backend.Ledger, lease leaseTiming, req backend.ClaimRequest, token func(G) uint64) attempt.Request[G] {
+	return attempt.Request[G]{
+		Span: lease.span,
+		// Bounded like a heartbeat, not by the earliest attempt's deadline:
+		// a heartbeat that succeeds proves the lease was live when it
+		// arrived and extends it, however old that attempt is.
+		Confirm: func(ctx context.Context, g G, ttl time.Duration) (time.Duration, error) {
+			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl/3)
+			defer cancel()
+			return ttl, l.Heartbeat(hctx, backend.HeartbeatRequest{Job: req.Job, ScheduledAt: req.ScheduledAt, Owner: req.Owner, Token: token(g), TTL: req.TTL})
+		},
+		IsLost: func(err error) bool { return errors.Is(err, backend.ErrLeaseLost) },
+	}
+}
+
+// judgeClaim says what a failed Claim or Reclaim attempt's error proves;
+// early is the verdict on "too early" (a claim that polls until the
+// instant is due by the ledger's clock says NotApplied).
+func judgeClaim(err error, early attempt.Verdict) attempt.Verdict {
+	switch {
+	case errors.Is(err, backend.ErrClaimed):
+		// Another owner's claim: a retry of an attempt of ours that was
+		// applied would have answered "yours".
+		return attempt.Settled
+	case errors.Is(err, backend.ErrTooEarly):
+		return early
+	case errors.Is(err, backend.ErrOverlap), errors.Is(err, backend.ErrTooLate), errors.Is(err, backend.ErrInvalid),
+		errors.Is(err, backend.ErrClosed), errors.Is(err, backend.ErrNotExpired), errors.Is(err, backend.ErrNotFound),
+		errors.Is(err, backend.ErrExhausted):
+		return attempt.Refused
+	case errors.Is(err, backend.ErrNotApplied):
+		return attempt.NotApplied
+	}
+	return attempt.Unknown // timed out, connection lost, ...: it may have been applied
 }

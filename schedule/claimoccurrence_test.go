@@ -97,11 +97,11 @@ func (b *slowUnknownFirst) Claim(ctx context.Context, req backend.ClaimRequest) 
 	return b.Backend.Claim(ctx, req)
 }
 
-func (b *slowUnknownFirst) Heartbeat(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, ttl time.Duration) error {
+func (b *slowUnknownFirst) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
 	}
-	return b.Backend.Heartbeat(ctx, job, at, o, token, ttl)
+	return b.Backend.Heartbeat(ctx, req)
 }
 
 // TestClaimOccurrenceAfterSlowUnknownAttemptIsLive: when the first attempt

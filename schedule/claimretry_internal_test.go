@@ -58,18 +58,18 @@ func (b *lateClaim) dropped() bool {
 	return b.drop
 }
 
-func (b *lateClaim) Finish(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, out backend.Outcome) error {
+func (b *lateClaim) Finish(ctx context.Context, req backend.FinishRequest) error {
 	if b.dropped() {
 		return errors.New("injected: finish lost")
 	}
-	return b.Backend.Finish(ctx, job, at, o, token, out)
+	return b.Backend.Finish(ctx, req)
 }
 
-func (b *lateClaim) Heartbeat(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, ttl time.Duration) error {
+func (b *lateClaim) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
 	if b.dropped() {
 		return errors.New("injected: heartbeat lost")
 	}
-	return b.Backend.Heartbeat(ctx, job, at, o, token, ttl)
+	return b.Backend.Heartbeat(ctx, req)
 }
 
 // TestLateAppliedClaimNeverOutlivesLease: the runner's context must be

@@ -48,11 +48,11 @@ func (b *unknownThenLongEarly) Claim(ctx context.Context, req backend.ClaimReque
 
 // Heartbeat honours ctx as every networked ledger's client does (a request
 // is not sent after its context ended); the memory ledger ignores it.
-func (b *unknownThenLongEarly) Heartbeat(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, ttl time.Duration) error {
+func (b *unknownThenLongEarly) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
 	}
-	return b.Backend.Heartbeat(ctx, job, at, o, token, ttl)
+	return b.Backend.Heartbeat(ctx, req)
 }
 
 // TestClaimAfterUnknownAndLongRefusalRunsLive: a claim won after an early

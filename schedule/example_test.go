@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -25,7 +26,7 @@ func ExampleParse() {
 
 func ExampleScheduler() {
 	b := memory.New() // every instance uses the same backend (sqlite, redis, ...)
-	s, _ := schedule.New(b, schedule.WithInstance("web-1"))
+	s, _ := schedule.New(b, leasehold.WithInstance("web-1"))
 	done := make(chan schedule.Run, 1)
 	err := s.Register(schedule.Job{
 		Name:     "tick",
@@ -79,4 +80,29 @@ func ExampleScheduler_Trigger() {
 	// <nil>
 	// report
 	// true
+}
+
+// The shutdown pattern: Start with the signal's context, defer Shutdown with
+// the same context. At the signal nothing more is claimed; a running job is
+// not cancelled but finishes within the grace period, and Shutdown waits for
+// it (here cancel stands in for SIGTERM, from signal.NotifyContext).
+func ExampleScheduler_Shutdown() {
+	ctx, cancel := context.WithCancel(context.Background()) // signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	s, _ := schedule.New(memory.New(), schedule.WithGrace(10*time.Second))
+	running := make(chan struct{})
+	_ = s.Register(schedule.Job{Name: "report", Schedule: "@yearly",
+		Func: func(ctx context.Context, r schedule.Run) error {
+			close(running)
+			time.Sleep(50 * time.Millisecond) // work that outlives the signal
+			fmt.Println("job done, context:", ctx.Err())
+			return nil
+		}})
+	_ = s.Start(ctx)
+	_ = s.Trigger(ctx, "report", "now")
+	<-running
+	cancel() // SIGTERM
+	fmt.Println(s.Shutdown(ctx))
+	// Output:
+	// job done, context: <nil>
+	// <nil>
 }

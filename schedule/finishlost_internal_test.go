@@ -25,7 +25,7 @@ type lostFinishReply struct {
 	keepFinish  bool // Finish replies are not lost
 }
 
-func (b *lostFinishReply) Finish(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, out backend.Outcome) error {
+func (b *lostFinishReply) Finish(ctx context.Context, req backend.FinishRequest) error {
 	b.mu.Lock()
 	b.finishes++
 	n, keep := b.finishes, b.keepFinish
@@ -33,7 +33,7 @@ func (b *lostFinishReply) Finish(ctx context.Context, job string, at time.Time, 
 	if err := ctx.Err(); err != nil { // a network backend sends nothing on a dead ctx
 		return err
 	}
-	err := b.Backend.Finish(ctx, job, at, o, token, out)
+	err := b.Backend.Finish(ctx, req)
 	if n == 1 && err == nil && !keep {
 		return errors.New("injected: connection reset (the Finish was applied)")
 	}
@@ -58,11 +58,11 @@ func (b *lostFinishReply) GetRun(ctx context.Context, job string, at time.Time) 
 	return b.Backend.GetRun(ctx, job, at)
 }
 
-func (b *lostFinishReply) Heartbeat(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, ttl time.Duration) error {
+func (b *lostFinishReply) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
 	b.mu.Lock()
 	lose := b.hbApplyFail
 	b.mu.Unlock()
-	err := b.Backend.Heartbeat(ctx, job, at, o, token, ttl)
+	err := b.Backend.Heartbeat(ctx, req)
 	if lose && err == nil {
 		return errors.New("injected: reply lost (the heartbeat was applied)")
 	}

@@ -75,9 +75,9 @@ type dropAfterFinish struct {
 	n int
 }
 
-func (b *dropAfterFinish) Finish(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, out backend.Outcome) error {
+func (b *dropAfterFinish) Finish(ctx context.Context, req backend.FinishRequest) error {
 	b.n++
-	err := b.Backend.Finish(ctx, job, at, o, token, out)
+	err := b.Backend.Finish(ctx, req)
 	if b.n == 1 && err == nil {
 		return errors.New("injected: connection reset (the Finish was applied)")
 	}

@@ -19,11 +19,11 @@ type failingFinish struct {
 	n, calls int
 }
 
-func (b *failingFinish) Finish(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, out backend.Outcome) error {
+func (b *failingFinish) Finish(ctx context.Context, req backend.FinishRequest) error {
 	b.mu.Lock()
-	if job != "once" { // schedule versions are recorded through Finish too
+	if req.Job != "once" { // schedule versions are recorded through Finish too
 		b.mu.Unlock()
-		return b.Backend.Finish(ctx, job, at, o, token, out)
+		return b.Backend.Finish(ctx, req)
 	}
 	b.calls++
 	fail := b.calls <= b.n
@@ -31,7 +31,7 @@ func (b *failingFinish) Finish(ctx context.Context, job string, at time.Time, o 
 	if fail {
 		return errors.New("injected: connection refused")
 	}
-	return b.Backend.Finish(ctx, job, at, o, token, out)
+	return b.Backend.Finish(ctx, req)
 }
 
 // TestFinishRetriedUntilLeaseEnds (issue 14 item 7): a Finish that fails

@@ -66,6 +66,7 @@ type Run struct {
 
 	result    *string       // set by Report, recorded by the scheduler
 	leaseLost chan struct{} // closed when the run's lease is lost; nil without a lease
+	lease     *runLease     // the run's lease deadline; nil without a lease
 }
 
 // LeaseLost returns a channel closed when the run's lease is lost, or its
@@ -76,6 +77,21 @@ type Run struct {
 // and SIGKILL ends there. It is nil (never closed) for a run without a
 // lease (mode every-instance).
 func (r Run) LeaseLost() <-chan struct{} { return r.leaseLost }
+
+// LeaseDeadline returns the run's lease deadline as last confirmed — the
+// send time of the last confirmed claim or heartbeat + TTL × (1 − drift) −
+// margin, on the local monotonic clock: the run's context is cancelled
+// there unless a heartbeat moves it — and a channel closed when a
+// confirmed heartbeat next moves it. A job that hands its work to another
+// process (a command's supervisor) passes the deadline on each time, so
+// that the work is stopped there even if this process is paused. A run
+// without a lease (mode every-instance) returns the zero time and nil.
+func (r Run) LeaseDeadline() (time.Time, <-chan struct{}) {
+	if r.lease == nil {
+		return time.Time{}, nil
+	}
+	return r.lease.get()
+}
 
 // Report sets a short text result for this run (command output, a response
 // status...) that the scheduler records in the run history with the outcome.
@@ -149,12 +165,6 @@ type Job struct {
 	// is cancelled): the place for compensation.
 	OnLost func(Run)
 }
-
-// ErrDuplicateJob: Register was called with a name already registered.
-var ErrDuplicateJob = errors.New("leasehold/schedule: job already registered")
-
-// ErrUnknownJob: the named job is not registered.
-var ErrUnknownJob = errors.New("leasehold/schedule: no such job")
 
 // FieldError is one invalid field of a Job. Validate and Register return
 // one FieldError, or several joined (errors.Join), naming every invalid

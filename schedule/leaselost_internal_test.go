@@ -14,7 +14,7 @@ import (
 // partition from the runner's side): the lease runs out.
 type stalledHeartbeats struct{ backend.Backend }
 
-func (stalledHeartbeats) Heartbeat(ctx context.Context, _ string, _ time.Time, _ backend.Owner, _ uint64, _ time.Duration) error {
+func (stalledHeartbeats) Heartbeat(ctx context.Context, _ backend.HeartbeatRequest) error {
 	<-ctx.Done()
 	return ctx.Err()
 }

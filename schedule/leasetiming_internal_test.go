@@ -31,7 +31,7 @@ func (u *unreachableHeartbeats) Claim(ctx context.Context, req backend.ClaimRequ
 	return u.Backend.Claim(ctx, req)
 }
 
-func (u *unreachableHeartbeats) Heartbeat(ctx context.Context, _ string, _ time.Time, _ backend.Owner, _ uint64, _ time.Duration) error {
+func (u *unreachableHeartbeats) Heartbeat(ctx context.Context, _ backend.HeartbeatRequest) error {
 	d, _ := ctx.Deadline()
 	u.mu.Lock()
 	u.deadlines = append(u.deadlines, d)
@@ -105,9 +105,9 @@ func TestLeaseTimingIsValidated(t *testing.T) {
 		opt  Option
 		want string
 	}{
-		{WithDrift(0.5), "drift 0.5"},
-		{WithDrift(-0.1), "drift -0.1"},
-		{WithMargin(-time.Second), "margin -1s"},
+		{leasehold.WithDrift(0.5), "WithDrift(0.5)"},
+		{leasehold.WithDrift(-0.1), "WithDrift(-0.1)"},
+		{leasehold.WithMargin(-time.Second), "WithMargin(-1s)"},
 	} {
 		_, err := New(mem, tc.opt)
 		if !errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
@@ -116,7 +116,7 @@ func TestLeaseTimingIsValidated(t *testing.T) {
 	}
 	// A margin that leaves a job's lease no room for a heartbeat (every
 	// TTL/3) before the deadline is refused at Register, naming the job.
-	s, err := New(mem, WithMargin(700*time.Millisecond))
+	s, err := New(mem, leasehold.WithMargin(700*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,10 +92,10 @@ func (s *Scheduler) misfire(ctx context.Context, e *entry, late lateSet, now tim
 	}
 	switch policy {
 	case MisfireRunOnce:
-		e.queue.push(s, ctx, e, queued{at: last, catchUp: true})
+		e.queue.push(s, ctx, e, &waiting{at: last, catchUp: true})
 	case MisfireRunAll:
 		for _, at := range late.latest {
-			e.queue.push(s, ctx, e, queued{at: at, catchUp: true})
+			e.queue.push(s, ctx, e, &waiting{at: at, catchUp: true})
 		}
 	}
 }
@@ -139,24 +139,19 @@ func (s *Scheduler) catchUp(ctx context.Context, e *entry, now time.Time) {
 		missed = missed[len(missed)-1:]
 	}
 	for _, at := range missed {
-		e.queue.push(s, ctx, e, queued{at: at, catchUp: true})
+		e.queue.push(s, ctx, e, &waiting{at: at, catchUp: true})
 	}
-}
-
-// queued is an instant waiting in a job's catch-up queue.
-type queued struct {
-	at      time.Time
-	catchUp bool // claimed by the misfire policy (may start late)
 }
 
 // runQueue runs one job's catch-up claims one after another — the rate
 // bound of catch-up — and the on-time instants that came due meanwhile
 // after them. It holds at most MaxCatchUp catch-up instants (the latest:
 // start-up catch-up and a late wake-up together cannot exceed it) and
-// maxInflight in all.
+// maxInflight in all. Its instants are in the entry's waits until their
+// claims settle: if the job is removed, those left are handed back.
 type runQueue struct {
 	mu      sync.Mutex
-	pending []queued
+	pending []*waiting
 	running bool
 	current bool // a catch-up instant is being claimed or run (it counts)
 }
@@ -168,7 +163,8 @@ func (q *runQueue) busy() bool {
 }
 
 // push appends it and starts the queue's goroutine if it is idle.
-func (q *runQueue) push(s *Scheduler, ctx context.Context, e *entry, it queued) {
+func (q *runQueue) push(s *Scheduler, ctx context.Context, e *entry, it *waiting) {
+	e.waits.add(it)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.pending = append(q.pending, it)
@@ -186,7 +182,9 @@ func (q *runQueue) push(s *Scheduler, ctx context.Context, e *entry, it queued) 
 			if q.pending[i].catchUp {
 				catchUps--
 			}
-			q.pending = append(q.pending[:i], q.pending[i+1:]...) // drop the oldest
+			// Drop the oldest: settled, by the bound.
+			e.waits.settle(q.pending[i])
+			q.pending = append(q.pending[:i], q.pending[i+1:]...)
 			continue
 		}
 		i++
@@ -202,6 +200,7 @@ func (q *runQueue) push(s *Scheduler, ctx context.Context, e *entry, it queued) 
 			q.mu.Lock()
 			q.current = false
 			if len(q.pending) == 0 || ctx.Err() != nil {
+				// Stopped: what is left stays in e.waits, handed back.
 				q.pending, q.running = nil, false
 				q.mu.Unlock()
 				return
@@ -209,11 +208,16 @@ func (q *runQueue) push(s *Scheduler, ctx context.Context, e *entry, it queued) 
 			it := q.pending[0]
 			q.pending, q.current = q.pending[1:], it.catchUp
 			q.mu.Unlock()
-			if it.catchUp {
+			switch {
+			case it.done.Load():
+				// Handed back, and settled meanwhile by the claim of the
+				// job's previous registration.
+				e.waits.forget(it)
+			case it.catchUp:
 				s.cfg.logger.Info("catching up a missed occurrence", "job", e.job.Name, "at", it.at)
-				s.occur(context.WithValue(ctx, catchUpKey{}, true), e, it.at)
-			} else {
-				s.occur(ctx, e, it.at)
+				s.claimWaiting(context.WithValue(ctx, catchUpKey{}, true), e, it)
+			default:
+				s.claimWaiting(ctx, e, it)
 			}
 		}
 	}()

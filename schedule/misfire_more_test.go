@@ -317,11 +317,11 @@ func (b *misfireFinishFails) Claim(ctx context.Context, req backend.ClaimRequest
 	return b.Backend.Claim(ctx, req)
 }
 
-func (b *misfireFinishFails) Finish(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, out backend.Outcome) error {
-	if len(out.Error) >= 7 && out.Error[:7] == "misfire" {
+func (b *misfireFinishFails) Finish(ctx context.Context, req backend.FinishRequest) error {
+	if len(req.Outcome.Error) >= 7 && req.Outcome.Error[:7] == "misfire" {
 		return errors.New("i/o timeout (review: outcome unknown)")
 	}
-	return b.Backend.Finish(ctx, job, at, o, token, out)
+	return b.Backend.Finish(ctx, req)
 }
 
 // TestEveryInstanceLateWakeUpIsReported (found by review; the bug it shows): for an every-instance job the

@@ -86,12 +86,14 @@ func (l nsLedger) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	return g, l.err(err)
 }
 
-func (l nsLedger) Heartbeat(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, ttl time.Duration) error {
-	return l.Ledger.Heartbeat(ctx, l.in(job), at, o, token, ttl)
+func (l nsLedger) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
+	req.Job = l.in(req.Job)
+	return l.Ledger.Heartbeat(ctx, req)
 }
 
-func (l nsLedger) Finish(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, out backend.Outcome) error {
-	return l.Ledger.Finish(ctx, l.in(job), at, o, token, out)
+func (l nsLedger) Finish(ctx context.Context, req backend.FinishRequest) error {
+	req.Job = l.in(req.Job)
+	return l.Ledger.Finish(ctx, req)
 }
 
 func (l nsLedger) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {

@@ -25,7 +25,7 @@ func TestNamespacesShareNoClaims(t *testing.T) {
 		if err != nil {
 			t.Fatalf("namespace %s: claim of report@%s: %v (another namespace's claim must not count)", ns, at, err)
 		}
-		if err := l.Finish(ctx, "report", at, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: ns}); err != nil {
+		if err := l.Finish(ctx, backend.FinishRequest{Job: "report", ScheduledAt: at, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: ns}}); err != nil {
 			t.Fatal(err)
 		}
 		_, err = l.Claim(ctx, backend.ClaimRequest{Job: "report", ScheduledAt: at, Owner: backend.Owner{Instance: "j", Nonce: backend.NewNonce()}, TTL: time.Minute})

@@ -39,9 +39,13 @@ const (
 	// misfire policy (Result) was applied: skip did not run them, run-once
 	// and run-all claim them as catch-up.
 	EventMisfire
+	// EventRetry: this instance, which ran a failed attempt, started its
+	// retry once the backoff ended (RetryPolicy); Attempt is the new
+	// attempt. A retry is no crash: it is not an EventReclaim.
+	EventRetry
 )
 
-var kindNames = [...]string{"", "claim", "run", "run-lost", "reclaim", "abandon", "prune", "misfire"}
+var kindNames = [...]string{"", "claim", "run", "run-lost", "reclaim", "abandon", "prune", "misfire", "retry"}
 
 // String returns the kind's name ("claim", "run", ...).
 func (k EventKind) String() string {
@@ -94,8 +98,10 @@ func (f ObserverFunc) ObserveSchedule(ev Event) { f(ev) }
 
 // WithObserver sets an Observer (default: none, at no cost). If o also
 // implements leasehold.Observer, the scheduler's leader election (jobs in
-// Leader mode) reports to it as well.
-func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
+// Leader mode) reports to it as well. nil is none.
+func WithObserver(o Observer) Option {
+	return own("WithObserver", func(c *config) error { c.observer = o; return nil })
+}
 
 // emit tells the observer, if there is one, about ev.
 func (s *Scheduler) emit(ev Event) {

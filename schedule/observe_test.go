@@ -137,7 +137,7 @@ func TestObserverPrune(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Finish(ctx, "old", at, owner, g.Token, backend.Outcome{State: backend.Succeeded}); err != nil {
+		if err := b.Finish(ctx, backend.FinishRequest{Job: "old", ScheduledAt: at, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -117,7 +117,7 @@ func (s *Scheduler) setPaused(ctx context.Context, job string, paused bool) erro
 		s.cfg.logger.Info("job "+state, "job", job, "namespace", s.cfg.namespace, "at", at)
 		// The state is in the high-water mark from the claim on; finishing
 		// the record only keeps it out of the running list.
-		_ = s.l.Finish(ctx, key, at, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: "by " + s.cfg.instance})
+		_ = s.l.Finish(ctx, backend.FinishRequest{Job: key, ScheduledAt: at, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: "by " + s.cfg.instance}})
 		return nil
 	}
 	return fmt.Errorf("recording job %q as %s: too many concurrent changes", job, state)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -12,8 +13,8 @@ func ExampleScheduler_Pause() {
 	b := memory.New() // shared by every instance
 	ctx := context.Background()
 	noop := func(context.Context, schedule.Run) error { return nil }
-	web1, _ := schedule.New(b, schedule.WithInstance("web-1"))
-	web2, _ := schedule.New(b, schedule.WithInstance("web-2"))
+	web1, _ := schedule.New(b, leasehold.WithInstance("web-1"))
+	web2, _ := schedule.New(b, leasehold.WithInstance("web-2"))
 	for _, s := range []*schedule.Scheduler{web1, web2} {
 		_ = s.Register(schedule.Job{Name: "report", Schedule: "@hourly", Func: noop})
 	}

@@ -48,7 +48,7 @@ func TestSweeperReclaimHonoursMaxConcurrent(t *testing.T) {
 		if err != nil || r.Owner.Instance != "dead" || r.Attempt != 1 || len(fx.get(dead)) != 0 {
 			t.Fatalf("while another occurrence runs: record %+v (err %v), runs %v; want it untouched and not run", r, err, fx.get(dead))
 		}
-		if err := l.Finish(ctx, "job", live, other, g.Token, backend.Outcome{State: backend.Succeeded}); err != nil {
+		if err := l.Finish(ctx, backend.FinishRequest{Job: "job", ScheduledAt: live, Owner: other, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded}}); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 10*time.Second, "the dead runner's occurrence is reclaimed and run", func() bool {

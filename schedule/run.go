@@ -4,19 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/attempt"
 	"github.com/leasehold/leasehold/internal/keeper"
 )
-
-// ErrTimeout is the cause of a run's context when the job's Timeout passed
-// (wrapped with the timeout: "job timed out after 30s"). A run that returns
-// an error after it is recorded as failed with an error that wraps it; a
-// run that returns nil after it did its work, late, and is recorded as
-// succeeded.
-var ErrTimeout = errors.New("leasehold/schedule: job timed out")
 
 // leaseTiming is a run's lease timing, kept by internal/keeper as for
 // locks: heartbeats every TTL/3; the run's context is cancelled at the send
@@ -97,6 +93,7 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	var result string
 	r.result = &result
 	r.leaseLost = make(chan struct{})
+	r.lease = &runLease{deadline: sent.Add(s.cfg.lease.span(g.TTL)), changed: make(chan struct{})}
 	log := s.cfg.logger.With("job", r.Job, "at", r.ScheduledAt, "token", g.Token, "attempt", r.Attempt)
 	ctx, cancel := s.runContext(e)
 	// Heartbeats go on until the job's function has returned — not until
@@ -127,12 +124,19 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 	}
 	s.emitRun(r, took, err)
 	if err != nil && !lost && e.job.Retry.retries(r.Attempt) {
+		actx, acancel := context.WithTimeout(context.WithoutCancel(s.loopCtx), g.TTL/3)
+		if rerr := s.recordAttempt(actx, r, owner, out); rerr != nil {
+			log.Warn("recording the failed attempt's error failed; its retry goes ahead", "err", rerr)
+		}
+		acancel()
 		s.holdForRetry(e, r, owner, g, last, log.With("err", err))
 		return
 	}
 	switch ferr := finishRun(context.Background(), s.l, r.Job, r.ScheduledAt, owner, g.Token, out, last.Add(s.cfg.lease.span(g.TTL)), g.TTL); {
+	case ferr == nil && err != nil:
+		log.Warn("run failed", "state", out.State, "took", took, "err", err)
 	case ferr == nil:
-		log.Info("run finished", "state", out.State, "took", took, "err", err)
+		log.Info("run finished", "state", out.State, "took", took)
 	case errors.Is(ferr, backend.ErrLeaseLost):
 		lost = true
 	default:
@@ -153,10 +157,11 @@ func (s *Scheduler) execute(e *entry, r Run, owner backend.Owner, g backend.Gran
 // It returns the send time of the last confirmed claim or heartbeat.
 func heartbeat(ctx context.Context, t leaseTiming, lost func(cause error), b backend.Ledger, r Run, owner backend.Owner, g backend.Grant, sent time.Time) (last time.Time) {
 	ttl := g.TTL
-	k := keeper.Start(keeper.Config{
+	var k *keeper.Keeper
+	k = keeper.Start(keeper.Config{
 		Timing: t.of(ttl), Every: ttl / 3, AttemptTimeout: ttl / 3,
 		Renew: func(ctx context.Context) (time.Duration, error) {
-			return ttl, b.Heartbeat(ctx, r.Job, r.ScheduledAt, owner, g.Token, ttl)
+			return ttl, b.Heartbeat(ctx, backend.HeartbeatRequest{Job: r.Job, ScheduledAt: r.ScheduledAt, Owner: owner, Token: g.Token, TTL: ttl})
 		},
 		IsLost: func(err error) bool { return errors.Is(err, backend.ErrLeaseLost) },
 		Lost: func(err error) {
@@ -166,10 +171,36 @@ func heartbeat(ctx context.Context, t leaseTiming, lost func(cause error), b bac
 			}
 			lost(fmt.Errorf("%w: job %q at %s token %d: %s", leasehold.ErrLeaseLost, r.Job, r.ScheduledAt.Format(time.RFC3339Nano), g.Token, why))
 		},
+		Renewed: func(time.Duration) {
+			if r.lease != nil {
+				r.lease.set(k.Deadline()) // Renewed is called from Run, after Start returned k
+			}
+		},
 	}, sent, ttl)
 	k.Run(ctx)
 	k.Stop()
 	return k.Last()
+}
+
+// runLease is a run's lease deadline, for Run.LeaseDeadline.
+type runLease struct {
+	mu       sync.Mutex
+	deadline time.Time
+	changed  chan struct{} // closed and replaced when deadline moves
+}
+
+func (l *runLease) get() (time.Time, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline, l.changed
+}
+
+func (l *runLease) set(d time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.deadline = d
+	close(l.changed)
+	l.changed = make(chan struct{})
 }
 
 // finishRun records a run's outcome. A failure is retried, with backoff,
@@ -194,7 +225,7 @@ func finishRun(ctx context.Context, l backend.Ledger, job string, at time.Time, 
 	what := fmt.Sprintf("finish %s@%s token %d", job, at.Format(time.RFC3339Nano), token)
 	backoff, unknown := 10*time.Millisecond, false
 	for {
-		err := l.Finish(ctx, job, at, owner, token, out)
+		err := l.Finish(ctx, backend.FinishRequest{Job: job, ScheduledAt: at, Owner: owner, Token: token, Outcome: out})
 		switch {
 		case err == nil:
 			return nil
@@ -255,20 +286,53 @@ func sleep(ctx context.Context, d time.Duration) error {
 // recoverRun applies the crash policy to a running occurrence whose
 // runner's lease expired.
 func (s *Scheduler) recoverRun(ctx context.Context, e *entry, r backend.Run) {
-	log := s.cfg.logger.With("job", r.Job, "at", r.ScheduledAt, "attempt", r.Attempt, "dead runner", r.Owner.Instance)
+	_ = s.recover(ctx, e, r, false)
+}
+
+// recover is recoverRun, or, with retry, the retry of a failed run whose
+// backoff ended (retryWhenDue), on the instance that held it: then it is
+// logged and reported as a retry (EventRetry), not as a runner that died,
+// and its occurrence's recovery guard is already held (held through the
+// backoff, so that this instance's sweep leaves it to the retry). It
+// returns the Reclaim's error (nil when it ran the occurrence or did not
+// try).
+func (s *Scheduler) recover(ctx context.Context, e *entry, r backend.Run, retry bool) error {
+	// One recovery of an occurrence at a time here: every sweep (and every
+	// losing claim) that finds it expired calls this, and on a slow
+	// backend a recovery outlasts many sweeps — starting more would be a
+	// retry storm that keeps the backend slow.
+	// The guard covers the recovery, not the run it starts: once reclaimed,
+	// the run is held by heartbeats like any other, and if its lease is
+	// lost while its function is slow to stop, the occurrence's next
+	// expiry is a new recovery, not one still in flight.
+	key := r.ScheduledAt.UnixNano()
+	if !retry && !e.recovering.start(key) {
+		return nil
+	}
+	recovering := true
+	defer func() {
+		if recovering {
+			e.recovering.end(key)
+		}
+	}()
+	log := s.cfg.logger.With("job", r.Job, "at", r.ScheduledAt, "failed attempt", r.Attempt)
+	if !retry {
+		log = s.cfg.logger.With("job", r.Job, "at", r.ScheduledAt, "dead attempt", r.Attempt, "dead runner", r.Owner.Instance)
+	}
 	if s.claimsPaused(ctx, r.Job) {
 		log.Debug("not recovered while the job is paused")
-		return // nothing of a paused job runs; a later sweep recovers it after Resume
+		return nil // nothing of a paused job runs; a later sweep recovers it after Resume
 	}
 	if _, _, refused := e.vc.state(); refused {
-		return // this instance's spec was superseded: current instances recover it
+		return nil // this instance's spec was superseded: current instances recover it
 	}
+	// r comes from a listing that may be stale (another instance may have
+	// reclaimed the occurrence since): r.Attempt is a lower bound, enough
+	// to abandon but not to reclaim. The Reclaim below carries the bound,
+	// and the ledger judges it on the current record.
 	if e.job.Crash == CrashSkip || r.Attempt >= e.job.MaxAttempts {
-		if _, err := s.l.Abandon(ctx, r.Job, r.ScheduledAt); err == nil {
-			log.Warn("occurrence abandoned: its runner died", "policy", e.job.Crash)
-			s.emit(Event{Kind: EventAbandon, Job: r.Job, ScheduledAt: r.ScheduledAt, Attempt: r.Attempt})
-		}
-		return
+		s.abandon(ctx, e, r, log)
+		return nil
 	}
 	owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
 	version := e.spec.Version()
@@ -278,61 +342,100 @@ func (s *Scheduler) recoverRun(ctx context.Context, e *entry, r backend.Run) {
 	// The reclaimed attempt runs beside the job's other occurrences: it is
 	// held to the job's MaxConcurrent like a claim.
 	req := backend.ClaimRequest{Job: r.Job, ScheduledAt: r.ScheduledAt, SpecVersion: version, Owner: owner,
-		TTL: e.job.LeaseTTL, MaxRunning: e.job.MaxConcurrent}
+		TTL: e.job.LeaseTTL, MaxRunning: e.job.MaxConcurrent, MaxAttempts: e.job.MaxAttempts}
 	// Like a claim, a Reclaim whose outcome is unknown may have been applied
 	// (a new owner, attempt+1): retry it with the same nonce, which answers
 	// "yours", rather than spend the attempt with nobody running it.
-	var (
-		g            backend.Grant
-		rr           backend.Run
-		err          error
-		sent         time.Time
-		firstUnknown time.Time
-		backoff      = 10 * time.Millisecond
-	)
-	for attempt := 0; ; attempt++ {
-		sent = time.Now()
-		g, rr, err = s.l.Reclaim(ctx, req)
-		if errors.Is(err, backend.ErrOverlap) { // not applied: a retry of an applied attempt answers "yours" first
-			log.Info("not reclaimed yet: the job is running at its concurrency limit; a later sweep tries again", "err", err)
-			return
-		}
-		if err == nil || errors.Is(err, backend.ErrNotExpired) || errors.Is(err, backend.ErrClaimed) ||
-			errors.Is(err, backend.ErrNotFound) || errors.Is(err, backend.ErrInvalid) || errors.Is(err, backend.ErrClosed) {
-			break
-		}
-		if firstUnknown.IsZero() && !errors.Is(err, backend.ErrNotApplied) {
-			firstUnknown = sent
-		}
-		if attempt >= 10 || ctx.Err() != nil {
-			log.Error("reclaim failed; the occurrence is recovered again once its lease expires", "err", err)
-			return
+	type reclaimed struct {
+		g  backend.Grant
+		rr backend.Run
+	}
+	a := claimAttempt(s.l, s.cfg.lease, req, func(r reclaimed) uint64 { return r.g.Token })
+	a.Try = func(ctx context.Context) (reclaimed, time.Duration, error) {
+		g, rr, err := s.l.Reclaim(ctx, req)
+		return reclaimed{g, rr}, g.TTL, err
+	}
+	a.Judge = func(err error) attempt.Verdict { return judgeClaim(err, attempt.Refused) }
+	backoff, spent := 10*time.Millisecond, 0
+	a.Retry = func(ctx context.Context, f attempt.Failure) error {
+		switch {
+		case f.Verdict == attempt.Unconfirmed:
+			log.Warn("reclaimed occurrence could not be confirmed; it is recovered again once its lease expires")
+			return f.Err
+		case spent >= 10 || ctx.Err() != nil:
+			log.Error("reclaim failed; the occurrence is recovered again once its lease expires", "err", f.Err)
+			return f.Err
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return ctx.Err()
 		case <-s.cfg.clock.After(backoff):
 		}
-		backoff = min(backoff*2, time.Second)
+		backoff, spent = min(backoff*2, time.Second), spent+1
+		return nil
+	}
+	res, err := attempt.Run(ctx, a)
+	switch {
+	case retry && (errors.Is(err, backend.ErrOverlap) || errors.Is(err, backend.ErrNotExpired)):
+		return err // retryWhenDue tries again
+	case errors.Is(err, backend.ErrOverlap): // not applied: a retry of an applied attempt answers "yours" first
+		log.Info("not reclaimed yet: the job is running at its concurrency limit; a later sweep tries again", "err", err)
+	case errors.Is(err, backend.ErrExhausted): // the listing was stale: the occurrence ran its last attempt
+		s.abandon(ctx, e, r, log)
 	}
 	if err != nil {
-		return // someone else reclaimed it, or it finished meanwhile
+		return nil // someone else reclaimed it, or it finished meanwhile, or see above
 	}
-	if firstUnknown.IsZero() && time.Until(sent.Add(s.cfg.lease.span(g.TTL))) <= 0 {
-		firstUnknown = sent // the reply came after the deadline its send time gives
+	g, rr := res.Grant.g, res.Grant.rr
+	if retry {
+		log.Info("retrying a failed occurrence after its backoff", "token", g.Token, "attempt", rr.Attempt)
+		s.emit(Event{Kind: EventRetry, Job: r.Job, ScheduledAt: r.ScheduledAt, Token: leasehold.Token(g.Token), Attempt: rr.Attempt})
+	} else {
+		log.Warn("reclaimed an occurrence whose runner died", "token", g.Token, "attempt", rr.Attempt)
+		s.emit(Event{Kind: EventReclaim, Job: r.Job, ScheduledAt: r.ScheduledAt, Token: leasehold.Token(g.Token), Attempt: rr.Attempt})
 	}
-	if !firstUnknown.IsZero() {
-		// "yours" may answer the attempt applied first, whose lease counts
-		// from its arrival: confirm, as occur does.
-		var lost bool
-		if sent, lost = s.confirmClaim(ctx, req, g, firstUnknown); lost || time.Until(sent.Add(s.cfg.lease.span(g.TTL))) <= 0 {
-			log.Warn("reclaimed occurrence could not be confirmed; it is recovered again once its lease expires")
-			return
-		}
+	recovering = false
+	e.recovering.end(key)
+	s.execute(e, Run{Job: r.Job, ScheduledAt: r.ScheduledAt, Attempt: rr.Attempt, Instance: s.cfg.instance}, owner, g, res.Base)
+	return nil
+}
+
+// abandon marks r, a running occurrence whose runner's lease expired, as
+// abandoned (crash policy skip, or its attempts exhausted). The ledger
+// refuses it if the lease is live again (another instance reclaimed it).
+func (s *Scheduler) abandon(ctx context.Context, e *entry, r backend.Run, log *slog.Logger) {
+	ar, err := s.l.Abandon(ctx, r.Job, r.ScheduledAt)
+	if err != nil {
+		return // reclaimed or finished meanwhile, or the ledger failed: a later sweep sees it again
 	}
-	log.Warn("reclaimed an occurrence whose runner died", "token", g.Token, "attempt", rr.Attempt)
-	s.emit(Event{Kind: EventReclaim, Job: r.Job, ScheduledAt: r.ScheduledAt, Token: leasehold.Token(g.Token), Attempt: rr.Attempt})
-	s.execute(e, Run{Job: r.Job, ScheduledAt: r.ScheduledAt, Attempt: rr.Attempt, Instance: s.cfg.instance}, owner, g, sent)
+	log.Warn("occurrence abandoned: its runner died", "policy", e.job.Crash, "attempts", ar.Attempt, "max attempts", e.job.MaxAttempts)
+	s.emit(Event{Kind: EventAbandon, Job: r.Job, ScheduledAt: r.ScheduledAt, Attempt: ar.Attempt})
+}
+
+// inProgress is a set of instants whose work is under way.
+type inProgress struct {
+	mu sync.Mutex
+	at map[int64]bool
+}
+
+// start adds at and reports whether it was absent.
+func (p *inProgress) start(at int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.at[at] {
+		return false
+	}
+	if p.at == nil {
+		p.at = map[int64]bool{}
+	}
+	p.at[at] = true
+	return true
+}
+
+func (p *inProgress) end(at int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.at, at)
 }
 
 // sweepLoop looks for occurrences whose runner died and applies the crash

@@ -3,16 +3,12 @@ package schedule
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
 )
-
-// ErrInvalidSpec: a schedule spec or time zone could not be parsed.
-var ErrInvalidSpec = errors.New("leasehold/schedule: invalid schedule")
 
 // MinEvery is the shortest @every interval.
 const MinEvery = 10 * time.Millisecond
@@ -204,6 +200,67 @@ func (s *Spec) Next(after time.Time) time.Time {
 			return inst
 		}
 	}
+	return s.nextBySegments(after)
+}
+
+// maxSegments bounds how many spans of one UTC offset nextBySegments
+// looks through (two transitions a year for five years is ten).
+const maxSegments = 64
+
+// nextBySegments is Next near a zone transition: it looks through the
+// spans of instants during which the zone keeps one UTC offset, from
+// after's on. In each, civil times map to instants by that offset, so one
+// cron.Next call finds the span's first match; a gap at the span's end
+// (spring forward) runs at the transition if a civil time it skips
+// matches; a span that begins with an overlap (fall back) skips the
+// repeated civil times, which the span before ran, unless the spec fires
+// every hour. Its cost is a few cron.Next calls whatever the spec, where
+// walking civil times one match at a time (nextByWalk, the reference the
+// tests compare it with) took tens of milliseconds for a per-second spec.
+func (s *Spec) nextBySegments(after time.Time) time.Time {
+	at, lower := after, after // a span is at's; candidates are strictly after lower
+	for range maxSegments {
+		local := at.In(s.zone)
+		_, off := local.Zone()
+		offset := time.Duration(off) * time.Second
+		segStart, segEnd := local.ZoneBounds()
+		// In UTC: cron.Next reads its argument's wall clock in UTC.
+		segStart, segEnd = segStart.UTC(), segEnd.UTC()
+		from := lower.Add(offset) // civil time of lower (as UTC)
+		if !segStart.IsZero() && !s.allHours {
+			_, prev := segStart.Add(-time.Nanosecond).In(s.zone).Zone()
+			if p := time.Duration(prev) * time.Second; p > offset {
+				// Fall back at segStart: civil times before segStart+prev
+				// repeat ones the previous span ran.
+				if rep := segStart.Add(p - time.Nanosecond); rep.After(from) {
+					from = rep
+				}
+			}
+		}
+		c := s.cron.Next(from)
+		if c.IsZero() {
+			return time.Time{}
+		}
+		if inst := c.Add(-offset); segEnd.IsZero() || inst.Before(segEnd) {
+			return inst
+		}
+		_, nextOff := segEnd.In(s.zone).Zone()
+		if n := time.Duration(nextOff) * time.Second; n > offset {
+			// Spring forward at segEnd: civil times in [segEnd+offset,
+			// segEnd+n) are skipped; any that matches runs at segEnd.
+			if c := s.cron.Next(segEnd.Add(offset - time.Nanosecond)); !c.IsZero() && c.Before(segEnd.Add(n)) {
+				return segEnd
+			}
+		}
+		// The next span: candidates from segEnd on.
+		at, lower = segEnd, segEnd.Add(-time.Nanosecond)
+	}
+	return s.nextByWalk(after)
+}
+
+// nextByWalk is Next near a transition by walking civil times one match at
+// a time: the reference nextBySegments is tested against.
+func (s *Spec) nextByWalk(after time.Time) time.Time {
 	// Walk civil times (the zone's wall clock, represented in UTC) from a
 	// little before after's civil time, map each to its instants by the DST
 	// rules, and keep the earliest instant after after. Once civil times

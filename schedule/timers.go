@@ -47,31 +47,38 @@ func (h *timerHeap) Pop() any {
 }
 
 // addTimer schedules e for the first instant after cursor, unless its context
-// ended (it was stopped meanwhile).
+// ended (it was stopped meanwhile). The instant is computed before the heap
+// lock is taken: Spec.Next never runs under it.
 func (s *Scheduler) addTimer(e *entry, cursor time.Time) {
+	next, ok := s.nextAfter(e, cursor)
+	if !ok {
+		return
+	}
 	h := s.timers
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if e.ctx.Err() != nil || e.slot >= 0 {
 		return
 	}
-	if !s.setNext(e, cursor) {
-		return
-	}
+	e.cursor, e.next = cursor, next
 	heap.Push(h, e)
 	if e.slot == 0 {
 		h.poke()
 	}
 }
 
-// remove takes e out of the heap; once it returns, e is not handled
-// again.
+// remove takes e out of the heap and waits for a handling of e under way
+// (timerLoop takes due entries out of the heap to handle them); once it
+// returns, e is not handled again if its context ended before.
 func (h *timerHeap) remove(e *entry) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if e.slot >= 0 {
 		heap.Remove(h, e.slot)
 	}
+	h.mu.Unlock()
+	e.firing.Lock()
+	//lint:ignore SA2001 waits for a fire in progress
+	e.firing.Unlock()
 }
 
 func (h *timerHeap) poke() {
@@ -81,37 +88,56 @@ func (h *timerHeap) poke() {
 	}
 }
 
-// setNext sets e's next instant after cursor, and reports false (logging
-// it) when the schedule has none.
-func (s *Scheduler) setNext(e *entry, cursor time.Time) bool {
-	e.cursor, e.next = cursor, e.spec.Next(cursor)
-	if e.next.IsZero() {
+// nextAfter returns e's first instant after cursor, and reports false
+// (logging it) when the schedule has none.
+func (s *Scheduler) nextAfter(e *entry, cursor time.Time) (time.Time, bool) {
+	next := e.spec.Next(cursor)
+	if next.IsZero() {
 		s.cfg.logger.Warn("schedule has no further occurrences", "job", e.job.Name)
-		return false
+		return next, false
 	}
-	return true
+	return next, true
 }
 
 // timerLoop waits for the earliest next instant and handles each entry
 // that came due, until ctx ends. The wait is re-computed on every wake-up
-// (the clock may have been stepped), as a job's own sleep was.
+// (the clock may have been stepped), as a job's own sleep was. Due entries
+// are taken out of the heap and handled — their instants enumerated, their
+// next one computed — without the heap lock, then put back: a schedule
+// slow to compute delays its own job, not the lock every other job's
+// timer (and Register, Remove) needs.
 func (s *Scheduler) timerLoop(ctx context.Context) {
 	h := s.timers
-	for {
+	var due []*entry
+	for ctx.Err() == nil {
 		h.mu.Lock()
-		for len(h.items) > 0 && ctx.Err() == nil {
-			e := h.items[0]
-			now := s.cfg.clock.Now()
-			if e.next.After(now) {
-				break
-			}
-			s.fire(e, now)
-			if s.setNext(e, e.cursor) {
-				heap.Fix(h, 0)
-			} else {
-				heap.Pop(h)
-			}
+		now := s.cfg.clock.Now()
+		due = due[:0]
+		for len(h.items) > 0 && !h.items[0].next.After(now) {
+			e := heap.Pop(h).(*entry)
+			e.firing.Lock() // before the heap lock is let go: remove waits for it
+			due = append(due, e)
 		}
+		h.mu.Unlock()
+		for _, e := range due {
+			var next time.Time
+			ok := e.ctx.Err() == nil && ctx.Err() == nil
+			if ok {
+				s.fire(e, now)
+				next, ok = s.nextAfter(e, e.cursor)
+			}
+			h.mu.Lock()
+			if ok && e.ctx.Err() == nil && e.slot < 0 {
+				e.next = next
+				heap.Push(h, e)
+			}
+			h.mu.Unlock()
+			e.firing.Unlock()
+		}
+		if len(due) > 0 {
+			continue // handling took time: look again before waiting
+		}
+		h.mu.Lock()
 		var timer <-chan time.Time
 		if len(h.items) > 0 {
 			timer = s.cfg.clock.After(h.items[0].next.Sub(s.cfg.clock.Now()))

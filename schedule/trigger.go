@@ -43,13 +43,14 @@ const (
 	maxTriggerRefusals = 100
 )
 
-// ErrPaused: Trigger was refused because the job is paused (see Pause);
-// nothing was run or recorded.
-var ErrPaused = errors.New("leasehold/schedule: job is paused")
-
-// IsTriggered reports whether a run record is a triggered run, and its key.
+// IsTriggered reports whether a run record is a triggered run, and its key;
+// for a scheduled run it returns "", false (never the run's spec version).
 func IsTriggered(r backend.Run) (key string, ok bool) {
-	return strings.CutPrefix(r.SpecVersion, TriggerVersionPrefix)
+	key, ok = strings.CutPrefix(r.SpecVersion, TriggerVersionPrefix)
+	if !ok {
+		return "", false
+	}
+	return key, true
 }
 
 // Trigger runs job now, once across the cluster per idempotency key. See
@@ -126,10 +127,12 @@ func (s *Scheduler) TriggerRun(ctx context.Context, job, key string) (Run, error
 		}
 		return Run{}, fmt.Errorf("%s: %w", what, err)
 	}
-	marker.finish(ctx, s, backend.Outcome{State: backend.Succeeded,
-		Result: fmt.Sprintf("run at %s token %d", r.ScheduledAt.Format(time.RFC3339Nano), g.Token)})
 	s.cfg.logger.Info("job triggered", "job", job, "trigger key", key, "at", r.ScheduledAt, "token", g.Token)
 	s.emit(Event{Kind: EventClaim, Job: job, ScheduledAt: r.ScheduledAt, Token: leasehold.Token(g.Token), Attempt: 1, Result: ClaimWon})
+	// The run, and its heartbeats, start before the key's outcome is
+	// recorded: that write may be slow, and the won claim's lease must not
+	// lapse unrenewed meanwhile (another instance would recover the run,
+	// and this one would then start it on a dead lease beside it).
 	s.runs.Add(1)
 	e.inflight.Add(1)
 	go func(r Run) {
@@ -137,6 +140,8 @@ func (s *Scheduler) TriggerRun(ctx context.Context, job, key string) (Run, error
 		defer e.inflight.Add(-1)
 		s.execute(e, r, owner, g, sent)
 	}(r)
+	marker.finish(ctx, s, backend.Outcome{State: backend.Succeeded,
+		Result: fmt.Sprintf("run at %s token %d", r.ScheduledAt.Format(time.RFC3339Nano), g.Token)})
 	r.Token = leasehold.Token(g.Token)
 	return r, nil
 }
@@ -152,7 +157,7 @@ type triggerMarker struct {
 // finish records the marker's outcome. If that fails the marker's lease
 // runs out with the marker still running, which counts as a used key.
 func (m triggerMarker) finish(ctx context.Context, s *Scheduler, out backend.Outcome) {
-	if err := s.l.Finish(context.WithoutCancel(ctx), m.job, m.at, m.owner, m.token, out); err != nil {
+	if err := s.l.Finish(context.WithoutCancel(ctx), backend.FinishRequest{Job: m.job, ScheduledAt: m.at, Owner: m.owner, Token: m.token, Outcome: out}); err != nil {
 		s.cfg.logger.Warn("recording a trigger key's outcome failed; the key counts as used", "marker", m.job, "err", err)
 	}
 }

@@ -169,7 +169,7 @@ func TestTriggeredRunIsARunOfTheJob(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := l.Finish(ctx, "job", at, o, gr.Token, backend.Outcome{State: backend.Succeeded}); err != nil {
+			if err := l.Finish(ctx, backend.FinishRequest{Job: "job", ScheduledAt: at, Owner: o, Token: gr.Token, Outcome: backend.Outcome{State: backend.Succeeded}}); err != nil {
 				t.Fatal(err)
 			}
 			high = max(high, gr.Token)
@@ -257,18 +257,18 @@ type partition struct {
 
 var errCut = errors.New("injected: partitioned from the backend")
 
-func (p *partition) Heartbeat(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, ttl time.Duration) error {
+func (p *partition) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
 	if p.cut.Load() {
 		return errCut
 	}
-	return p.Backend.Heartbeat(ctx, job, at, o, token, ttl)
+	return p.Backend.Heartbeat(ctx, req)
 }
 
-func (p *partition) Finish(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, out backend.Outcome) error {
+func (p *partition) Finish(ctx context.Context, req backend.FinishRequest) error {
 	if p.cut.Load() {
 		return errCut
 	}
-	return p.Backend.Finish(ctx, job, at, o, token, out)
+	return p.Backend.Finish(ctx, req)
 }
 
 func (p *partition) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
@@ -356,7 +356,7 @@ func TestCatchUpLooksPastATrigger(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Finish(ctx, "job", at, o, g.Token, backend.Outcome{State: backend.Succeeded}); err != nil {
+		if err := b.Finish(ctx, backend.FinishRequest{Job: "job", ScheduledAt: at, Owner: o, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -386,5 +386,25 @@ func TestCatchUpLooksPastATrigger(t *testing.T) {
 	waitFor(t, 10*time.Second, "the missed scheduled occurrences are caught up", func() bool { return len(fx.get(m)) == 1 })
 	if got := caughtUp(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("caught up %v, want the %d instants after the latest scheduled run: %v", got, len(want), want)
+	}
+}
+
+// TestIsTriggeredOfAScheduledRun: a scheduled run's record carries its spec
+// version, which is not a trigger key; before the fix every scheduled run
+// was reported as "run now: <version>" by the CLI, the API and the page.
+func TestIsTriggeredOfAScheduledRun(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		key     string
+		ok      bool
+	}{
+		{version: "14763805e417753b"},
+		{version: ""},
+		{version: schedule.TriggerVersionPrefix + "manual-1", key: "manual-1", ok: true},
+	} {
+		key, ok := schedule.IsTriggered(backend.Run{SpecVersion: tc.version})
+		if key != tc.key || ok != tc.ok {
+			t.Errorf("IsTriggered(version %q) = %q, %v; want %q, %v", tc.version, key, ok, tc.key, tc.ok)
+		}
 	}
 }

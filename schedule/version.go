@@ -211,7 +211,7 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		return err
 	default:
 		s.cfg.logger.Info("schedule version recorded", "job", e.job.Name, "version", e.spec.Version(), "from", from)
-		if err := s.l.Finish(ctx, req.Job, from, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: e.spec.String()}); err != nil {
+		if err := s.l.Finish(ctx, backend.FinishRequest{Job: req.Job, ScheduledAt: from, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: e.spec.String()}}); err != nil {
 			return err
 		}
 		s.markSuperseded(ctx, e, sp, from)
@@ -264,7 +264,7 @@ func (s *Scheduler) markVersions(ctx context.Context, e *entry, versions []strin
 		}
 		g, err := s.l.Claim(ctx, req)
 		if err == nil {
-			err = s.l.Finish(ctx, req.Job, from, owner, g.Token, backend.Outcome{State: backend.Succeeded, Result: "superseded by " + by})
+			err = s.l.Finish(ctx, backend.FinishRequest{Job: req.Job, ScheduledAt: from, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: "superseded by " + by}})
 		}
 		if err != nil && !errors.Is(err, backend.ErrClaimed) { // claimed: marked before
 			s.cfg.logger.Warn("marking the replaced schedule version as superseded failed; the version history still shows it until it is pruned",

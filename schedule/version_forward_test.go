@@ -34,7 +34,7 @@ func recordLikeOldBinary(t *testing.T, l backend.Ledger, job, version string, fr
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Finish(context.Background(), req.Job, from, owner, g.Token, backend.Outcome{State: backend.Succeeded}); err != nil {
+	if err := l.Finish(context.Background(), backend.FinishRequest{Job: req.Job, ScheduledAt: from, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -22,9 +22,10 @@
 //     the call. Give it to that one job with gocron.WithDistributedJobLocker.
 //   - NewLocker knows only a period Q (set it to the spec's resolution: 1 s
 //     for a spec with a seconds field, 1 m for a five-field spec, the step
-//     for "@every" or "*/N") and names the latest multiple of Q since the
-//     Unix epoch at or before the call. It serves every job of a scheduler
-//     (gocron.WithDistributedLocker) whose instants are multiples of Q.
+//     for "*/N") and names the latest multiple of Q since the Unix epoch at
+//     or before the call. It serves every job of a scheduler
+//     (gocronlock.NewScheduler, or gocron.WithDistributedLocker and Attach)
+//     whose instants are multiples of Q.
 //
 // Either way the call may come a little early too (a timer counts on the
 // monotonic clock, the wall clock can be slewed meanwhile): a call within
@@ -44,12 +45,28 @@
 //
 // Use cron-spec jobs (all instances fire at the same instants); a gocron
 // DurationJob counts from each scheduler's start, so its instances have no
-// common instants to agree on.
+// common instants to agree on, and different instances would name one
+// occurrence differently and run it twice. Lock refuses such a job at run
+// time: Attach the scheduler to the Locker (NewScheduler does), so that Lock
+// sees each job's definition. It then refuses (ErrDurationJob) a
+// DurationJob, a DurationRandomJob or a robfig "@every" spec, refuses
+// (ErrSpecMismatch) a job whose cron spec is not the one NewJobLocker was
+// given, or whose instants are not multiples of NewLocker's quantum, and
+// logs each refusal once per job. A Locker with no scheduler attached
+// refuses every Lock (ErrNotAttached).
+//
+// The job's fencing token: a job whose task takes a context.Context as its
+// first parameter gets the same context Lock got; Locker.Run(ctx) returns
+// the claimed occurrence, with its token, while the job runs.
 package gocronlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,12 +79,56 @@ import (
 
 // Locker implements gocron.Locker with per-occurrence claims.
 type Locker struct {
-	b        backend.Ledger
+	b        backend.Ledger // confined to the namespace
 	instance string
 	quantum  time.Duration  // NewLocker: instants are multiples of it
 	spec     *schedule.Spec // NewJobLocker: instants are the spec's
+	zone     string         // NewJobLocker's zone
 	now      func() time.Time
+	cfg      config
+
+	sched   atomic.Pointer[gocron.Scheduler]
+	mu      sync.Mutex
+	running map[context.Context][]*schedule.Claim // by the job's context, while it runs
+	logged  sync.Map                              // job name + reason: refusals already logged
 }
+
+// Option tunes NewLocker and NewJobLocker.
+type Option func(*config)
+
+type config struct {
+	namespace string
+	logger    *slog.Logger
+}
+
+// WithNamespace confines the Locker's claims to namespace (as
+// schedule.NamespaceLedger): two deployments sharing a backend may then use
+// the same job names. Default leasehold.DefaultNamespace.
+func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
+
+// WithLogger sets where Lock's refusals and errors (other than another
+// instance's claim) are logged. Default slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+var (
+	// ErrDurationJob refuses a job whose instants count from each
+	// scheduler's start (gocron.DurationJob, DurationRandomJob, "@every"):
+	// instances would name one occurrence differently and run it twice.
+	ErrDurationJob = errors.New("leasehold/gocronlock: the job's instants count from each scheduler's start (DurationJob, DurationRandomJob or @every), so instances cannot agree on an occurrence: use a cron spec")
+	// ErrSpecMismatch refuses a job whose cron spec differs from the
+	// Locker's (NewJobLocker), or whose instants are not multiples of the
+	// Locker's quantum (NewLocker).
+	ErrSpecMismatch = errors.New("leasehold/gocronlock: the job's schedule does not match the Locker's")
+	// ErrNotAttached refuses a Lock before Attach (or NewScheduler): the
+	// Locker cannot see the job's definition.
+	ErrNotAttached = errors.New("leasehold/gocronlock: no scheduler attached to the Locker (call Attach, or create the scheduler with gocronlock.NewScheduler)")
+	// ErrNoRun is returned by Run for a context of no job running under
+	// a claim of this Locker.
+	ErrNoRun = errors.New("leasehold/gocronlock: no claimed run for this context")
+	// ErrAmbiguousRun is returned by Run when several runs of the job are
+	// in progress on this scheduler (use gocron.WithSingletonMode).
+	ErrAmbiguousRun = errors.New("leasehold/gocronlock: several runs of the job are in progress here; use gocron.WithSingletonMode to get each run's token")
+)
 
 var _ gocron.Locker = (*Locker)(nil)
 
@@ -76,41 +137,212 @@ var _ gocron.Locker = (*Locker)(nil)
 // job, 1 m for per-minute; see the package comment for the bound). instance
 // names this scheduler in the ledger. Prefer NewJobLocker, which knows the
 // job's own instants.
-func NewLocker(b backend.Ledger, instance string, quantum time.Duration) (*Locker, error) {
+func NewLocker(b backend.Ledger, instance string, quantum time.Duration, opts ...Option) (*Locker, error) {
 	if quantum < 10*time.Millisecond {
 		return nil, fmt.Errorf("%w: quantum %v is shorter than 10ms", leasehold.ErrInvalid, quantum)
 	}
-	return newLocker(b, instance, quantum, nil)
+	return newLocker(b, instance, quantum, nil, "", opts)
 }
 
 // NewJobLocker returns a Locker over the ledger b for the one gocron job
 // scheduled by spec in zone (the spec given to gocron.CronJob; zone "" is
 // UTC, or set by a "TZ=" prefix as in gocron). Pass it to that job with
-// gocron.WithDistributedJobLocker. Each call of Lock claims the latest
+// gocron.WithDistributedJobLocker, and define the job with l.CronJob() so
+// the spec is written once. Each call of Lock claims the latest
 // instant of spec at or before the call (see the package comment).
-func NewJobLocker(b backend.Ledger, instance, spec, zone string) (*Locker, error) {
+func NewJobLocker(b backend.Ledger, instance, spec, zone string, opts ...Option) (*Locker, error) {
+	if strings.HasPrefix(strings.TrimSpace(cutZone(spec)), "@every") {
+		return nil, fmt.Errorf("%w: spec %q: %w", leasehold.ErrInvalid, spec, ErrDurationJob)
+	}
 	s, err := schedule.Parse(spec, zone)
 	if err != nil {
 		return nil, fmt.Errorf("%w: spec %q: %w", leasehold.ErrInvalid, spec, err)
 	}
-	return newLocker(b, instance, 0, s)
+	return newLocker(b, instance, 0, s, zone, opts)
 }
 
-func newLocker(b backend.Ledger, instance string, quantum time.Duration, spec *schedule.Spec) (*Locker, error) {
+func newLocker(b backend.Ledger, instance string, quantum time.Duration, spec *schedule.Spec, zone string, opts []Option) (*Locker, error) {
+	cfg := config{namespace: leasehold.DefaultNamespace, logger: slog.Default()}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	switch {
 	case b == nil:
 		return nil, fmt.Errorf("%w: ledger is nil", leasehold.ErrInvalid)
 	case instance == "":
 		return nil, fmt.Errorf("%w: instance is empty", leasehold.ErrInvalid)
+	case cfg.logger == nil:
+		return nil, fmt.Errorf("%w: logger is nil", leasehold.ErrInvalid)
 	}
-	return &Locker{b: b, instance: instance, quantum: quantum, spec: spec, now: time.Now}, nil
+	if err := leasehold.ValidatePath("namespace", cfg.namespace); err != nil {
+		return nil, err
+	}
+	return &Locker{b: schedule.NamespaceLedger(b, cfg.namespace), instance: instance, quantum: quantum, spec: spec, zone: zone,
+		now: time.Now, cfg: cfg, running: map[context.Context][]*schedule.Claim{}}, nil
+}
+
+// cutZone returns spec without a leading "TZ=" or "CRON_TZ=" zone.
+func cutZone(spec string) string {
+	s := strings.TrimSpace(spec)
+	for _, p := range []string{"CRON_TZ=", "TZ="} {
+		if rest, ok := strings.CutPrefix(s, p); ok {
+			_, tail, _ := strings.Cut(rest, " ")
+			return tail
+		}
+	}
+	return s
+}
+
+// CronJob returns the gocron job definition of a NewJobLocker's spec and
+// zone, so that the spec is written once:
+//
+//	s.NewJob(l.CronJob(), task, gocron.WithName("report"), gocron.WithDistributedJobLocker(l))
+//
+// It is nil for a NewLocker, which knows no spec.
+func (l *Locker) CronJob() gocron.JobDefinition {
+	if l.spec == nil {
+		return nil
+	}
+	spec := l.spec.String()
+	if l.zone != "" && cutZone(spec) == strings.TrimSpace(spec) {
+		spec = "TZ=" + l.zone + " " + spec
+	}
+	return gocron.CronJob(spec, len(strings.Fields(cutZone(spec))) == 6)
+}
+
+// Attach tells l the scheduler it serves, so that Lock can check each
+// job's definition (see the package comment). Call it once the scheduler
+// exists, before Start; NewScheduler does it for a scheduler-wide Locker.
+func (l *Locker) Attach(s gocron.Scheduler) { l.sched.Store(&s) }
+
+// NewScheduler returns a gocron scheduler whose jobs are claimed once per
+// occurrence by l (gocron.WithDistributedLocker), with l attached to it.
+func NewScheduler(l *Locker, opts ...gocron.SchedulerOption) (gocron.Scheduler, error) {
+	s, err := gocron.NewScheduler(append(opts, gocron.WithDistributedLocker(l))...)
+	if err != nil {
+		return nil, err
+	}
+	l.Attach(s)
+	return s, nil
+}
+
+// check refuses a job (named key in the attached scheduler) whose
+// instants the Locker cannot name alike on every instance.
+func (l *Locker) check(key string) error {
+	sp := l.sched.Load()
+	if sp == nil {
+		return ErrNotAttached
+	}
+	found := false
+	for _, j := range (*sp).Jobs() {
+		if j.Name() != key {
+			continue
+		}
+		found = true
+		if err := l.checkSchedule(j.Schedule()); err != nil {
+			return err
+		}
+	}
+	if !found {
+		return fmt.Errorf("%w: no job named %q in the attached scheduler (a per-job Locker attached to another scheduler?)", ErrNotAttached, key)
+	}
+	return nil
+}
+
+func (l *Locker) checkSchedule(js gocron.JobSchedule) error {
+	switch d := js.(type) {
+	case gocron.DurationJobSchedule:
+		return fmt.Errorf("%w: DurationJob(%v)", ErrDurationJob, d.Duration)
+	case gocron.DurationRandomJobSchedule:
+		return fmt.Errorf("%w: DurationRandomJob(%v, %v)", ErrDurationJob, d.Min, d.Max)
+	case gocron.CronJobSchedule:
+		if strings.HasPrefix(cutZone(d.Crontab), "@every") {
+			return fmt.Errorf("%w: CronJob(%q)", ErrDurationJob, d.Crontab)
+		}
+		if l.spec != nil {
+			if cutZone(d.Crontab) != cutZone(l.spec.String()) || zoneOf(d.Crontab, l.zone) != zoneOf(l.spec.String(), l.zone) {
+				return fmt.Errorf("%w: the job's spec is %q, the Locker's %q (zone %q): define the job with l.CronJob()", ErrSpecMismatch, d.Crontab, l.spec.String(), l.zone)
+			}
+			return nil
+		}
+		js, err := schedule.Parse(d.Crontab, "")
+		if err != nil {
+			return fmt.Errorf("%w: the job's spec %q: %w", ErrSpecMismatch, d.Crontab, err)
+		}
+		t := l.now()
+		for range 16 {
+			if t = js.Next(t); t.IsZero() {
+				break
+			}
+			if t.UnixNano()%l.quantum.Nanoseconds() != 0 {
+				return fmt.Errorf("%w: the job's spec %q fires at %v, not a multiple of the Locker's quantum %v: the Locker would name two of its instants alike", ErrSpecMismatch, d.Crontab, t, l.quantum)
+			}
+		}
+		return nil
+	default:
+		if l.spec != nil {
+			return fmt.Errorf("%w: the job is a %T, not the Locker's cron spec %q: define the job with l.CronJob()", ErrSpecMismatch, js, l.spec.String())
+		}
+		return nil // daily, weekly, monthly and one-time jobs fire at fixed wall-clock times
+	}
+}
+
+// zoneOf returns the zone a spec names by prefix, or def.
+func zoneOf(spec, def string) string {
+	s := strings.TrimSpace(spec)
+	for _, p := range []string{"CRON_TZ=", "TZ="} {
+		if rest, ok := strings.CutPrefix(s, p); ok {
+			name, _, _ := strings.Cut(rest, " ")
+			return name
+		}
+	}
+	return def
+}
+
+// Run returns the claimed occurrence (with its fencing token, Run.Token)
+// of the job whose context is ctx, while it runs: a gocron task whose first
+// parameter is a context.Context gets the context Lock got. ErrNoRun if
+// that job holds no claim of l now; ErrAmbiguousRun if several of its runs
+// are in progress on this scheduler.
+func (l *Locker) Run(ctx context.Context) (schedule.Run, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch cs := l.running[ctx]; len(cs) {
+	case 0:
+		return schedule.Run{}, ErrNoRun
+	case 1:
+		return cs[0].Run(), nil
+	default:
+		return schedule.Run{}, ErrAmbiguousRun
+	}
 }
 
 // Lock claims the occurrence of job key that is due now. It fails (and
 // gocron skips the run) if another scheduler claimed it first, or if no
 // occurrence is due (a spec with no instant at or before now).
+//
+// It refuses (and logs once per job) a job it cannot name the occurrences
+// of alike on every instance; see the package comment.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	now := l.now()
+	if err := l.check(key); err != nil {
+		err = fmt.Errorf("gocronlock: job %q refused: %w", key, err)
+		reason := err.Error()
+		for _, r := range []error{ErrNotAttached, ErrDurationJob, ErrSpecMismatch} {
+			if errors.Is(err, r) {
+				reason = r.Error()
+			}
+		}
+		if _, seen := l.logged.LoadOrStore(key+"\x00"+reason, true); !seen {
+			l.cfg.logger.Error("gocronlock: job not run on any instance", "job", key, "namespace", l.cfg.namespace, "instance", l.instance, "err", err)
+		}
+		return nil, err
+	}
+	return l.claim(ctx, key, now)
+}
+
+// claim claims the occurrence of job key due at now.
+func (l *Locker) claim(ctx context.Context, key string, now time.Time) (gocron.Lock, error) {
 	at, early, err := l.occurrence(now)
 	if err != nil {
 		return nil, fmt.Errorf("gocronlock: job %q at %v: %w", key, now.UTC(), err)
@@ -118,9 +350,15 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	c, err := schedule.ClaimOccurrence(ctx, l.b, "gocron/"+key, at,
 		schedule.ClaimOptions{Instance: l.instance, MaxEarly: early + time.Second})
 	if err != nil {
+		if !errors.Is(err, backend.ErrClaimed) {
+			l.cfg.logger.Error("gocronlock: occurrence not run here: its claim failed, so it may run nowhere", "job", key, "at", at, "namespace", l.cfg.namespace, "instance", l.instance, "err", err)
+		}
 		return nil, err
 	}
-	return unlocker{c}, nil
+	l.mu.Lock()
+	l.running[ctx] = append(l.running[ctx], c)
+	l.mu.Unlock()
+	return unlocker{l, ctx, c}, nil
 }
 
 // earlyFor is E for an instant whose gap to the one before is gap.
@@ -178,10 +416,30 @@ func previous(s *schedule.Spec, t time.Time) time.Time {
 	return time.Time{}
 }
 
-type unlocker struct{ c *schedule.Claim }
+type unlocker struct {
+	l   *Locker
+	key context.Context
+	c   *schedule.Claim
+}
 
 // Unlock records the occurrence as finished; it is never claimed again.
-func (u unlocker) Unlock(ctx context.Context) error { return u.c.Finish(ctx, nil) }
+func (u unlocker) Unlock(ctx context.Context) error {
+	u.l.mu.Lock()
+	cs := u.l.running[u.key]
+	for i, c := range cs {
+		if c == u.c {
+			cs = append(cs[:i:i], cs[i+1:]...)
+			break
+		}
+	}
+	if len(cs) == 0 {
+		delete(u.l.running, u.key)
+	} else {
+		u.l.running[u.key] = cs
+	}
+	u.l.mu.Unlock()
+	return u.c.Finish(ctx, nil)
+}
 
 // Elector implements gocron.Elector: IsLeader is nil while this instance
 // leads the role.
@@ -215,9 +473,6 @@ func NewElector(ctx context.Context, b backend.Leases, role string, opts ...leas
 	}()
 	return e, nil
 }
-
-// ErrNotLeader is returned by IsLeader on a follower.
-var ErrNotLeader = fmt.Errorf("leasehold/gocronlock: not the leader")
 
 // IsLeader returns nil while this instance leads.
 func (e *Elector) IsLeader(context.Context) error {

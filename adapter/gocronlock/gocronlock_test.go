@@ -53,7 +53,8 @@ func runCluster(t *testing.T, perJob bool, locker func(i int) gocron.Locker) map
 	ran := map[int64]int{}
 	var scheds []gocron.Scheduler
 	for i := range 3 {
-		l := locker(i)
+		base := locker(i)
+		l := base
 		if i == 2 {
 			l = slow{l, 300 * time.Millisecond}
 		}
@@ -67,6 +68,9 @@ func runCluster(t *testing.T, perJob bool, locker func(i int) gocron.Locker) map
 		s, err := gocron.NewScheduler(sopts...)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if a, ok := base.(interface{ Attach(gocron.Scheduler) }); ok {
+			a.Attach(s) // the unwrapped locker, which Lock (through slow) is called on
 		}
 		_, err = s.NewJob(gocron.CronJob("* * * * * *", true), gocron.NewTask(func() {
 			mu.Lock()
@@ -189,9 +193,14 @@ func TestElector(t *testing.T) {
 
 func ExampleNewLocker() {
 	b := memory.New() // in production: a backend the instances share (sqlite, redis, ...)
-	l, _ := gocronlock.NewLocker(b, "web-1", time.Minute)
-	s, _ := gocron.NewScheduler(gocron.WithDistributedLocker(l))
-	j, err := s.NewJob(gocron.CronJob("0 2 * * *", false), gocron.NewTask(func() { /* the 2 a.m. report */ }), gocron.WithName("report"))
+	l, _ := gocronlock.NewLocker(b, "web-1", time.Minute, gocronlock.WithNamespace("billing"))
+	s, _ := gocronlock.NewScheduler(l) // gocron.WithDistributedLocker(l), with l attached
+	j, err := s.NewJob(gocron.CronJob("0 2 * * *", false), gocron.NewTask(func(ctx context.Context) {
+		run, err := l.Run(ctx) // the claimed occurrence, while the job runs
+		if err == nil {
+			_ = run.Token // pass the fencing token to the sink
+		}
+	}), gocron.WithName("report"), gocron.WithSingletonMode(gocron.LimitModeReschedule))
 	fmt.Println(j.Name(), err)
 	s.Start()
 	_ = s.Shutdown()
@@ -200,10 +209,11 @@ func ExampleNewLocker() {
 
 func ExampleNewJobLocker() {
 	b := memory.New() // in production: a backend the instances share (sqlite, redis, ...)
-	const spec = "0 2 * * *"
-	l, _ := gocronlock.NewJobLocker(b, "web-1", spec, "")
+	l, _ := gocronlock.NewJobLocker(b, "web-1", "0 2 * * *", "Europe/Berlin")
 	s, _ := gocron.NewScheduler()
-	j, err := s.NewJob(gocron.CronJob(spec, false), gocron.NewTask(func() { /* the 2 a.m. report */ }),
+	l.Attach(s)
+	// l.CronJob() is gocron.CronJob("TZ=Europe/Berlin 0 2 * * *", false): the spec is written once.
+	j, err := s.NewJob(l.CronJob(), gocron.NewTask(func() { /* the 2 a.m. report */ }),
 		gocron.WithName("report"), gocron.WithDistributedJobLocker(l))
 	fmt.Println(j.Name(), err)
 	s.Start()

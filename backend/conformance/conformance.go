@@ -8,15 +8,20 @@
 //		})
 //	}
 //
-// It checks the semantics in DESIGN.md ("Semantics that must hold") against
+// It checks the semantics in docs/semantics.md ("Rules that must hold") against
 // the real backend: grant exclusion, fencing tokens, owner guards, idempotent
 // retries, expiry, the holder's send-time deadline under delayed replies
 // (through a fault-injecting wrapper), elections, the run ledger and bad
 // input. The ledger checks run only when the backend implements
 // backend.Ledger; for one that declares it keeps no ledger (implements
 // backend.Leases alone) they are reported as one skipped subtest, "Ledger",
-// naming that declaration. It asserts the capabilities a backend declares, including the ones
-// it declares it lacks. The suite is itself tested: run against a
+// naming that declaration. For a networked backend the "Wire" checks put
+// fault proxies (internal/chaos) between it and its servers (Harness.Wire;
+// wire.go). The process faults (kill -9 or SIGSTOP of a holder process,
+// delayed or cut connections, claims from several processes) run for every
+// backend its declarations do not rule out (see Harness.Process). It
+// asserts the capabilities a backend declares, including the ones it
+// declares it lacks. The suite is itself tested: run against a
 // deliberately broken backend it must fail (see NegativeControl).
 package conformance
 
@@ -32,6 +37,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/conformance/faultkit"
 )
 
 // Harness tells the suite how to get the backend under test.
@@ -51,10 +57,32 @@ type Harness struct {
 	// declared anomaly: it returns two tokens granted on one key in grant
 	// order where the second is not greater than the first.
 	UnsafeFencing func(t testing.TB) (first, second uint64)
+	// Wire, for a backend that reaches its servers over the network, says
+	// how to put fault proxies in between: the "Wire" checks then hold a
+	// request at the wire past its retry, and drop a reply after its
+	// request was applied (wire.go).
+	Wire *Wire
+	// NoWire, for a harness without Wire, says why (a backend with no
+	// network: memory, SQLite); the Wire checks are reported skipped with
+	// it. With CI=true a harness with neither fails the suite.
+	NoWire string
+	// Process, required when Want.MultiProcess, returns the kit of the
+	// process-fault scenarios (package faultkit) for one scenario: the
+	// backend's Open, its server's address (empty for a backend with no
+	// server, such as a file) and a fresh namespace. Run runs them as
+	// "Process/<scenario>"; their helper processes are the test binary
+	// re-executed, so the test package also needs TestFaultHelper calling
+	// faultkit.Helper with the same Open.
+	Process func(t testing.TB) faultkit.Kit
 	// Parallel runs the checks in parallel (t.Parallel). Set it only where
 	// New and Reopen touch nothing another check's backend uses: its own
 	// file or schema, not a shared server that Reopen restarts.
 	Parallel bool
+	// ParallelSharedServer runs the checks in parallel as Parallel does,
+	// except the ones that call Reopen: those run alone, before the
+	// parallel ones start. Set it where each New is isolated from every
+	// other (a fresh key prefix) on one server that Reopen restarts.
+	ParallelSharedServer bool
 }
 
 // T is the part of testing.T the checks use, so that the negative control
@@ -117,10 +145,15 @@ type check struct {
 // ledgerCheckNames are the checks that need backend.Ledger.
 func ledgerCheckNames() map[string]bool {
 	m := map[string]bool{}
-	for _, c := range append(ledgerChecks(), lateChecks()...) {
+	for _, c := range append(append(ledgerChecks(), lateChecks()...), onceChecks()...) {
 		m[c.name] = true
 	}
 	return m
+}
+
+// reopenCheckNames are the checks that call Harness.Reopen.
+func reopenCheckNames() map[string]bool {
+	return map[string]bool{"DurableFencing": true}
 }
 
 func checks() []check {
@@ -130,6 +163,8 @@ func checks() []check {
 	cs = append(cs, ledgerChecks()...)
 	cs = append(cs, lateChecks()...)
 	cs = append(cs, libraryChecks()...)
+	cs = append(cs, onceChecks()...)
+	cs = append(cs, randomizedChecks()...)
 	return cs
 }
 
@@ -150,19 +185,23 @@ func Run(t *testing.T, h Harness) {
 	_, hasLedger := probe.(backend.Ledger)
 	name := probe.Capabilities().Name
 	_ = probe.Close()
-	skipped, needs := 0, ledgerCheckNames()
+	runProcessFaults(t, h, name, hasLedger)
+	skipped, needs, reopens := 0, ledgerCheckNames(), reopenCheckNames()
 	for _, c := range checks() {
 		if needs[c.name] && !hasLedger {
 			skipped++
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
-			if h.Parallel {
+			// A sequential subtest runs to its end before the parallel ones
+			// (paused until Run returns) start.
+			if h.Parallel || h.ParallelSharedServer && !reopens[c.name] {
 				t.Parallel()
 			}
 			c.fn(t, &env{h: h, tb: t})
 		})
 	}
+	runWire(t, h, name)
 	if skipped > 0 {
 		t.Run("Ledger", func(t *testing.T) {
 			t.Skipf("%d ledger checks not run: backend %q declares no run ledger (it implements backend.Leases, not backend.Ledger)", skipped, name)

@@ -64,14 +64,14 @@ func (f *lateApply) applyFirst() (backend.Grant, error) {
 	return apply()
 }
 
-func (f *lateApply) Renew(ctx context.Context, key string, o backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
+func (f *lateApply) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
 	f.mu.Lock()
 	drop := f.drop
 	f.mu.Unlock()
 	if drop {
 		return backend.Grant{}, errInjected
 	}
-	return f.faulty.Renew(ctx, key, o, token, ttl)
+	return f.faulty.Renew(ctx, req)
 }
 
 func (f *lateApply) dropRenews() { f.mu.Lock(); f.drop = true; f.mu.Unlock() }

@@ -99,7 +99,7 @@ func checkClaimTooLateRetry(t T, e *env) {
 	if !errors.As(err, &ce) || ce.Run.Owner != a || errors.Is(err, backend.ErrTooLate) {
 		t.Fatalf("late Claim by another owner of a running occurrence: got %v, want *ClaimedError naming a (not ErrTooLate)", err)
 	}
-	mustNil(t, b.Finish(ctx, "job", at, a, g1.Token, backend.Outcome{State: backend.Succeeded}), "Finish")
+	mustNil(t, b.Finish(ctx, backend.FinishRequest{Job: "job", ScheduledAt: at, Owner: a, Token: g1.Token, Outcome: backend.Outcome{State: backend.Succeeded}}), "Finish")
 	_, err = b.Claim(ctx, lateReq("job", at, a, ttl, 500*time.Millisecond))
 	if !errors.As(err, &ce) || ce.Run.State != backend.Succeeded || errors.Is(err, backend.ErrTooLate) {
 		t.Fatalf("late Claim of a finished occurrence: got %v, want *ClaimedError in state succeeded (not ErrTooLate)", err)

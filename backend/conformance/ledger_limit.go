@@ -54,8 +54,8 @@ func checkReclaimLimit(t T, e *env) {
 	if g3.Token != g2.Token {
 		t.Errorf("retried Reclaim answered token %d, want %d", g3.Token, g2.Token)
 	}
-	mustNil(t, b.Finish(ctx, "serial", live.ScheduledAt, bo, gLive.Token, backend.Outcome{State: backend.Succeeded}), "Finish the other occurrence")
-	mustNil(t, b.Finish(ctx, "serial", dead, d, g2.Token, backend.Outcome{State: backend.Succeeded}), "Finish the reclaimed occurrence")
+	mustNil(t, b.Finish(ctx, backend.FinishRequest{Job: "serial", ScheduledAt: live.ScheduledAt, Owner: bo, Token: gLive.Token, Outcome: backend.Outcome{State: backend.Succeeded}}), "Finish the other occurrence")
+	mustNil(t, b.Finish(ctx, backend.FinishRequest{Job: "serial", ScheduledAt: dead, Owner: d, Token: g2.Token, Outcome: backend.Outcome{State: backend.Succeeded}}), "Finish the reclaimed occurrence")
 }
 
 // checkReclaimLimitRace: a Reclaim and a Claim of the same job racing, both

@@ -36,7 +36,7 @@ func checkListRunsLeavesOutJobMeta(t T, e *env) {
 		g, err := b.Claim(ctx, claimReq(r.job, r.at, o, ttl))
 		mustNil(t, err, "Claim "+r.job)
 		if r.finish {
-			mustNil(t, b.Finish(ctx, r.job, r.at, o, g.Token, backend.Outcome{State: backend.Succeeded}), "Finish "+r.job)
+			mustNil(t, b.Finish(ctx, backend.FinishRequest{Job: r.job, ScheduledAt: r.at, Owner: o, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded}}), "Finish "+r.job)
 		}
 	}
 	onlyRuns := func(what string, runs []backend.Run, want int) {

@@ -56,5 +56,5 @@ func checkClaimRetryRenews(t T, e *env) {
 		t.Fatalf("retried Reclaim answered token %d, want %d", g4.Token, g3.Token)
 	}
 	probe("Reclaim", r0, s2, d)
-	mustNil(t, b.Finish(ctx, "job", at, c, g3.Token, backend.Outcome{State: backend.Succeeded}), "Finish by the runner")
+	mustNil(t, b.Finish(ctx, backend.FinishRequest{Job: "job", ScheduledAt: at, Owner: c, Token: g3.Token, Outcome: backend.Outcome{State: backend.Succeeded}}), "Finish by the runner")
 }

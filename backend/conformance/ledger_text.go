@@ -43,7 +43,7 @@ func checkOutcomeText(t T, e *env) {
 		o := owner("text")
 		g, err := b.Claim(ctx, claimReq("text", at, o, ttl))
 		mustNil(t, err, "Claim "+c.name)
-		err = b.Finish(ctx, "text", at, o, g.Token, backend.Outcome{State: backend.Failed, Duration: time.Millisecond, Result: c.result, Error: c.err})
+		err = b.Finish(ctx, backend.FinishRequest{Job: "text", ScheduledAt: at, Owner: o, Token: g.Token, Outcome: backend.Outcome{State: backend.Failed, Duration: time.Millisecond, Result: c.result, Error: c.err}})
 		mustNil(t, err, fmt.Sprintf("Finish with %s", c.name))
 		got, err := b.GetRun(ctx, "text", at)
 		mustNil(t, err, "GetRun "+c.name)

@@ -33,14 +33,14 @@ func (b *broken) holder(ctx context.Context, key string) (backend.Owner, uint64,
 	return l.Owner, l.Token, err == nil
 }
 
-func (b *broken) Renew(ctx context.Context, key string, o backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	if ho, ht, ok := b.holder(ctx, key); ok {
-		o, token = ho, ht
+func (b *broken) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
+	if ho, ht, ok := b.holder(ctx, req.Key); ok {
+		req.Owner, req.Token = ho, ht
 	}
-	g, err := b.Backend.Renew(ctx, key, o, token, ttl)
+	g, err := b.Backend.Renew(ctx, req)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	g.Token -= b.offset[key]
+	g.Token -= b.offset[req.Key]
 	return g, err
 }
 
@@ -68,6 +68,7 @@ func TestNegativeControl(t *testing.T) {
 		"SameInstanceNameOtherNonce",
 		"ExclusionUnder64Goroutines",
 		"LockWatchdogKeepsLeaseAlive",
+		"Randomized",
 	)
 }
 
@@ -113,4 +114,28 @@ func TestStaleYours(t *testing.T) {
 	}
 	conformance.NegativeControl(t, h, wrap, "RetriedAcquireRenewsExpiry")
 	conformance.RunWrapped(t, h, wrap, "LockLateAppliedAttemptNeverOutlivesLease", "LockRetryAfterLostReplyAnswersYours")
+}
+
+// noLimit is a deliberately wrong ledger: claims and reclaims ignore the
+// job's MaxRunning.
+type noLimit struct{ backend.Backend }
+
+func (b *noLimit) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	req.MaxRunning = 0
+	return b.Backend.Claim(ctx, req)
+}
+
+func (b *noLimit) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
+	req.MaxRunning = 0
+	return b.Backend.Reclaim(ctx, req)
+}
+
+// TestNegativeControlLedger: the randomized check catches a ledger that lets
+// more occurrences of a job run at once than its MaxRunning.
+func TestNegativeControlLedger(t *testing.T) {
+	h := conformance.Harness{
+		New:  func(testing.TB) backend.Leases { return memory.New() },
+		Want: memory.New().Capabilities(),
+	}
+	conformance.NegativeControl(t, h, func(b backend.Backend) backend.Backend { return &noLimit{Backend: b} }, "Randomized")
 }

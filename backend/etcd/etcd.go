@@ -175,8 +175,8 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) 
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range opts {
-		o(&cfg)
+	if err := cfg.apply(opts); err != nil {
+		return nil, err
 	}
 	return OpenConfig(ctx, cfg)
 }
@@ -259,15 +259,39 @@ func OpenConfig(ctx context.Context, cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// Option configures New and Open (over what the URL or Config says).
-type Option func(*Config)
+// Option configures New and Open (over what the URL or Config says). Each
+// validates its argument: New and Open return the first error, wrapping
+// backend.ErrInvalid and naming the option and the value.
+type Option func(*Config) error
 
-// WithPrefix sets the key prefix (Config.Prefix; default "leasehold/").
-func WithPrefix(p string) Option { return func(c *Config) { c.Prefix = p } }
+// WithPrefix sets the key prefix (Config.Prefix; default, and when empty,
+// "leasehold/"; a trailing slash is added).
+func WithPrefix(p string) Option {
+	return func(c *Config) error {
+		if err := backend.CheckKey("prefix", strings.TrimSuffix(p, "/")+"/"); err != nil && p != "" {
+			return fmt.Errorf("WithPrefix(%q): %w", p, err)
+		}
+		c.Prefix = p
+		return nil
+	}
+}
 
 // WithNoCompact stops Prune from compacting the revisions it deleted
 // (Config.NoCompact).
-func WithNoCompact(on bool) Option { return func(c *Config) { c.NoCompact = on } }
+func WithNoCompact(on bool) Option { return func(c *Config) error { c.NoCompact = on; return nil } }
+
+// apply applies opts to cfg; a nil one is refused.
+func (cfg *Config) apply(opts []Option) error {
+	for _, o := range opts {
+		if o == nil {
+			return fmt.Errorf("%w: nil etcd option", backend.ErrInvalid)
+		}
+		if err := o(cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // New returns a backend over an existing client, which the caller keeps
 // and closes.
@@ -276,8 +300,8 @@ func New(c *clientv3.Client, opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("%w: etcd client is nil", backend.ErrInvalid)
 	}
 	var cfg Config
-	for _, o := range opts {
-		o(&cfg)
+	if err := cfg.apply(opts); err != nil {
+		return nil, err
 	}
 	return newBackend(c, cfg)
 }

@@ -228,12 +228,13 @@ func (b *Backend) held(ctx context.Context, key string, owner backend.Owner, tok
 
 // Renew implements backend.Leases: a keep-alive of the grant's own lease
 // after checking that owner+token still hold the key. The lease's TTL is
-// fixed at grant; a different ttl is not applied and the lease's TTL is
+// fixed at grant; a different req.TTL is not applied and the lease's TTL is
 // returned.
-func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckRenew(key, owner, token, ttl, MinTTL); err != nil {
+func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
+	if err := backend.CheckRenew(req, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
+	key, owner, token := req.Key, req.Owner, req.Token
 	if err := b.check(); err != nil {
 		return backend.Grant{}, err
 	}
@@ -319,7 +320,11 @@ func (b *Backend) view(ctx context.Context, kv *mvccpb.KeyValue) (backend.Lease,
 		}
 		return l, false, b.wrap(err, fmt.Sprintf("read the lease of key %q", l.Key))
 	}
-	if ttl.TTL <= 0 {
+	// etcd reports a lease it has not revoked with its remaining whole
+	// seconds, rounded toward zero: 0 is its last second (or one past its
+	// expiry that the leader has not revoked yet), while the key, which
+	// Acquire compares, still exists. Only -1 (no such lease) is gone.
+	if ttl.TTL < 0 {
 		return l, false, nil
 	}
 	// The lease's TTL minus the slack, as grants report it (pool.go); a

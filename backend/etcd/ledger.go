@@ -19,6 +19,7 @@ import (
 // lease key, all at one revision.
 type snapshot struct {
 	run, job, alive *mvccpb.KeyValue
+	rev             int64 // the revision read: a count of running occurrences is taken at it too
 }
 
 func first(r *etcdserverpb.ResponseOp) *mvccpb.KeyValue {
@@ -42,7 +43,7 @@ func (b *Backend) read(ctx context.Context, job string, at time.Time) (snapshot,
 	if err != nil {
 		return snapshot{}, b.wrap(err, "read "+occurrence(job, at))
 	}
-	return snapshot{run: first(resp.Responses[0]), job: first(resp.Responses[1]), alive: first(resp.Responses[2])}, nil
+	return snapshot{run: first(resp.Responses[0]), job: first(resp.Responses[1]), alive: first(resp.Responses[2]), rev: resp.Header.Revision}, nil
 }
 
 // leaseFor grants the runner's lease for a claim, once per call.
@@ -131,7 +132,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 				backend.ErrTooLate, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
 		}
 		if req.MaxRunning > 0 {
-			cr, err := b.c.Get(ctx, b.prefix+"a/"+escJob(req.Job)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			cr, err := b.c.Get(ctx, b.prefix+"a/"+escJob(req.Job)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(s.rev))
 			if err != nil {
 				return backend.Grant{}, b.wrap(err, "count running occurrences of job "+req.Job)
 			}
@@ -193,14 +194,12 @@ func (b *Backend) heldRun(s snapshot, job string, at time.Time, owner backend.Ow
 }
 
 // Heartbeat implements backend.Ledger: a keep-alive of the runner's lease.
-// The lease's TTL is fixed at claim; ttl is validated, not applied.
-func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
-	if err := backend.CheckHeld(job, at, owner, token); err != nil {
+// The lease's TTL is fixed at claim; req.TTL is validated, not applied.
+func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
+	if err := backend.CheckHeartbeat(req, MinTTL); err != nil {
 		return err
 	}
-	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
-		return err
-	}
+	job, at, owner, token := req.Job, req.ScheduledAt, req.Owner, req.Token
 	if err := b.check(); err != nil {
 		return err
 	}
@@ -221,14 +220,12 @@ func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner
 }
 
 // Finish implements backend.Ledger.
-func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
-	if err := backend.CheckHeld(job, at, owner, token); err != nil {
-		return err
-	}
-	out, err := backend.CheckOutcome(out)
+func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
+	req, err := backend.CheckFinish(req)
 	if err != nil {
 		return err
 	}
+	job, at, owner, token, out := req.Job, req.ScheduledAt, req.Owner, req.Token, req.Outcome
 	if err := b.check(); err != nil {
 		return err
 	}
@@ -294,12 +291,17 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 			return backend.Grant{}, backend.Run{}, &backend.ClaimedError{Run: r.view(s.alive != nil)}
 		case s.alive != nil:
 			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(req.Job, at), r.Instance)
+		case req.MaxAttempts > 0 && r.Attempt >= req.MaxAttempts:
+			// Attempts only grow, and the Txn below compares the run's
+			// revision: the bound is judged on the record it replaces.
+			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s ran %d attempts, max %d",
+				backend.ErrExhausted, occurrence(req.Job, at), r.Attempt, req.MaxAttempts)
 		}
 		if req.MaxRunning > 0 {
 			// As in Claim: the job's live runner keys (this one's is gone);
 			// the compare on the job record below fails, and the count is
 			// taken again, if another claim or reclaim of the job came first.
-			cr, err := b.c.Get(ctx, b.prefix+"a/"+escJob(req.Job)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			cr, err := b.c.Get(ctx, b.prefix+"a/"+escJob(req.Job)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(s.rev))
 			if err != nil {
 				return backend.Grant{}, backend.Run{}, b.wrap(err, "count running occurrences of job "+req.Job)
 			}

@@ -23,34 +23,13 @@ func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (in
 	if err := b.check(); err != nil {
 		return 0, err
 	}
-	from := b.prefix + "f/"
-	to := fmt.Sprintf("%sf/%020d", b.prefix, max(olderThan.UnixNano(), 0))
-	resp, err := b.c.Get(ctx, from, clientv3.WithRange(to), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(batch)))
+	entries, read, err := b.finishedBefore(ctx, olderThan, batch)
 	if err != nil {
-		return 0, b.wrap(err, "read finished runs")
+		return 0, err
 	}
-	n := 0
-	var rev int64
-	kvs := resp.Kvs
-	for len(kvs) > 0 {
-		chunk := kvs[:min(len(kvs), maxTxnOps/2)]
-		kvs = kvs[len(chunk):]
-		var ops []clientv3.Op
-		for _, kv := range chunk {
-			rk, ok := b.parseFinKey(string(kv.Key))
-			if !ok {
-				continue
-			}
-			ops = append(ops, clientv3.OpDelete(rk), clientv3.OpDelete(string(kv.Key)))
-		}
-		tr, err := b.c.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			return n, b.wrap(err, "prune finished runs")
-		}
-		for i := 0; i < len(tr.Responses); i += 2 {
-			n += int(tr.Responses[i].GetResponseDeleteRange().Deleted)
-		}
-		rev = tr.Header.Revision
+	n, rev, err := b.pruneEntries(ctx, entries, read)
+	if err != nil {
+		return n, err
 	}
 	if n > 0 && !b.cfg.NoCompact {
 		if _, err := b.c.Compact(ctx, rev); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
@@ -58,4 +37,56 @@ func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (in
 		}
 	}
 	return n, nil
+}
+
+// finishedBefore lists at most batch keys of the finished-runs index older
+// than olderThan, and the revision it read them at.
+func (b *Backend) finishedBefore(ctx context.Context, olderThan time.Time, batch int) (keys []string, read int64, err error) {
+	from := b.prefix + "f/"
+	to := fmt.Sprintf("%sf/%020d", b.prefix, max(olderThan.UnixNano(), 0))
+	resp, err := b.c.Get(ctx, from, clientv3.WithRange(to), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(batch)))
+	if err != nil {
+		return nil, 0, b.wrap(err, "read finished runs")
+	}
+	for _, kv := range resp.Kvs {
+		keys = append(keys, string(kv.Key))
+	}
+	return keys, resp.Header.Revision, nil
+}
+
+// pruneEntries deletes each listed index entry and, if it is still the run
+// the entry indexes, its run: one Txn per chunk, with a nested Txn per entry
+// that deletes the run only if it was not written after the listing (read,
+// the revision the entries were read at). A finished run never changes, so
+// a later write means that another Prune deleted it and a claim made the
+// occurrence's record again, running — deleting that one let a third claim
+// win the occurrence beside its runner. It returns the runs deleted and the
+// last Txn's revision.
+func (b *Backend) pruneEntries(ctx context.Context, entries []string, read int64) (n int, rev int64, err error) {
+	for len(entries) > 0 {
+		chunk := entries[:min(len(entries), maxTxnOps/2)]
+		entries = entries[len(chunk):]
+		var ops []clientv3.Op
+		for _, fk := range chunk {
+			rk, ok := b.parseFinKey(fk)
+			if !ok {
+				continue
+			}
+			ops = append(ops, clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(rk), "<", read+1)},
+				[]clientv3.Op{clientv3.OpDelete(rk), clientv3.OpDelete(fk)},
+				[]clientv3.Op{clientv3.OpDelete(fk)}))
+		}
+		tr, err := b.c.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return n, rev, b.wrap(err, "prune finished runs")
+		}
+		for _, r := range tr.Responses {
+			if t := r.GetResponseTxn(); t != nil && t.Succeeded {
+				n += int(t.Responses[0].GetResponseDeleteRange().Deleted)
+			}
+		}
+		rev = tr.Header.Revision
+	}
+	return n, rev, nil
 }

@@ -135,6 +135,5 @@ func (r runRec) view(alive bool) backend.Run {
 	return run
 }
 
-func occurrence(job string, at time.Time) string {
-	return fmt.Sprintf("job %q at %s", job, backend.Instant(at).Format(time.RFC3339Nano))
-}
+// occurrence names an occurrence in messages.
+var occurrence = backend.FormatOccurrence

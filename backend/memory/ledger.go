@@ -93,13 +93,11 @@ func (b *Backend) held(job string, at time.Time, owner backend.Owner, token uint
 }
 
 // Heartbeat implements backend.Ledger.
-func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
-	if err := backend.CheckHeld(job, at, owner, token); err != nil {
+func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
+	if err := backend.CheckHeartbeat(req, MinTTL); err != nil {
 		return err
 	}
-	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
-		return err
-	}
+	job, at, owner, token, ttl := req.Job, req.ScheduledAt, req.Owner, req.Token, req.TTL
 	if err := b.lock(); err != nil {
 		return err
 	}
@@ -114,14 +112,12 @@ func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner
 }
 
 // Finish implements backend.Ledger.
-func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
-	if err := backend.CheckHeld(job, at, owner, token); err != nil {
-		return err
-	}
-	out, err := backend.CheckOutcome(out)
+func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
+	req, err := backend.CheckFinish(req)
 	if err != nil {
 		return err
 	}
+	job, at, owner, token, out := req.Job, req.ScheduledAt, req.Owner, req.Token, req.Outcome
 	if err := b.lock(); err != nil {
 		return err
 	}
@@ -158,6 +154,9 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		return backend.Grant{}, backend.Run{}, &backend.ClaimedError{Run: b.view(r, now)}
 	case now.Before(r.expires):
 		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrNotExpired, req.Job, at.Format(time.RFC3339Nano), r.rec.Owner.Instance)
+	case req.MaxAttempts > 0 && r.rec.Attempt >= req.MaxAttempts:
+		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s ran %d attempts, max %d",
+			backend.ErrExhausted, req.Job, at.Format(time.RFC3339Nano), r.rec.Attempt, req.MaxAttempts)
 	}
 	if req.MaxRunning > 0 { // r's lease expired: it does not count itself
 		if n := b.runningLocked(req.Job, now); n >= req.MaxRunning {

@@ -158,10 +158,11 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 }
 
 // Renew implements backend.Leases.
-func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckRenew(key, owner, token, ttl, MinTTL); err != nil {
+func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
+	if err := backend.CheckRenew(req, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
+	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
 	if err := ctx.Err(); err != nil {
 		return backend.Grant{}, fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
 	}

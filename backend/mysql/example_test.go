@@ -25,14 +25,14 @@ func ExampleOpen() {
 	}
 	l, err := lk.TryAcquire(ctx, "reports/nightly")
 	if err != nil {
-		log.Fatal(err) // leasehold.ErrHeld when another instance holds it
+		log.Fatal(err) // leasehold.ErrLockNotAcquired when another instance holds it
 	}
 	defer l.Release(ctx)
 }
 
 // An application that already has a *sql.DB gives it to New, provided its
 // DSN sets what the backend needs (New checks, and refuses with
-// mysql.ErrSession otherwise); the backend's Close leaves db open.
+// mysql.ErrSessionUnsuitable otherwise); the backend's Close leaves db open.
 func ExampleNew() {
 	ctx := context.Background()
 	db, err := sql.Open("mysql", "app@tcp(db.example:3306)/app?tls=true&parseTime=true&loc=UTC&clientFoundRows=true&time_zone=%27%2B00%3A00%27")

@@ -9,13 +9,16 @@ import (
 )
 
 var (
-	_ backend.Explainer   = (*Backend)(nil)
-	_ backend.ServerClock = (*Backend)(nil)
+	_ backend.Explainer           = (*Backend)(nil)
+	_ backend.ServerClock         = (*Backend)(nil)
+	_ backend.CapabilityRefresher = (*Backend)(nil)
 )
 
 // Explain implements backend.Explainer: innodb_flush_log_at_trx_commit
 // decides DurableFencing.
 func (b *Backend) Explain(ctx context.Context) ([]backend.Reason, error) {
+	// Not in internal/sqlledger: the settings each SQL database reads, and
+	// what they mean, are its own; only the shape is alike.
 	var flush int
 	if err := b.db.QueryRowContext(ctx, `SELECT @@innodb_flush_log_at_trx_commit`).Scan(&flush); err != nil {
 		return nil, fmt.Errorf("mysql: read innodb_flush_log_at_trx_commit: %w", err)

@@ -8,7 +8,10 @@ import (
 	"strings"
 	"time"
 
+	driver "github.com/go-sql-driver/mysql"
+
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/sqlledger"
 )
 
 // acquireSQL: free is "expires_at IS NULL OR expires_at <= NOW(6)" on the
@@ -44,12 +47,12 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	what := fmt.Sprintf("acquire key %q", key)
-	us := micros(ttl)
+	us := sqlledger.Micros(ttl)
 	granted := time.Duration(us) * time.Microsecond
 	for attempt := 0; attempt < 10; attempt++ {
 		var token int64
@@ -86,15 +89,16 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 const leaseGuard = `k = ? AND instance = ? AND nonce = ? AND token = ? AND expires_at > NOW(6)`
 
 // Renew implements backend.Leases.
-func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckRenew(key, owner, token, ttl, MinTTL); err != nil {
+func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
+	if err := backend.CheckRenew(req, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := b.enter(); err != nil {
+	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
+	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, err
 	}
-	defer b.mu.RUnlock()
-	us := micros(ttl)
+	defer b.gate.Leave()
+	us := sqlledger.Micros(ttl)
 	err := b.guarded(ctx, fmt.Sprintf("renew key %q", key),
 		`UPDATE `+b.tLeases+` SET expires_at = GREATEST(expires_at, NOW(6) + INTERVAL ? MICROSECOND) WHERE `+leaseGuard,
 		us, key, owner.Instance, owner.Nonce[:], token)
@@ -113,10 +117,10 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	if err := backend.CheckRelease(key, owner, token); err != nil {
 		return err
 	}
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	err := b.guarded(ctx, fmt.Sprintf("release key %q", key),
 		`UPDATE `+b.tLeases+` SET expires_at = NULL WHERE `+leaseGuard, key, owner.Instance, owner.Nonce[:], token)
 	if errors.Is(err, backend.ErrLeaseLost) {
@@ -128,17 +132,9 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 // guarded runs a guarded UPDATE: nil when it matched a row (the connection
 // counts found rows), backend.ErrLeaseLost when it matched none.
 func (b *Backend) guarded(ctx context.Context, what, q string, args ...any) error {
-	var n int64
-	err := retryDeadlock(ctx, func() error {
-		res, err := b.db.ExecContext(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
+	n, err := b.exec(ctx, what, q, args...)
 	if err != nil {
-		return dbErr(ctx, what, err)
+		return err
 	}
 	if n == 0 {
 		return backend.ErrLeaseLost
@@ -151,10 +147,10 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 	if err := backend.CheckKey("key", key); err != nil {
 		return backend.Lease{}, err
 	}
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return backend.Lease{}, err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	return b.get(ctx, key)
 }
 
@@ -172,12 +168,27 @@ func scanLease(s scanner) (backend.Lease, error) {
 		return l, err
 	}
 	l.Remaining = time.Duration(remUS) * time.Microsecond
-	return l, setNonce(&l.Owner.Nonce, nonce)
+	return l, sqlledger.SetNonce(&l.Owner.Nonce, nonce)
 }
 
+// get reads the key's unexpired lease. A consistent read first; if it
+// finds none, a locking read (LOCK IN SHARE MODE), which waits for a
+// writer of the row and reads its committed result: a Renew (or Release)
+// judges expiry when its UPDATE reaches the row, but its effect is visible
+// only at its commit, so a consistent read in between answered NotFound for
+// a lease the renewal then kept (TestGetDoesNotSeeExpiryARenewCovers; the
+// expiry condition is judged on the row read after the lock). A role that
+// may not lock rows, or a read-only server, keeps the first answer.
 func (b *Backend) get(ctx context.Context, key string) (backend.Lease, error) {
-	l, err := scanLease(b.db.QueryRowContext(ctx, `SELECT `+leaseCols+` FROM `+b.tLeases+`
-		WHERE k = ? AND expires_at > NOW(6)`, key))
+	q := `SELECT ` + leaseCols + ` FROM ` + b.tLeases + ` WHERE k = ? AND expires_at > NOW(6)`
+	l, err := scanLease(b.db.QueryRowContext(ctx, q, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		l2, err2 := scanLease(b.db.QueryRowContext(ctx, q+` LOCK IN SHARE MODE`, key))
+		var me *driver.MySQLError
+		if !errors.As(err2, &me) || !(refusedErrors[me.Number] || me.Number == 1290 || me.Number == 1792) { // --read-only, read-only transaction
+			l, err = l2, err2
+		}
+	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
@@ -190,10 +201,10 @@ func (b *Backend) get(ctx context.Context, key string) (backend.Lease, error) {
 // List implements backend.Leases: unexpired leases whose keys start with
 // prefix (byte-wise), in key order.
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return nil, err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	if strings.IndexByte(prefix, 0) >= 0 {
 		return nil, nil
 	}

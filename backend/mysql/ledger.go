@@ -4,47 +4,20 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/sqlledger"
 )
 
-const runCols = `job, scheduled_at, spec_version, instance, nonce, token, attempt, state,
-	claimed_at, finished_at, duration_ns, result, error, (state = 'running' AND expires_at <= NOW(6))`
-
-func scanRun(s scanner) (backend.Run, error) {
-	var (
-		r        backend.Run
-		nonce    []byte
-		state    string
-		finished sql.NullTime
-		dur      int64
-	)
-	if err := s.Scan(&r.Job, &r.ScheduledAt, &r.SpecVersion, &r.Owner.Instance, &nonce, &r.Token, &r.Attempt,
-		&state, &r.ClaimedAt, &finished, &dur, &r.Result, &r.Error, &r.Expired); err != nil {
-		return r, err
-	}
-	r.ScheduledAt, r.ClaimedAt = r.ScheduledAt.UTC(), r.ClaimedAt.UTC()
-	if finished.Valid {
-		r.FinishedAt = finished.Time.UTC()
-	}
-	r.State, r.Duration = backend.RunState(state), time.Duration(dur)
-	return r, setNonce(&r.Owner.Nonce, nonce)
+// getRun reads the occurrence's record through q (the pool, or a
+// transaction with lock " FOR UPDATE").
+func (b *Backend) getRun(ctx context.Context, q sqlledger.StdQueryer, job string, at time.Time, lock string) (backend.Run, error) {
+	return b.led.Get(ctx, sqlledger.Std{Q: q}, b.led.D.ScanRun, job, at, lock)
 }
 
-type queryer interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-func (b *Backend) getRun(ctx context.Context, q queryer, job string, at time.Time, suffix string) (backend.Run, error) {
-	return scanRun(q.QueryRowContext(ctx, `SELECT `+runCols+` FROM `+b.tRuns+` WHERE job = ? AND scheduled_at = ?`+suffix, job, at))
-}
-
-func occurrence(job string, at time.Time) string {
-	return fmt.Sprintf("job %q at %s", job, at.Format(time.RFC3339Nano))
-}
+// occurrence names an occurrence in messages.
+var occurrence = backend.FormatOccurrence
 
 // tx runs fn in a READ COMMITTED transaction, retrying deadlocks.
 func (b *Backend) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
@@ -92,13 +65,13 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	if err := backend.CheckClaim(req, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	at := backend.Instant(req.ScheduledAt)
 	what := "claim " + occurrence(req.Job, at)
-	ttl := time.Duration(micros(req.TTL)) * time.Microsecond
+	ttl := sqlledger.MicrosTTL(req.TTL)
 	var (
 		g     backend.Grant
 		exist *backend.Run
@@ -107,9 +80,9 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	// it would see the same): most claims of an occurrence are losers that
 	// find the winner's record, and they are done in one round trip.
 	var r backend.Run
-	st, err := b.stmt(ctx, `SELECT `+runCols+` FROM `+b.tRuns+` WHERE job = ? AND scheduled_at = ?`)
+	st, err := b.stmt(ctx, `SELECT `+b.led.Cols+` FROM `+b.tRuns+` WHERE job = ? AND scheduled_at = ?`)
 	if err == nil {
-		r, err = scanRun(st.QueryRowContext(ctx, req.Job, at))
+		r, err = b.led.D.ScanRun(st.QueryRowContext(ctx, req.Job, at))
 	}
 	switch {
 	case err == nil:
@@ -127,27 +100,29 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		exist, err = &r, nil
 	}
 	switch {
-	case errors.Is(err, backend.ErrTooEarly) || errors.Is(err, backend.ErrTooLate) || errors.Is(err, backend.ErrOverlap):
+	case sqlledger.Verdict(err):
 		return backend.Grant{}, err
 	case err != nil:
 		return backend.Grant{}, dbErr(ctx, what, err)
-	case exist != nil && exist.Owner == req.Owner && exist.State == backend.Running: // a retry: renew it
-		n, err := b.renewRun(ctx, b.db, req, at, exist.Token)
-		switch {
-		case err != nil:
-			return backend.Grant{}, dbErr(ctx, what, err)
-		case n == 0: // taken over or finished meanwhile
-			r, err := b.getRun(ctx, b.db, req.Job, at, "")
-			if err != nil {
-				return backend.Grant{}, dbErr(ctx, what, err)
-			}
-			return backend.Grant{}, &backend.ClaimedError{Run: r}
-		}
-		return backend.Grant{Token: exist.Token, TTL: ttl}, nil
-	case exist != nil:
-		return backend.Grant{}, &backend.ClaimedError{Run: *exist}
+	case exist == nil:
+		return g, nil
 	}
-	return g, nil
+	if renew, err := sqlledger.Existing(req, *exist); !renew {
+		return backend.Grant{}, err
+	}
+	// A retry: renew it.
+	n, err := b.led.Renew(ctx, b.led.DB, req, at, exist.Token)
+	switch {
+	case err != nil:
+		return backend.Grant{}, dbErr(ctx, what, err)
+	case n == 0: // taken over or finished meanwhile
+		r, err := b.getRun(ctx, b.db, req.Job, at, "")
+		if err != nil {
+			return backend.Grant{}, dbErr(ctx, what, err)
+		}
+		return backend.Grant{}, &backend.ClaimedError{Run: r}
+	}
+	return backend.Grant{Token: exist.Token, TTL: ttl}, nil
 }
 
 // claimTx is Claim's transaction, for an occurrence with no record: INSERT
@@ -162,7 +137,7 @@ func (b *Backend) claimTx(ctx context.Context, tx *sql.Tx, req backend.ClaimRequ
 		attempt, state, claimed_at, expires_at, result, error)
 		SELECT ?, ?, ?, ?, ?, 0, 1, 'running', NOW(6), NOW(6) + INTERVAL ? MICROSECOND, '', ''
 		FROM DUAL WHERE ? <= NOW(6) + INTERVAL ? MICROSECOND`,
-		req.Job, at, req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:], micros(req.TTL), at, micros(req.MaxEarly))
+		req.Job, at, req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:], sqlledger.Micros(req.TTL), at, sqlledger.Micros(req.MaxEarly))
 	if isErr(err, errDupEntry) {
 		return errLostRace
 	}
@@ -176,8 +151,7 @@ func (b *Backend) claimTx(ctx context.Context, tx *sql.Tx, req backend.ClaimRequ
 		if err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %s, backend clock %s, max early %v",
-			backend.ErrTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
+		return sqlledger.TooEarly(req, at, now)
 	}
 	res, err = b.execIn(ctx, tx, b.bumpSQL(), req.Job, at, req.SpecVersion)
 	if err != nil {
@@ -191,7 +165,7 @@ func (b *Backend) claimTx(ctx context.Context, tx *sql.Tx, req backend.ClaimRequ
 	args := []any{token, req.Job, at}
 	if req.MaxLate > 0 {
 		setToken += ` AND ? >= NOW(6) - INTERVAL ? MICROSECOND`
-		args = append(args, at, micros(req.MaxLate))
+		args = append(args, at, sqlledger.Micros(req.MaxLate))
 	}
 	res, err = b.execIn(ctx, tx, setToken, args...)
 	if err != nil {
@@ -204,17 +178,15 @@ func (b *Backend) claimTx(ctx context.Context, tx *sql.Tx, req backend.ClaimRequ
 		if err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %s, backend clock %s, max late %v",
-			backend.ErrTooLate, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
+		return sqlledger.TooLate(req, at, now)
 	}
 	if req.MaxRunning > 0 {
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+b.tRuns+`
-			WHERE job = ? AND state = 'running' AND expires_at > NOW(6) AND scheduled_at <> ?`, req.Job, at).Scan(&n); err != nil {
+		n, err := b.led.Running(ctx, sqlledger.Std{Q: tx}, req.Job, at)
+		if err != nil {
 			return err
 		}
 		if n >= req.MaxRunning {
-			return fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, n, req.MaxRunning)
+			return sqlledger.Overlap(req, n)
 		}
 	}
 	*g = backend.Grant{Token: uint64(token), TTL: ttl}
@@ -230,70 +202,14 @@ func serverNow(ctx context.Context, q interface {
 	return now, err
 }
 
-// renewRun extends the runner's lease of a running occurrence still held
-// by req.Owner with token to the TTL from now, for a retried Claim or
-// Reclaim answered "yours". It returns the number of rows matched (0: the
-// occurrence changed hands or state meanwhile).
-func (b *Backend) renewRun(ctx context.Context, q execer, req backend.ClaimRequest, at time.Time, token uint64) (int64, error) {
-	res, err := q.ExecContext(ctx, `UPDATE `+b.tRuns+` SET expires_at = GREATEST(expires_at, NOW(6) + INTERVAL ? MICROSECOND)
-		WHERE job = ? AND scheduled_at = ? AND state = 'running' AND instance = ? AND nonce = ? AND token = ?`,
-		micros(req.TTL), req.Job, at, req.Owner.Instance, req.Owner.Nonce[:], token)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+// Heartbeat implements backend.Ledger (sqlledger: a guarded UPDATE).
+func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
+	return b.led.Heartbeat(ctx, req)
 }
 
-// execer is what renewRun needs of a *sql.DB or *sql.Tx.
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-// runGuard: running, held by owner+token, unexpired. Arguments: job,
-// scheduled_at, instance, nonce, token.
-const runGuard = `job = ? AND scheduled_at = ? AND state = 'running' AND instance = ? AND nonce = ?
-	AND token = ? AND expires_at > NOW(6)`
-
-// Heartbeat implements backend.Ledger.
-func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
-	if err := backend.CheckHeld(job, at, owner, token); err != nil {
-		return err
-	}
-	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
-		return err
-	}
-	return b.guardedRun(ctx, "heartbeat", job, at, owner, token,
-		`UPDATE `+b.tRuns+` SET expires_at = GREATEST(expires_at, NOW(6) + INTERVAL ? MICROSECOND) WHERE `+runGuard, micros(ttl))
-}
-
-// Finish implements backend.Ledger.
-func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
-	if err := backend.CheckHeld(job, at, owner, token); err != nil {
-		return err
-	}
-	out, err := backend.CheckOutcome(out)
-	if err != nil {
-		return err
-	}
-	return b.guardedRun(ctx, "finish", job, at, owner, token,
-		`UPDATE `+b.tRuns+` SET state = ?, finished_at = NOW(6), duration_ns = ?, result = ?, error = ? WHERE `+runGuard,
-		string(out.State), int64(out.Duration), out.Result, out.Error)
-}
-
-// guardedRun runs a guarded UPDATE of a run; set are the SET arguments,
-// which come before the guard's.
-func (b *Backend) guardedRun(ctx context.Context, op, job string, at time.Time, owner backend.Owner, token uint64, q string, set ...any) error {
-	if err := b.enter(); err != nil {
-		return err
-	}
-	defer b.mu.RUnlock()
-	at = backend.Instant(at)
-	args := append(set, job, at, owner.Instance, owner.Nonce[:], token)
-	err := b.guarded(ctx, op+" "+occurrence(job, at), q, args...)
-	if errors.Is(err, backend.ErrLeaseLost) {
-		return fmt.Errorf("%w: %s, token %d", backend.ErrLeaseLost, occurrence(job, at), token)
-	}
-	return err
+// Finish implements backend.Ledger (sqlledger: a guarded UPDATE).
+func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
+	return b.led.Finish(ctx, req)
 }
 
 // Reclaim implements backend.Ledger (the run's row is locked FOR UPDATE;
@@ -302,13 +218,13 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	if err := backend.CheckClaim(req, MinTTL); err != nil {
 		return backend.Grant{}, backend.Run{}, err
 	}
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, backend.Run{}, err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	at := backend.Instant(req.ScheduledAt)
 	what := "reclaim " + occurrence(req.Job, at)
-	ttl := time.Duration(micros(req.TTL)) * time.Microsecond
+	ttl := sqlledger.MicrosTTL(req.TTL)
 	var (
 		g   backend.Grant
 		run backend.Run
@@ -317,19 +233,18 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		r, err := b.getRun(ctx, tx, req.Job, at, " FOR UPDATE")
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("%w: %s was never claimed", backend.ErrNotFound, occurrence(req.Job, at))
+			return sqlledger.NeverClaimed(req.Job, at)
 		case err != nil:
 			return err
-		case r.State == backend.Running && r.Owner == req.Owner: // a retry: renew it
-			if _, err := b.renewRun(ctx, tx, req, at, r.Token); err != nil {
+		}
+		if renew, err := sqlledger.Reclaim(req, at, r, !r.Expired); err != nil {
+			return err
+		} else if renew { // a retry
+			if _, err := b.led.Renew(ctx, sqlledger.Std{Q: tx}, req, at, r.Token); err != nil {
 				return err
 			}
 			g, run = backend.Grant{Token: r.Token, TTL: ttl}, r
 			return nil
-		case r.State.Finished():
-			return &backend.ClaimedError{Run: r}
-		case !r.Expired:
-			return fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(req.Job, at), r.Owner.Instance)
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE `+b.tJobs+` SET counter = LAST_INSERT_ID(counter + 1) WHERE job = ?`, req.Job)
 		if err != nil {
@@ -342,19 +257,18 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		if req.MaxRunning > 0 {
 			// Counted under the job row's lock (taken by the bump above), as
 			// Claim counts: the job's other occurrences under live leases.
-			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+b.tRuns+`
-				WHERE job = ? AND state = 'running' AND expires_at > NOW(6) AND scheduled_at <> ?`, req.Job, at).Scan(&n); err != nil {
+			n, err := b.led.Running(ctx, sqlledger.Std{Q: tx}, req.Job, at)
+			if err != nil {
 				return err
 			}
 			if n >= req.MaxRunning {
-				return fmt.Errorf("%w: %s: the job has %d other running, max %d", backend.ErrOverlap, occurrence(req.Job, at), n, req.MaxRunning)
+				return sqlledger.OverlapOther(req, at, n)
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE `+b.tRuns+` SET instance = ?, nonce = ?, token = ?, attempt = attempt + 1,
 			spec_version = ?, claimed_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND
 			WHERE job = ? AND scheduled_at = ?`,
-			req.Owner.Instance, req.Owner.Nonce[:], token, req.SpecVersion, micros(req.TTL), req.Job, at); err != nil {
+			req.Owner.Instance, req.Owner.Nonce[:], token, req.SpecVersion, sqlledger.Micros(req.TTL), req.Job, at); err != nil {
 			return err
 		}
 		run, err = b.getRun(ctx, tx, req.Job, at, "")
@@ -362,8 +276,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		return err
 	})
 	if err != nil {
-		var ce *backend.ClaimedError
-		if errors.As(err, &ce) || errors.Is(err, backend.ErrNotFound) || errors.Is(err, backend.ErrNotExpired) || errors.Is(err, backend.ErrOverlap) {
+		if sqlledger.Verdict(err) {
 			return backend.Grant{}, backend.Run{}, err
 		}
 		return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
@@ -379,150 +292,70 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 	if err := backend.CheckInstant(at); err != nil {
 		return backend.Run{}, err
 	}
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return backend.Run{}, err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	at = backend.Instant(at)
 	what := "abandon " + occurrence(job, at)
+	// The update and the read of its result in one transaction: the row
+	// stays locked until both are done, so a Prune cannot delete the run
+	// this call abandoned in between and have it answered "never claimed".
 	var n int64
-	err := retryDeadlock(ctx, func() error {
-		res, err := b.db.ExecContext(ctx, `UPDATE `+b.tRuns+` SET state = 'abandoned', finished_at = NOW(6)
+	var r backend.Run
+	var readErr error
+	err := b.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE `+b.tRuns+` SET state = 'abandoned', finished_at = NOW(6)
 			WHERE job = ? AND scheduled_at = ? AND state = 'running' AND expires_at <= NOW(6)`, job, at)
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
-		return err
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		r, readErr = b.getRun(ctx, tx, job, at, "")
+		if readErr != nil && !errors.Is(readErr, sql.ErrNoRows) {
+			return readErr
+		}
+		return nil
 	})
 	if err != nil {
 		return backend.Run{}, dbErr(ctx, what, err)
 	}
-	r, err := b.getRun(ctx, b.db, job, at, "")
+	err = readErr
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return backend.Run{}, fmt.Errorf("%w: %s was never claimed", backend.ErrNotFound, occurrence(job, at))
+		return backend.Run{}, sqlledger.NeverClaimed(job, at)
 	case err != nil:
 		return backend.Run{}, dbErr(ctx, what, err)
 	case n == 1:
 		return r, nil
-	case r.State.Finished():
-		return backend.Run{}, &backend.ClaimedError{Run: r}
 	}
-	return backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(job, at), r.Owner.Instance)
+	// Not abandoned: the UPDATE's guard failed, so it is finished or its
+	// lease is live (live true: an expired running one was abandoned).
+	return backend.Run{}, sqlledger.Abandon(job, at, r, true)
 }
 
-// GetRun implements backend.Ledger.
+// GetRun implements backend.Ledger (sqlledger).
 func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return backend.Run{}, err
-	}
-	if err := b.enter(); err != nil {
-		return backend.Run{}, err
-	}
-	defer b.mu.RUnlock()
-	at = backend.Instant(at)
-	r, err := b.getRun(ctx, b.db, job, at, "")
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return backend.Run{}, fmt.Errorf("%w: %s", backend.ErrNotFound, occurrence(job, at))
-	case err != nil:
-		return backend.Run{}, dbErr(ctx, "get run "+occurrence(job, at), err)
-	}
-	return r, nil
+	return b.led.GetRun(ctx, job, at)
 }
 
-// HighWater implements backend.Ledger.
+// HighWater implements backend.Ledger (sqlledger).
 func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return time.Time{}, "", err
-	}
-	if err := b.enter(); err != nil {
-		return time.Time{}, "", err
-	}
-	defer b.mu.RUnlock()
-	var high sql.NullTime
-	var version string
-	err := b.db.QueryRowContext(ctx, `SELECT high_at, high_version FROM `+b.tJobs+` WHERE job = ?`, job).Scan(&high, &version)
-	switch {
-	case errors.Is(err, sql.ErrNoRows) || (err == nil && !high.Valid):
-		return time.Time{}, "", nil
-	case err != nil:
-		return time.Time{}, "", dbErr(ctx, fmt.Sprintf("high-water mark of job %q", job), err)
-	}
-	return high.Time.UTC(), version, nil
+	return b.led.HighWater(ctx, job)
 }
 
-// ListRuns implements backend.Ledger: newest ScheduledAt first, then job.
+// ListRuns implements backend.Ledger (sqlledger): newest ScheduledAt
+// first, then job.
 func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	if err := b.enter(); err != nil {
-		return nil, err
-	}
-	defer b.mu.RUnlock()
-	var where []string
-	var args []any
-	if f.Job != "" {
-		where, args = append(where, "job = ?"), append(args, f.Job)
-	} else { // runs only, not job metadata (backend.MetaSep)
-		where, args = append(where, "LOCATE(?, job) = 0"), append(args, backend.MetaSep)
-	}
-	if f.State != "" {
-		where, args = append(where, "state = ?"), append(args, string(f.State))
-	}
-	if !f.Since.IsZero() {
-		where, args = append(where, "scheduled_at >= ?"), append(args, ceilMs(f.Since))
-	}
-	if !f.Before.IsZero() {
-		where, args = append(where, "scheduled_at < ?"), append(args, ceilMs(f.Before))
-	}
-	q := `SELECT ` + runCols + ` FROM ` + b.tRuns
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	limit := f.EffectiveLimit()
-	q += fmt.Sprintf(` ORDER BY scheduled_at DESC, job LIMIT %d`, limit)
-	rows, err := b.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, dbErr(ctx, "list runs", err)
-	}
-	defer rows.Close()
-	var out []backend.Run
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, dbErr(ctx, "list runs", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbErr(ctx, "list runs", err)
-	}
-	return out, nil
+	return b.led.ListRuns(ctx, f)
 }
 
-// Prune implements backend.Ledger: one DELETE … ORDER BY finished_at
-// LIMIT batch through the finished_at index. Running occurrences (whose
-// finished_at is NULL), counters and high-water marks are never touched.
+// Prune implements backend.Ledger (sqlledger, with newLedger's PruneSQL:
+// one DELETE … ORDER BY finished_at LIMIT batch through the finished_at
+// index). Running occurrences (whose finished_at is NULL), counters and
+// high-water marks are never touched.
 func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
-	if err := backend.CheckPrune(olderThan, batch); err != nil {
-		return 0, err
-	}
-	if err := b.enter(); err != nil {
-		return 0, err
-	}
-	defer b.mu.RUnlock()
-	var n int64
-	err := retryDeadlock(ctx, func() error {
-		res, err := b.db.ExecContext(ctx, `DELETE FROM `+b.tRuns+`
-			WHERE finished_at < ? AND state <> 'running' ORDER BY finished_at LIMIT ?`, olderThan.UTC(), batch)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, dbErr(ctx, "prune runs", err)
-	}
-	return int(n), nil
+	return b.led.Prune(ctx, olderThan, batch)
 }

@@ -40,7 +40,8 @@
 //     COMMITTED locks nothing, so it cannot guard an insert either.)
 //   - Durability. Capabilities().DurableFencing is true only when the
 //     server's innodb_flush_log_at_trx_commit is 1 (the redo log is flushed
-//     at every commit), read at Open.
+//     at every commit), read at Open and again by RefreshCapabilities
+//     (doctor and the daemon call it).
 //
 // There is no push of release events (PushEvents is false): waiters poll
 // with Acquire. Nothing here can make a paused process stop acting on an
@@ -57,21 +58,20 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/closegate"
+	"github.com/leasehold/leasehold/internal/declared"
+	"github.com/leasehold/leasehold/internal/sqlledger"
 )
 
 // MinTTL is the shortest lease the MySQL backend grants.
 const MinTTL = time.Millisecond
 
 const schemaVersion = 1
-
-// ErrSchemaTooNew: the tables were created by a newer leasehold.
-var ErrSchemaTooNew = errors.New("leasehold/mysql: schema is newer than this code")
 
 // Option configures Open.
 type Option func(*config) error
@@ -85,7 +85,7 @@ var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 func WithTablePrefix(p string) Option {
 	return func(c *config) error {
 		if !identRE.MatchString(p) {
-			return fmt.Errorf("%w: mysql table prefix %q does not match [a-z_][a-z0-9_]{0,39}", backend.ErrInvalid, p)
+			return fmt.Errorf("%w: mysql WithTablePrefix(%q): does not match [a-z_][a-z0-9_]{0,39}", backend.ErrInvalid, p)
 		}
 		c.prefix = p
 		return nil
@@ -95,18 +95,18 @@ func WithTablePrefix(p string) Option {
 // Backend is the MySQL/MariaDB backend. It is safe for concurrent use; any
 // number of processes may share the tables.
 type Backend struct {
-	db      *sql.DB
-	ownsDB  bool // made by Open/OpenConfig: Close closes it
-	dbName  string
-	prefix  string
-	durable bool
+	db     *sql.DB
+	ownsDB bool // made by Open/OpenConfig: Close closes it
+	dbName string
+	prefix string
+	caps   declared.Latest // as read at Open or the latest RefreshCapabilities
 
 	tLeases, tJobs, tRuns, tMeta string
 
 	stmts stmtCache // the claim path's prepared statements (stmts.go)
 
-	mu     sync.RWMutex
-	closed bool
+	gate closegate.Gate
+	led  *sqlledger.Ledger // the ledger's rules and reads, written once
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -227,19 +227,16 @@ func newBackend(db *sql.DB, owns bool, dbName, prefix string) *Backend {
 	b := &Backend{db: db, ownsDB: owns, dbName: dbName, prefix: prefix}
 	q := func(n string) string { return "`" + prefix + n + "`" }
 	b.tLeases, b.tJobs, b.tRuns, b.tMeta = q("leases"), q("jobs"), q("runs"), q("meta")
+	b.led = newLedger(b)
 	return b
 }
-
-// ErrSession: a *sql.DB given to New lacks a connection setting the backend
-// needs.
-var ErrSession = errors.New("leasehold/mysql: connection settings unsuitable")
 
 // New returns a backend over a *sql.DB the application already has, in its
 // current database; Close does not close db. db's connections must have
 // been opened with the settings ParseURL sets — parseTime=true, loc=UTC,
 // clientFoundRows=true and time_zone='+00:00' (in a DSN:
 // "?parseTime=true&clientFoundRows=true&time_zone=%27%2B00%3A00%27") —
-// which New checks on one connection, failing with ErrSession (changing
+// which New checks on one connection, failing with ErrSessionUnsuitable (changing
 // nothing) when one is missing: without them expiry instants would be
 // misread, and a guarded UPDATE that changes nothing would look like a lost
 // lease.
@@ -265,13 +262,13 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("mysql: new: read the session: %w", err)
 	}
 	if tz != "+00:00" {
-		return nil, fmt.Errorf("%w: session time_zone is %q, want '+00:00' (DSN parameter time_zone=%%27%%2B00%%3A00%%27)", ErrSession, tz)
+		return nil, fmt.Errorf("%w: session time_zone is %q, want '+00:00' (DSN parameter time_zone=%%27%%2B00%%3A00%%27)", ErrSessionUnsuitable, tz)
 	}
 	if tm, ok := now.(time.Time); !ok || tm.Location() != time.UTC {
-		return nil, fmt.Errorf("%w: DATETIME values arrive as %T, want time.Time in UTC (DSN parameters parseTime=true, loc=UTC)", ErrSession, now)
+		return nil, fmt.Errorf("%w: DATETIME values arrive as %T, want time.Time in UTC (DSN parameters parseTime=true, loc=UTC)", ErrSessionUnsuitable, now)
 	}
 	if !dbName.Valid || dbName.String == "" {
-		return nil, fmt.Errorf("%w: the connection has no current database", ErrSession)
+		return nil, fmt.Errorf("%w: the connection has no current database", ErrSessionUnsuitable)
 	}
 	if err := probeFoundRows(ctx, conn); err != nil {
 		return nil, err
@@ -284,12 +281,41 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Backend, error) {
 }
 
 func (b *Backend) init(ctx context.Context) error {
-	var flush int
-	if err := b.db.QueryRowContext(ctx, `SELECT @@innodb_flush_log_at_trx_commit`).Scan(&flush); err != nil {
+	if err := b.readDurability(ctx); err != nil {
 		return err
 	}
-	b.durable = flush == 1
 	return b.migrate(ctx)
+}
+
+// readDurability reads innodb_flush_log_at_trx_commit and declares
+// DurableFencing by it; false, if it cannot be read.
+func (b *Backend) readDurability(ctx context.Context) error {
+	c := backend.Capabilities{
+		Name:         "mysql",
+		ServerClock:  true, // NOW(6) of the one server, in a +00:00 session
+		SafeFencing:  true,
+		PushEvents:   false,
+		MultiProcess: true,
+		MinTTL:       MinTTL,
+		ReadAt:       time.Now(),
+	}
+	defer func() { b.caps.Offer(c) }()
+	var flush int
+	if err := b.db.QueryRowContext(ctx, `SELECT @@innodb_flush_log_at_trx_commit`).Scan(&flush); err != nil {
+		return fmt.Errorf("mysql: read innodb_flush_log_at_trx_commit (DurableFencing is declared false until it can be read): %w", err)
+	}
+	c.DurableFencing = flush == 1
+	return nil
+}
+
+// RefreshCapabilities implements backend.CapabilityRefresher: it reads
+// innodb_flush_log_at_trx_commit again (SET GLOBAL changes it under a
+// running backend) and returns the declaration it decides, which
+// Capabilities returns from then on. If it cannot be read, DurableFencing
+// is declared false and the error says why.
+func (b *Backend) RefreshCapabilities(ctx context.Context) (backend.Capabilities, error) {
+	err := b.readDurability(ctx)
+	return b.caps.Load(), err
 }
 
 // migrate creates the tables under a named lock (GET_LOCK), so processes
@@ -301,6 +327,22 @@ func (b *Backend) migrate(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
+	// Tables already at the current version are seen without the lock:
+	// GET_LOCK names are server-wide and computable from the database's
+	// name, so another user holding it must delay only a migration, not
+	// every open (and an up-to-date open needs no CREATE grant).
+	var v int
+	err = conn.QueryRowContext(ctx, `SELECT value FROM `+b.tMeta+` WHERE name = 'schema_version'`).Scan(&v)
+	var me *driver.MySQLError
+	switch {
+	case err == nil && v > schemaVersion:
+		return fmt.Errorf("%w: tables %s* have version %d, this code knows up to %d; upgrade leasehold", ErrSchemaTooNew, b.prefix, v, schemaVersion)
+	case err == nil && v == schemaVersion:
+		return nil
+	case err == nil, errors.Is(err, sql.ErrNoRows), errors.As(err, &me) && me.Number == 1146: // older, empty, or no table yet
+	default:
+		return err
+	}
 	lock := "leasehold migrate " + b.dbName + "." + b.prefix
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 60)`, lock).Scan(&got); err != nil {
@@ -314,7 +356,7 @@ func (b *Backend) migrate(ctx context.Context) error {
 	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+b.tMeta+` (name VARBINARY(64) PRIMARY KEY, value INT NOT NULL)`+opts); err != nil {
 		return err
 	}
-	var v int
+	v = 0
 	err = conn.QueryRowContext(ctx, `SELECT value FROM `+b.tMeta+` WHERE name = 'schema_version'`).Scan(&v)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err
@@ -370,18 +412,9 @@ func (b *Backend) migrate(ctx context.Context) error {
 }
 
 // Capabilities reports the backend's guarantees; DurableFencing reflects
-// innodb_flush_log_at_trx_commit as read at Open.
-func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{
-		Name:           "mysql",
-		ServerClock:    true, // NOW(6) of the one server, in a +00:00 session
-		SafeFencing:    true,
-		DurableFencing: b.durable,
-		PushEvents:     false,
-		MultiProcess:   true,
-		MinTTL:         MinTTL,
-	}
-}
+// innodb_flush_log_at_trx_commit as read at Open or by the latest
+// RefreshCapabilities (at ReadAt).
+func (b *Backend) Capabilities() backend.Capabilities { return b.caps.Load() }
 
 // DB returns the database handle the backend uses.
 func (b *Backend) DB() *sql.DB { return b.db }
@@ -413,7 +446,7 @@ func probeFoundRows(ctx context.Context, conn *sql.Conn) error {
 		return fmt.Errorf("mysql: new: probe clientFoundRows: %w", err)
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: an UPDATE that changes nothing reports %d rows, want 1 (DSN parameter clientFoundRows=true)", ErrSession, n)
+		return fmt.Errorf("%w: an UPDATE that changes nothing reports %d rows, want 1 (DSN parameter clientFoundRows=true)", ErrSessionUnsuitable, n)
 	}
 	return nil
 }
@@ -422,31 +455,18 @@ func probeFoundRows(ctx context.Context, conn *sql.Conn) error {
 // *sql.DB given to New); leases stay in the database. Later calls fail
 // with ErrClosed.
 func (b *Backend) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	if !b.gate.Shut() {
 		return nil
 	}
-	b.closed = true
-	// Every call has left (they hold mu's read side). The rest runs without
-	// mu, so that a call made meanwhile gets ErrClosed at once rather than
+	// Every call has left (they hold the gate). The rest runs with the gate
+	// shut, so that a call made meanwhile gets ErrClosed at once rather than
 	// wait for a statement's close, which waits for the connections it was
 	// prepared on (the application's, with a *sql.DB given to New).
-	b.mu.Unlock()
 	b.stmts.closeAll()
 	if !b.ownsDB {
 		return nil
 	}
 	return b.db.Close()
-}
-
-func (b *Backend) enter() error {
-	b.mu.RLock()
-	if b.closed {
-		b.mu.RUnlock()
-		return backend.ErrClosed
-	}
-	return nil
 }
 
 func dbErr(ctx context.Context, what string, err error) error {
@@ -493,28 +513,10 @@ func retryDeadlock(ctx context.Context, fn func() error) error {
 	return err
 }
 
-func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
-
 func redact(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
 		return "(unparseable url)"
 	}
 	return u.Redacted()
-}
-
-func ceilMs(t time.Time) time.Time {
-	t = t.UTC()
-	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
-		return r.Add(time.Millisecond)
-	}
-	return t
-}
-
-func setNonce(n *backend.Nonce, b []byte) error {
-	if len(b) != len(n) {
-		return fmt.Errorf("stored nonce has %d bytes, want %d", len(b), len(n))
-	}
-	copy(n[:], b)
-	return nil
 }

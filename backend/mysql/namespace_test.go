@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/nsrecipe"
 	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -24,10 +25,13 @@ func confinedUser(t *testing.T, adminURL, name string) (string, string) {
 	t.Helper()
 	suffix := backend.NewNonce().String()[:12]
 	db, user, password := "lh_"+name+"_"+suffix, "lh_"+name+"_"+suffix, backend.NewNonce().String()
-	testserver.MySQLExec(t, adminURL,
-		"CREATE DATABASE "+db,
-		fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY '%s'", user, password),
-		fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX, CREATE TEMPORARY TABLES ON %s.* TO '%s'@'%%'", db, user))
+	// The recipe of docs/namespaces.md (MySQL), as printed there, with
+	// its tenant's names and password replaced.
+	stmts, err := nsrecipe.SQLStatements("MySQL", strings.NewReplacer("leasehold_a", db, "app_a", user, "A-LONG-RANDOM-PASSWORD", password))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testserver.MySQLExec(t, adminURL, stmts...)
 	t.Cleanup(func() {
 		testserver.MySQLExec(t, adminURL, "DROP DATABASE IF EXISTS "+db, fmt.Sprintf("DROP USER IF EXISTS '%s'@'%%'", user))
 	})
@@ -107,6 +111,10 @@ func TestNamespaceConfinedByGrants(t *testing.T) {
 			t.Errorf("%s as A: %v, want access denied", q, err)
 		}
 	}
+	// A's connections with B's tables (as if Open had let it through):
+	// every operation on B's leases and runs is refused by the server.
+	intruder := newBackend(bA.DB(), false, dbB, dbB+"`.`"+bB.prefix)
+	nsrecipe.CheckConfined(t, bB, intruder, leasehold.LockKey("b", "billing/nightly"), "b:billing/nightly", isDenied)
 	if l, err := bB.Get(ctx, leasehold.LockKey("b", "orders")); err != nil || l.Token != uint64(lB.Token()) {
 		t.Fatalf("B's lease after A's attempts: %+v, %v", l, err)
 	}

@@ -82,8 +82,8 @@ func TestRestartKeepsTokens(t *testing.T) {
 	if got.Owner != a || got.Token != held.Token {
 		t.Fatalf("after the restart the lease is %+v, want owner a with token %d", got, held.Token)
 	}
-	if _, err := b.Acquire(ctx, "r/k", backend.Owner{Instance: "b", Nonce: backend.NewNonce()}, time.Minute); !errors.Is(err, backend.ErrHeld) {
-		t.Fatalf("Acquire of the held key after restart: %v, want ErrHeld", err)
+	if _, err := b.Acquire(ctx, "r/k", backend.Owner{Instance: "b", Nonce: backend.NewNonce()}, time.Minute); !errors.Is(err, backend.ErrLeaseHeld) {
+		t.Fatalf("Acquire of the held key after restart: %v, want ErrLeaseHeld", err)
 	}
 
 	// The Locker's holder: wait until it either renewed after the restart
@@ -216,7 +216,7 @@ func TestTLS(t *testing.T) {
 
 // TestNewWithApplicationDB: New over a *sql.DB the application opened with
 // the required DSN settings works, Close leaves it open, and a *sql.DB
-// missing a setting is refused with ErrSession naming it, before any table
+// missing a setting is refused with ErrSessionUnsuitable naming it, before any table
 // is created.
 func TestNewWithApplicationDB(t *testing.T) {
 	u := freshDB(t)
@@ -250,8 +250,8 @@ func TestNewWithApplicationDB(t *testing.T) {
 		{"no clientFoundRows", func(c *driver.Config) { c.ClientFoundRows = false }, "clientFoundRows"},
 	} {
 		_, err := New(ctx, open(bad.mutate))
-		if !errors.Is(err, ErrSession) || !strings.Contains(err.Error(), bad.want) {
-			t.Errorf("%s: New = %v, want ErrSession naming %s", bad.name, err, bad.want)
+		if !errors.Is(err, ErrSessionUnsuitable) || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: New = %v, want ErrSessionUnsuitable naming %s", bad.name, err, bad.want)
 		}
 	}
 	db := open(func(*driver.Config) {})

@@ -55,6 +55,11 @@ type Descriptor struct {
 	Form string
 	// Summary says in one line what the backend is and what it guarantees.
 	Summary string
+	// Examples are example URLs with a note each, for help texts.
+	Examples []string
+	// Ledger: the backend keeps the scheduler's run ledger (it implements
+	// backend.Ledger), so jobs and the daemon can use it.
+	Ledger bool
 	// Open opens the backend rawURL names; u is rawURL parsed, its scheme
 	// one of Schemes.
 	Open func(ctx context.Context, rawURL string, u *url.URL) (backend.Leases, error)
@@ -64,22 +69,28 @@ type Descriptor struct {
 // texts list them. Each call builds a new slice.
 func Backends() []Descriptor {
 	return []Descriptor{
-		{Name: "memory", Schemes: []string{"memory"}, Form: "memory://",
+		{Name: "memory", Ledger: true, Schemes: []string{"memory"}, Form: "memory://",
 			Summary: "in-process, one process only (tests)", Open: openMemory},
-		{Name: "sqlite", Schemes: []string{"sqlite"}, Form: "sqlite:///abs/path.db, sqlite://rel/path.db, or a bare path",
+		{Name: "sqlite", Ledger: true, Schemes: []string{"sqlite"}, Form: "sqlite:///abs/path.db, sqlite://rel/path.db, or a bare path",
 			Summary: "a SQLite file shared by the processes of one host; ?busy_timeout=5s&synchronous=full|normal", Open: openSQLiteURL},
-		{Name: "postgres", Schemes: []string{"postgres", "postgresql"}, Form: "postgres://user:pass@host:5432/db?sslmode=...",
+		{Name: "postgres", Ledger: true, Schemes: []string{"postgres", "postgresql"}, Form: "postgres://user:pass@host:5432/db?sslmode=...",
 			Summary: "PostgreSQL; durable fencing when fsync and synchronous_commit are on",
 			Open: func(ctx context.Context, raw string, _ *url.URL) (backend.Leases, error) {
 				return postgres.Open(ctx, raw)
 			}},
-		{Name: "mysql", Schemes: []string{"mysql"}, Form: "mysql://user:pass@host:3306/db",
+		{Name: "mysql", Ledger: true, Schemes: []string{"mysql"}, Form: "mysql://user:pass@host:3306/db",
 			Summary: "MySQL or MariaDB (InnoDB); durable fencing when the redo log is flushed at commit",
 			Open: func(ctx context.Context, raw string, _ *url.URL) (backend.Leases, error) {
 				return mysql.Open(ctx, raw)
 			}},
-		{Name: "redis", Schemes: []string{"redis", "rediss"}, Form: "redis[s]://[user:pass@]host:6379/db?prefix=P",
-			Summary: "one Redis node; fencing survives a restart only with appendonly yes + appendfsync always",
+		{Name: "redis", Ledger: true, Schemes: []string{"redis", "rediss"}, Form: "redis[s]://[user:pass@]host:6379/db?prefix=P",
+			Summary: "one Redis node, a Cluster or a Sentinel-managed primary; fencing survives a restart only with appendonly yes + appendfsync always, and a failover only with wait_replicas",
+			Examples: []string{
+				"redis://app:PW@10.0.0.5:6379/0                                  one node",
+				"redis://app:PW@h1:7000?addr=h2:7000&addr=h3:7000                a Cluster (seeds)",
+				"redis://sen:SPW@s1:26379?master_name=mymaster&addr=s2:26379&password=PW   Sentinel",
+				"rediss://…&wait_replicas=1&wait_timeout=200ms                   TLS; WAIT for 1 replica per grant",
+			},
 			Open: func(ctx context.Context, raw string, _ *url.URL) (backend.Leases, error) {
 				return redis.Open(ctx, raw)
 			}},
@@ -88,12 +99,12 @@ func Backends() []Descriptor {
 			Open: func(ctx context.Context, raw string, _ *url.URL) (backend.Leases, error) {
 				return redlock.Open(ctx, raw)
 			}},
-		{Name: "etcd", Schemes: []string{"etcd"}, Form: "etcd://[user:pass@]h1:2379,h2:2379/prefix?cacert=F&cert=F&key=F",
+		{Name: "etcd", Ledger: true, Schemes: []string{"etcd"}, Form: "etcd://[user:pass@]h1:2379,h2:2379/prefix?cacert=F&cert=F&key=F",
 			Summary: "etcd v3 (Raft); durable fencing by revision",
 			Open: func(ctx context.Context, raw string, _ *url.URL) (backend.Leases, error) {
 				return etcd.Open(ctx, raw)
 			}},
-		{Name: "zookeeper", Schemes: []string{"zk"}, Form: "zk://h1:2181,h2:2181/prefix?session_timeout=10s",
+		{Name: "zookeeper", Ledger: true, Schemes: []string{"zk"}, Form: "zk://h1:2181,h2:2181/prefix?session_timeout=10s",
 			Summary: "ZooKeeper (ZAB); durable fencing by zxid",
 			Open: func(ctx context.Context, raw string, _ *url.URL) (backend.Leases, error) {
 				return zookeeper.Open(ctx, raw)
@@ -129,6 +140,9 @@ func Help() string {
 	var b strings.Builder
 	for _, d := range Backends() {
 		fmt.Fprintf(&b, "  %-10s %s\n  %-10s   %s\n", d.Name, d.Form, "", d.Summary)
+		for _, e := range d.Examples {
+			fmt.Fprintf(&b, "  %-10s     %s\n", "", e)
+		}
 	}
 	return b.String()
 }
@@ -136,12 +150,23 @@ func Help() string {
 // schemeRE matches a URL scheme prefix (RFC 3986 section 3.1).
 var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
 
+// hostPortRE matches a bare "host:port" (no slash; an IPv6 host in
+// brackets), which a user means as a server, never as a SQLite file name.
+var hostPortRE = regexp.MustCompile(`^(\[[0-9A-Fa-f:.%]+\]|[^/:\[\]]+):[0-9]{1,5}$`)
+
 // Open opens the backend rawURL names (see Backends). A malformed URL, an
 // unknown scheme or an unknown parameter gives an error wrapping
 // backend.ErrInvalid. The caller closes the backend.
 func Open(ctx context.Context, rawURL string) (backend.Leases, error) {
 	if rawURL == "" {
 		return nil, fmt.Errorf("%w: backend URL is empty", backend.ErrInvalid)
+	}
+	if hostPortRE.MatchString(rawURL) {
+		// "127.0.0.1:6379" would otherwise become a SQLite file of that
+		// name (a ledger local to each host: every job run once per host),
+		// and "localhost:6379" an unknown scheme "localhost".
+		return nil, fmt.Errorf("%w: backend URL %q looks like host:port, not a URL or a file path: name the scheme (e.g. redis://%s; known: %s), or write a SQLite file as ./%s",
+			backend.ErrInvalid, rawURL, rawURL, strings.Join(Schemes(), ", "), rawURL)
 	}
 	if !schemeRE.MatchString(rawURL) {
 		// A bare path: a SQLite file.

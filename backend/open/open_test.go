@@ -47,12 +47,8 @@ func sqlitePath(t *testing.T, b backend.Leases) string {
 // and that LedgerOf agrees with its type (redlock's test shows it keeps no
 // ledger).
 func TestOpenEveryBackend(t *testing.T) {
-	var names []string
-	for _, d := range open.Backends() {
-		names = append(names, d.Name)
-	}
-	if kinds := harness.AllKinds(); !slices.Equal(kinds, names) {
-		t.Errorf("the harness's server table has %v, backend/open's table %v: one row each, same order", kinds, names)
+	if err := harness.CheckTable(); err != nil {
+		t.Error(err)
 	}
 	for _, d := range open.Backends() {
 		t.Run(d.Name, func(t *testing.T) {
@@ -83,6 +79,9 @@ func TestOpenEveryBackend(t *testing.T) {
 				_, ledger := b.(backend.Ledger)
 				if _, err := backend.LedgerOf(b); ledger != (err == nil) || (err != nil && !strings.Contains(err.Error(), `"`+d.Name+`"`)) {
 					t.Errorf("%s: implements backend.Ledger %v, but LedgerOf says %v", d.Name, ledger, err)
+				}
+				if ledger != d.Ledger {
+					t.Errorf("%s: implements backend.Ledger %v, but its row says Ledger: %v", d.Name, ledger, d.Ledger)
 				}
 				b.Close()
 			}
@@ -271,6 +270,10 @@ func TestOpenErrors(t *testing.T) {
 		{"postgres://u:hunter2/x@h/db", []string{"malformed", "percent-encoded"}},
 		{"mysql://u:hunter2?x@h:3306/db", []string{"malformed", "percent-encoded"}},
 		{"redis://:hunter2%zz@h:6379/0", []string{"malformed", "invalid URL escape"}},
+		// host:port without a scheme is a server, never a SQLite file.
+		{"127.0.0.1:6379", []string{"host:port", "redis://127.0.0.1:6379", "./127.0.0.1:6379"}},
+		{"localhost:6379", []string{"host:port", "known: etcd"}},
+		{"[::1]:2379", []string{"host:port"}},
 	}
 	for _, c := range cases {
 		b, err := open.Open(context.Background(), c.raw)
@@ -329,4 +332,23 @@ func TestOpenDispatchesDatabaseURLs(t *testing.T) {
 			t.Fatalf("Open(%q) = %v", raw, err)
 		}
 	}
+}
+
+// TestOpenHostPortCreatesNothing: a backend given as host:port is refused
+// before any file is made (it used to become a SQLite file named
+// "127.0.0.1:6379" in the working directory); "./name:1" stays a file.
+func TestOpenHostPortCreatesNothing(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if b, err := open.Open(context.Background(), "127.0.0.1:6379"); err == nil {
+		b.Close()
+		t.Fatal("Open(127.0.0.1:6379) succeeded")
+	}
+	if entries, _ := os.ReadDir("."); len(entries) != 0 {
+		t.Fatalf("a refused Open left %d files behind (first %q)", len(entries), entries[0].Name())
+	}
+	b, err := open.Open(context.Background(), "./name:1")
+	if err != nil {
+		t.Fatalf("Open(./name:1), an explicit SQLite path: %v", err)
+	}
+	b.Close()
 }

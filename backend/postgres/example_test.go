@@ -30,13 +30,13 @@ func ExampleBackend_Fence() {
 		return pgx.BeginFunc(ctx, b.Pool(), func(tx pgx.Tx) error {
 			key := leasehold.LockKey(lk.Namespace(), "billing/close-day")
 			if err := b.Fence(ctx, tx, key, uint64(token)); err != nil {
-				return err // postgres.ErrFenced: a newer holder exists; nothing is written
+				return err // postgres.ErrLeaseFenced: a newer holder exists; nothing is written
 			}
 			_, err := tx.Exec(ctx, `UPDATE ledger SET closed = true WHERE day = current_date`)
 			return err
 		})
 	})
-	if errors.Is(err, postgres.ErrFenced) {
+	if errors.Is(err, postgres.ErrLeaseFenced) {
 		log.Print("lost the lock before writing; the new holder does it")
 	}
 }

@@ -9,13 +9,16 @@ import (
 )
 
 var (
-	_ backend.Explainer   = (*Backend)(nil)
-	_ backend.ServerClock = (*Backend)(nil)
+	_ backend.Explainer           = (*Backend)(nil)
+	_ backend.ServerClock         = (*Backend)(nil)
+	_ backend.CapabilityRefresher = (*Backend)(nil)
 )
 
 // Explain implements backend.Explainer: fsync and synchronous_commit decide
 // DurableFencing.
 func (b *Backend) Explain(ctx context.Context) ([]backend.Reason, error) {
+	// Not in internal/sqlledger: the settings each SQL database reads, and
+	// what they mean, are its own; only the shape is alike.
 	var fsync, syncCommit string
 	err := b.pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&fsync, &syncCommit)
 	if err != nil {

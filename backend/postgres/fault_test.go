@@ -59,8 +59,8 @@ func TestRestartKeepsTokens(t *testing.T) {
 		t.Fatalf("after the restart the lease is %+v, want owner a with token %d", l, held.Token)
 	}
 	_, err = b.Acquire(ctx, "r/k", backend.Owner{Instance: "b", Nonce: backend.NewNonce()}, time.Minute)
-	if !errors.Is(err, backend.ErrHeld) {
-		t.Fatalf("Acquire of the held key after restart: %v, want ErrHeld", err)
+	if !errors.Is(err, backend.ErrLeaseHeld) {
+		t.Fatalf("Acquire of the held key after restart: %v, want ErrLeaseHeld", err)
 	}
 	if err := b.Release(ctx, "r/k", a, held.Token); err != nil {
 		t.Fatal(err)
@@ -104,8 +104,8 @@ func TestFenceRejectsStaleHolder(t *testing.T) {
 	c := backend.Owner{Instance: "c", Nonce: backend.NewNonce()}
 	var gc backend.Grant
 	retry(t, "Acquire after a's lease expired", func() error { gc, err = b.Acquire(ctx, "f/k", c, time.Minute); return err })
-	if err := write("f/k", ga.Token); !errors.Is(err, ErrFenced) || !errors.Is(err, backend.ErrLeaseLost) {
-		t.Fatalf("fenced write by the stale holder: %v, want ErrFenced", err)
+	if err := write("f/k", ga.Token); !errors.Is(err, ErrLeaseFenced) || !errors.Is(err, backend.ErrLeaseLost) {
+		t.Fatalf("fenced write by the stale holder: %v, want ErrLeaseFenced", err)
 	}
 	if err := write("f/k", gc.Token); err != nil {
 		t.Fatalf("fenced write by the new holder: %v", err)
@@ -139,5 +139,65 @@ func TestFenceRejectsStaleHolder(t *testing.T) {
 	}
 	if _, err := b.Get(ctx, "f/k"); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("Get after Release: %v, want ErrNotFound", err)
+	}
+}
+
+// TestFencedTransactionLeftOpenEndsWithTheLease: a holder stopped (SIGSTOP,
+// a stall) inside a fenced transaction must not keep the lease's row
+// locked past the lease: the next holder gets the key once it expired, and
+// the stopped holder's write is never committed. (The conformance
+// PausedHolder scenario caught it: a SIGSTOP that landed inside the
+// helper's fenced write kept every later Acquire waiting.)
+func TestFencedTransactionLeftOpenEndsWithTheLease(t *testing.T) {
+	b := openTest(t)
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := b.Pool().Exec(ctx, `CREATE TABLE `+b.Schema()+`.sink (token bigint)`); err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 500 * time.Millisecond
+	a := backend.Owner{Instance: "a", Nonce: backend.NewNonce()}
+	ga, err := b.Acquire(ctx, "f/open", a, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if err := b.Fence(ctx, tx, "f/open", ga.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+b.Schema()+`.sink VALUES ($1)`, int64(ga.Token)); err != nil {
+		t.Fatal(err)
+	}
+	// The holder stops here, its transaction open. The next holder waits
+	// at most for the lease to expire, plus slack for a loaded host.
+	c := backend.Owner{Instance: "c", Nonce: backend.NewNonce()}
+	wait, cancelWait := context.WithTimeout(ctx, ttl+5*time.Second)
+	defer cancelWait()
+	var gc backend.Grant
+	for {
+		gc, err = b.Acquire(wait, "f/open", c, time.Minute)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, backend.ErrLeaseHeld) {
+			t.Fatalf("Acquire by the next holder while the stopped holder's fenced transaction is open: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if gc.Token <= ga.Token {
+		t.Fatalf("next token %d not greater than %d", gc.Token, ga.Token)
+	}
+	// Resumed, the stopped holder's commit must not go through.
+	if err := tx.Commit(ctx); err == nil {
+		t.Fatalf("the stopped holder's fenced transaction committed after the next holder (token %d) got the lease", gc.Token)
+	}
+	var n int
+	if err := b.Pool().QueryRow(ctx, `SELECT count(*) FROM `+b.Schema()+`.sink`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("sink has %d rows (%v), want none: the stale write must not be committed", n, err)
 	}
 }

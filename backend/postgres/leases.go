@@ -8,20 +8,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/sqlledger"
 )
 
 // remainingUS is the SQL for the lease's remaining time in microseconds.
 const remainingUS = `(extract(epoch FROM (expires_at - clock_timestamp())) * 1000000)::bigint`
-
-func setNonce(n *backend.Nonce, b []byte) error {
-	if len(b) != len(n) {
-		return fmt.Errorf("stored nonce has %d bytes, want %d", len(b), len(n))
-	}
-	copy(n[:], b)
-	return nil
-}
 
 // acquireSQL grants the lease in one statement. The upsert's WHERE lets the
 // update happen only when the key is free (expires_at NULL), expired by
@@ -55,12 +49,12 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	what := fmt.Sprintf("acquire key %q", key)
-	us := micros(ttl)
+	us := sqlledger.Micros(ttl)
 	granted := time.Duration(us) * time.Microsecond
 	for attempt := 0; ; attempt++ {
 		var (
@@ -78,7 +72,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		case err == nil && instance != nil && remUS > 0:
 			h := backend.Lease{Key: key, Token: uint64(token), Remaining: time.Duration(remUS) * time.Microsecond}
 			h.Owner.Instance = *instance
-			if err := setNonce(&h.Owner.Nonce, nonce); err != nil {
+			if err := sqlledger.SetNonce(&h.Owner.Nonce, nonce); err != nil {
 				return backend.Grant{}, dbErr(ctx, what, err)
 			}
 			return backend.Grant{}, &backend.HeldError{Holder: h}
@@ -108,15 +102,16 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 const leaseGuard = `key = $1 AND instance = $2 AND nonce = $3 AND token = $4 AND expires_at > clock_timestamp()`
 
 // Renew implements backend.Leases.
-func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckRenew(key, owner, token, ttl, MinTTL); err != nil {
+func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
+	if err := backend.CheckRenew(req, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := b.enter(); err != nil {
+	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
+	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, err
 	}
-	defer b.mu.RUnlock()
-	us := micros(ttl)
+	defer b.gate.Leave()
+	us := sqlledger.Micros(ttl)
 	tag, err := b.pool.Exec(ctx, `UPDATE `+b.tLeases+` SET expires_at = GREATEST(expires_at, clock_timestamp() + $5 * interval '1 microsecond')
 		WHERE `+leaseGuard, key, owner.Instance, owner.Nonce[:], int64(token), us)
 	if err != nil {
@@ -147,10 +142,10 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	if err := backend.CheckRelease(key, owner, token); err != nil {
 		return err
 	}
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	var n, notified int
 	err := b.pool.QueryRow(ctx, b.releaseSQL(), key, owner.Instance, owner.Nonce[:], int64(token), b.channel).Scan(&n, &notified)
 	if err != nil {
@@ -167,10 +162,10 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 	if err := backend.CheckKey("key", key); err != nil {
 		return backend.Lease{}, err
 	}
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return backend.Lease{}, err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	return b.get(ctx, key)
 }
 
@@ -186,16 +181,35 @@ func scanLease(row pgx.Row) (backend.Lease, error) {
 	if err := row.Scan(&l.Key, &l.Owner.Instance, &nonce, &token, &remUS); err != nil {
 		return l, err
 	}
-	if err := setNonce(&l.Owner.Nonce, nonce); err != nil {
+	if err := sqlledger.SetNonce(&l.Owner.Nonce, nonce); err != nil {
 		return l, err
 	}
 	l.Token, l.Remaining = uint64(token), time.Duration(remUS)*time.Microsecond
 	return l, nil
 }
 
+// get reads the key's unexpired lease. A plain read first; if it finds
+// none, the row is read again FOR SHARE, with expiry judged after the
+// lock: a Renew (or Release) judges expiry when its UPDATE reaches the row,
+// but its effect is visible only at its commit, so a snapshot read in
+// between answered NotFound for a lease the renewal then kept (a lease read
+// as expired came back: TestGetDoesNotSeeExpiryARenewCovers). Waiting for
+// the row's writer orders the read after it, as Acquire's upsert is. A role
+// that may not lock rows (read-only, a standby) keeps the plain answer.
 func (b *Backend) get(ctx context.Context, key string) (backend.Lease, error) {
 	l, err := scanLease(b.pool.QueryRow(ctx, `SELECT `+leaseCols+` FROM `+b.tLeases+`
 		WHERE key = $1 AND expires_at > clock_timestamp()`, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The expiry is judged outside the locking scan: its WHERE would
+		// drop the old row version before waiting for the lock.
+		l2, err2 := scanLease(b.pool.QueryRow(ctx, `WITH r AS MATERIALIZED (
+				SELECT key, instance, nonce, token, expires_at FROM `+b.tLeases+` WHERE key = $1 FOR SHARE
+			) SELECT `+leaseCols+` FROM r WHERE expires_at > clock_timestamp()`, key))
+		var pe *pgconn.PgError
+		if !errors.As(err2, &pe) || (pe.Code != "42501" && pe.Code != "25006") { // insufficient_privilege, read_only_sql_transaction
+			l, err = l2, err2
+		}
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
@@ -208,10 +222,10 @@ func (b *Backend) get(ctx context.Context, key string) (backend.Lease, error) {
 // List implements backend.Leases: the unexpired leases whose keys start
 // with prefix (byte-wise), in key order.
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return nil, err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	if strings.IndexByte(prefix, 0) >= 0 {
 		return nil, nil // no valid key contains NUL (nor can PostgreSQL text)
 	}

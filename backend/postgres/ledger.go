@@ -7,55 +7,21 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/sqlledger"
 )
 
-// runCols are the columns scanRun reads, in order; the last is Expired,
-// judged by the server's clock.
-const runCols = `job, scheduled_at, spec_version, instance, nonce, token, attempt, state,
-	claimed_at, finished_at, duration_ns, result, error,
-	(state = 'running' AND expires_at <= clock_timestamp())`
-
-func scanRun(row pgx.Row) (backend.Run, error) {
-	var (
-		r        backend.Run
-		nonce    []byte
-		token    int64
-		state    string
-		finished *time.Time
-		dur      int64
-	)
-	if err := row.Scan(&r.Job, &r.ScheduledAt, &r.SpecVersion, &r.Owner.Instance, &nonce, &token, &r.Attempt,
-		&state, &r.ClaimedAt, &finished, &dur, &r.Result, &r.Error, &r.Expired); err != nil {
-		return r, err
-	}
-	if err := setNonce(&r.Owner.Nonce, nonce); err != nil {
-		return r, err
-	}
-	r.ScheduledAt, r.ClaimedAt = r.ScheduledAt.UTC(), r.ClaimedAt.UTC()
-	if finished != nil {
-		r.FinishedAt = finished.UTC()
-	}
-	r.Token, r.State, r.Duration = uint64(token), backend.RunState(state), time.Duration(dur)
-	return r, nil
+// getRun reads the occurrence's record through q (the pool, or a
+// transaction with lock " FOR UPDATE").
+func (b *Backend) getRun(ctx context.Context, q pgxQuerier, job string, at time.Time, lock string) (backend.Run, error) {
+	return b.led.Get(ctx, pgxDB{q}, b.led.D.ScanRun, job, at, lock)
 }
 
-// querier is the pool or a transaction.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// occurrence names an occurrence in messages.
+var occurrence = backend.FormatOccurrence
 
-func (b *Backend) getRun(ctx context.Context, q querier, job string, at time.Time, lock string) (backend.Run, error) {
-	return scanRun(q.QueryRow(ctx, `SELECT `+runCols+` FROM `+b.tRuns+` WHERE job = $1 AND scheduled_at = $2`+lock, job, at))
-}
-
-func occurrence(job string, at time.Time) string {
-	return fmt.Sprintf("job %q at %s", job, at.Format(time.RFC3339Nano))
-}
-
-// tooLate returns ErrTooLate when MaxLate bounds the claim and at is
+// tooLate returns sqlledger.TooLate when MaxLate bounds the claim and at is
 // earlier than the server's clock now minus MaxLate. Claim judges it in the
 // order of the other backends — the occurrence's record, MaxEarly,
 // MaxLate, MaxRunning — inside the transaction that the error rolls back:
@@ -64,11 +30,10 @@ func occurrence(job string, at time.Time) string {
 // the INSERT took the occurrence's key, so that holds even when the
 // record's transaction was still in flight (the INSERT waited for it).
 func tooLate(req backend.ClaimRequest, at, now time.Time) error {
-	if req.MaxLate <= 0 || !at.Before(now.Add(-req.MaxLate)) {
+	if !sqlledger.Late(req, at, now) {
 		return nil
 	}
-	return fmt.Errorf("%w: %s, backend clock %s, max late %v",
-		backend.ErrTooLate, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
+	return sqlledger.TooLate(req, at, now)
 }
 
 // claimSQL claims an occurrence in one statement: it bumps the job's
@@ -107,10 +72,10 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	if err := backend.CheckClaim(req, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	at := backend.Instant(req.ScheduledAt)
 	what := "claim " + occurrence(req.Job, at)
 	for attempt := 0; attempt < 10; attempt++ {
@@ -125,40 +90,40 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		} else {
 			bumped, token, now, err = b.claimInsertFirst(ctx, req, at)
 		}
-		if errors.Is(err, backend.ErrTooLate) {
+		if sqlledger.Verdict(err) { // TooLate
 			return backend.Grant{}, err
 		}
 		if err != nil {
 			return backend.Grant{}, dbErr(ctx, what, err)
 		}
 		if token != nil {
-			return backend.Grant{Token: uint64(*token), TTL: time.Duration(micros(req.TTL)) * time.Microsecond}, nil
+			return backend.Grant{Token: uint64(*token), TTL: sqlledger.MicrosTTL(req.TTL)}, nil
 		}
 		// Not inserted: the occurrence exists, or it is too early, or (with
 		// MaxRunning) the job is at its limit.
 		r, err := b.getRun(ctx, b.pool, req.Job, at, "")
 		switch {
 		case err == nil:
-			if r.Owner == req.Owner && r.State == backend.Running { // a retry: renew it
-				n, err := b.renewRun(ctx, b.pool, req, at, r.Token)
-				if err != nil {
-					return backend.Grant{}, dbErr(ctx, what, err)
-				}
-				if n == 0 {
-					continue // taken over meanwhile: read it again
-				}
-				return backend.Grant{Token: r.Token, TTL: time.Duration(micros(req.TTL)) * time.Microsecond}, nil
+			if renew, err := sqlledger.Existing(req, r); !renew {
+				return backend.Grant{}, err
 			}
-			return backend.Grant{}, &backend.ClaimedError{Run: r}
+			// A retry: renew it.
+			n, err := b.led.Renew(ctx, b.led.DB, req, at, r.Token)
+			if err != nil {
+				return backend.Grant{}, dbErr(ctx, what, err)
+			}
+			if n == 0 {
+				continue // taken over meanwhile: read it again
+			}
+			return backend.Grant{Token: r.Token, TTL: sqlledger.MicrosTTL(req.TTL)}, nil
 		case !errors.Is(err, pgx.ErrNoRows):
 			return backend.Grant{}, dbErr(ctx, what, err)
 		}
 		if bumped == 0 {
-			return backend.Grant{}, fmt.Errorf("%w: %s, backend clock %s, max early %v",
-				backend.ErrTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
+			return backend.Grant{}, sqlledger.TooEarly(req, at, now)
 		}
 		if bumped < 0 {
-			return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, -bumped, req.MaxRunning)
+			return backend.Grant{}, sqlledger.Overlap(req, -bumped)
 		}
 		// The conflicting run vanished (pruned after finishing): try again,
 		// and be told it is finished or claim it.
@@ -173,7 +138,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 // and sets the run's token. Claims that bumped the counter first queued
 // every concurrent loser on the job's row for a WAL flush of its own.
 // Results as claimSQL's: bumped = 1 unless it is too early, token nil when
-// the occurrence exists; an ErrTooLate error (rolled back) when it was
+// the occurrence exists; an ErrOccurrenceTooLate error (rolled back) when it was
 // inserted but is too late.
 func (b *Backend) claimInsertFirst(ctx context.Context, req backend.ClaimRequest, at time.Time) (int, *int64, time.Time, error) {
 	tx, err := b.pool.Begin(ctx)
@@ -192,7 +157,7 @@ func (b *Backend) claimInsertFirst(ctx context.Context, req backend.ClaimRequest
 			ON CONFLICT (job, scheduled_at) DO NOTHING
 			RETURNING 1
 		) SELECT EXISTS (SELECT 1 FROM r), $2 <= clock_timestamp() + $7 * interval '1 microsecond', clock_timestamp()`,
-		req.Job, at, req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:], micros(req.TTL), micros(req.MaxEarly)).
+		req.Job, at, req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:], sqlledger.Micros(req.TTL), sqlledger.Micros(req.MaxEarly)).
 		Scan(&inserted, &due, &now); err != nil {
 		return 0, nil, now, err
 	}
@@ -226,7 +191,7 @@ func (b *Backend) claimInsertFirst(ctx context.Context, req backend.ClaimRequest
 
 // claimLimited is Claim with MaxRunning: it returns bumped = 1 and the
 // token when the run was inserted; bumped = 0 when it is too early; an
-// ErrTooLate error when it is too late;
+// ErrOccurrenceTooLate error when it is too late;
 // bumped = -running when the job is at its limit; token nil when the
 // occurrence exists.
 func (b *Backend) claimLimited(ctx context.Context, req backend.ClaimRequest, at time.Time) (int, *int64, time.Time, error) {
@@ -241,7 +206,7 @@ func (b *Backend) claimLimited(ctx context.Context, req backend.ClaimRequest, at
 	)
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+b.tRuns+` WHERE job = $1 AND scheduled_at = $2),
 		$2 > clock_timestamp() + $3 * interval '1 microsecond', clock_timestamp()`,
-		req.Job, at, micros(req.MaxEarly)).Scan(&exists, &early, &now); err != nil {
+		req.Job, at, sqlledger.Micros(req.MaxEarly)).Scan(&exists, &early, &now); err != nil {
 		return 0, nil, now, err
 	}
 	if exists {
@@ -270,7 +235,7 @@ func (b *Backend) claimLimited(ctx context.Context, req backend.ClaimRequest, at
 	var bumped int
 	var token *int64
 	if err := tx.QueryRow(ctx, b.claimSQL(), req.Job, at, req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:],
-		micros(req.TTL), micros(req.MaxEarly)).Scan(&bumped, &token, &now); err != nil {
+		sqlledger.Micros(req.TTL), sqlledger.Micros(req.MaxEarly)).Scan(&bumped, &token, &now); err != nil {
 		return 0, nil, now, err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -279,71 +244,12 @@ func (b *Backend) claimLimited(ctx context.Context, req backend.ClaimRequest, at
 	return bumped, token, now, nil
 }
 
-// renewRun extends the runner's lease of a running occurrence still held
-// by req.Owner with token to the TTL from now, for a retried Claim or
-// Reclaim answered "yours". It returns the number of rows updated (0: the
-// occurrence changed hands or state meanwhile).
-func (b *Backend) renewRun(ctx context.Context, q execer, req backend.ClaimRequest, at time.Time, token uint64) (int64, error) {
-	tag, err := q.Exec(ctx, `UPDATE `+b.tRuns+` SET expires_at = GREATEST(expires_at, clock_timestamp() + $6 * interval '1 microsecond')
-		WHERE job = $1 AND scheduled_at = $2 AND state = 'running' AND instance = $3 AND nonce = $4 AND token = $5`,
-		req.Job, at, req.Owner.Instance, req.Owner.Nonce[:], int64(token), micros(req.TTL))
-	if err != nil {
-		return 0, err
-	}
-	return tag.RowsAffected(), nil
+// Heartbeat implements backend.Ledger (sqlledger: a guarded UPDATE).
+func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
+	return b.led.Heartbeat(ctx, req)
 }
 
-// execer is what renewRun needs of a pool or a transaction.
-type execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-// runGuard is the WHERE clause of Heartbeat and Finish: the occurrence is
-// running, held by owner+token, and its lease is unexpired. Arguments $1..$5:
-// job, scheduled_at, instance, nonce, token.
-const runGuard = `job = $1 AND scheduled_at = $2 AND state = 'running' AND instance = $3 AND nonce = $4
-	AND token = $5 AND expires_at > clock_timestamp()`
-
-// Heartbeat implements backend.Ledger.
-func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
-	if err := backend.CheckHeld(job, at, owner, token); err != nil {
-		return err
-	}
-	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
-		return err
-	}
-	return b.guardedRun(ctx, "heartbeat", job, at, owner, token,
-		`UPDATE `+b.tRuns+` SET expires_at = GREATEST(expires_at, clock_timestamp() + $6 * interval '1 microsecond') WHERE `+runGuard,
-		micros(ttl))
-}
-
-// Finish implements backend.Ledger.
-func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
-	if err := backend.CheckHeld(job, at, owner, token); err != nil {
-		return err
-	}
-	out, err := backend.CheckOutcome(out)
-	if err != nil {
-		return err
-	}
-	return b.guardedRun(ctx, "finish", job, at, owner, token,
-		`UPDATE `+b.tRuns+` SET state = $6, finished_at = clock_timestamp(), duration_ns = $7, result = $8, error = $9
-		WHERE `+runGuard, string(out.State), int64(out.Duration), out.Result, out.Error)
-}
-
-func (b *Backend) guardedRun(ctx context.Context, op, job string, at time.Time, owner backend.Owner, token uint64, q string, extra ...any) error {
-	if err := b.enter(); err != nil {
-		return err
-	}
-	defer b.mu.RUnlock()
-	at = backend.Instant(at)
-	args := append([]any{job, at, owner.Instance, owner.Nonce[:], int64(token)}, extra...)
-	tag, err := b.pool.Exec(ctx, q, args...)
-	if err != nil {
-		return dbErr(ctx, op+" "+occurrence(job, at), err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %s, token %d", backend.ErrLeaseLost, occurrence(job, at), token)
-	}
-	return nil
+// Finish implements backend.Ledger (sqlledger: a guarded UPDATE).
+func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
+	return b.led.Finish(ctx, req)
 }

@@ -12,10 +12,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/conformance"
+	"github.com/leasehold/leasehold/backend/conformance/faultkit"
+	"github.com/leasehold/leasehold/internal/nsrecipe"
 	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -30,10 +33,13 @@ func confinedRole(t *testing.T, admin *pgx.Conn, adminURL, name string) (string,
 	role := "lh_" + name + "_" + backend.NewNonce().String()[:12]
 	schema := role
 	password := backend.NewNonce().String()
-	for _, q := range []string{
-		fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD '%s' NOSUPERUSER NOCREATEDB NOCREATEROLE`, role, password),
-		fmt.Sprintf(`CREATE SCHEMA %s AUTHORIZATION %s`, schema, role),
-	} {
+	// The recipe of docs/namespaces.md (PostgreSQL), as printed there,
+	// with its tenant's names and password replaced.
+	stmts, err := nsrecipe.SQLStatements("PostgreSQL", strings.NewReplacer("app_a", role, "lh_a", schema, "A-LONG-RANDOM-PASSWORD", password))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range stmts {
 		if _, err := admin.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", strings.Replace(q, password, "…", 1), err)
 		}
@@ -99,14 +105,19 @@ func TestNamespaceConfinedByRole(t *testing.T) {
 	}
 	t.Run("conformance in A", func(t *testing.T) {
 		conformance.Run(t, conformance.Harness{
-			New:  func(t testing.TB) backend.Leases { return openA(t, fmt.Sprintf("t%d_", n.Add(1))) },
-			Want: want,
+			New:    func(t testing.TB) backend.Leases { return openA(t, fmt.Sprintf("t%d_", n.Add(1))) },
+			Want:   want,
+			NoWire: "TestConformance runs the wire checks on this backend; this run is about the namespace",
 			Reopen: func(t testing.TB, old backend.Leases) backend.Leases {
 				p := old.(*Backend).prefix
 				if err := old.Close(); err != nil {
 					t.Fatal(err)
 				}
 				return openA(t, p)
+			},
+			// The process faults, with every process in A as A's role.
+			Process: func(t testing.TB) faultkit.Kit {
+				return faultKitAt(t, urlA, schemaA, fmt.Sprintf("t%d_", n.Add(1)))
 			},
 		})
 	})
@@ -179,6 +190,17 @@ func TestNamespaceConfinedByRole(t *testing.T) {
 			t.Errorf("%s as A: %v, want permission denied (42501)", q, err)
 		}
 	}
+	// A's pool with B's table names (as if Open had let it through):
+	// every operation on B's leases and runs is refused by the server.
+	poolA, err := pgxpool.New(ctx, urlA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer poolA.Close()
+	intruder := layout(poolA, false, config{schema: schemaB})
+	intruder.n = newNotifier(intruder)
+	nsrecipe.CheckConfined(t, bB, intruder, leasehold.LockKey("b", "billing/nightly"), "b:billing/nightly", isDenied)
+
 	// B's lock is untouched: still held, same token.
 	if l, err := bB.Get(ctx, leasehold.LockKey("b", "orders")); err != nil || l.Token != uint64(lB.Token()) {
 		t.Fatalf("B's lease after A's attempts: %+v, %v", l, err)

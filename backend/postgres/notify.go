@@ -175,10 +175,10 @@ func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error)
 	if err := backend.CheckKey("key", key); err != nil {
 		return nil, err
 	}
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return nil, err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	n := b.n
 	if err := n.listen(ctx); err != nil {
 		return nil, err

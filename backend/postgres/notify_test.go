@@ -24,8 +24,8 @@ func TestWaitSeesReleaseBeforeWait(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.Acquire(ctx, "n/k", w, time.Minute); !errors.Is(err, backend.ErrHeld) {
-			t.Fatalf("round %d: %v, want ErrHeld", i, err)
+		if _, err := b.Acquire(ctx, "n/k", w, time.Minute); !errors.Is(err, backend.ErrLeaseHeld) {
+			t.Fatalf("round %d: %v, want ErrLeaseHeld", i, err)
 		}
 		if err := b.Release(ctx, "n/k", a, g.Token); err != nil { // before Wait
 			t.Fatal(err)

@@ -17,7 +17,8 @@
 //     deletes lease rows, so tokens for a key only grow. Claim tokens come
 //     from a per-job counter row that Prune never touches.
 //   - Durability. A grant is as durable as the commit that made it.
-//     Capabilities().DurableFencing is computed at New from the server:
+//     Capabilities().DurableFencing is computed at New from the server, and
+//     again by RefreshCapabilities (doctor and the daemon call it):
 //     true when fsync is on and synchronous_commit is on, local,
 //     remote_write or remote_apply (each of these returns from COMMIT only
 //     after the WAL record is flushed on the primary, so a crash and restart
@@ -54,7 +55,6 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -62,6 +62,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/closegate"
+	"github.com/leasehold/leasehold/internal/declared"
+	"github.com/leasehold/leasehold/internal/sqlledger"
 )
 
 // MinTTL is the shortest lease the PostgreSQL backend grants.
@@ -70,10 +73,6 @@ const MinTTL = time.Millisecond
 // schemaVersion is the version of the tables this code creates and reads.
 // Version 2 adds leases.wake_until (see Release and Wait).
 const schemaVersion = 2
-
-// ErrSchemaTooNew: the tables were created by a newer leasehold whose schema
-// this code does not know.
-var ErrSchemaTooNew = errors.New("leasehold/postgres: schema is newer than this code")
 
 // Option configures New and Open.
 type Option func(*config) error
@@ -90,7 +89,7 @@ var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 func WithSchema(name string) Option {
 	return func(c *config) error {
 		if !identRE.MatchString(name) {
-			return fmt.Errorf("%w: postgres schema %q does not match [a-z_][a-z0-9_]{0,39}", backend.ErrInvalid, name)
+			return fmt.Errorf("%w: postgres WithSchema(%q): does not match [a-z_][a-z0-9_]{0,39}", backend.ErrInvalid, name)
 		}
 		c.schema = name
 		return nil
@@ -103,7 +102,7 @@ func WithSchema(name string) Option {
 func WithTablePrefix(p string) Option {
 	return func(c *config) error {
 		if p != "" && !identRE.MatchString(p) {
-			return fmt.Errorf("%w: postgres table prefix %q does not match [a-z_][a-z0-9_]{0,39}", backend.ErrInvalid, p)
+			return fmt.Errorf("%w: postgres WithTablePrefix(%q): does not match [a-z_][a-z0-9_]{0,39}", backend.ErrInvalid, p)
 		}
 		c.prefix = p
 		return nil
@@ -117,15 +116,15 @@ type Backend struct {
 	ownsPool bool
 	schema   string
 	prefix   string
-	durable  bool
-	channel  string // NOTIFY channel of this schema and prefix
+	caps     declared.Latest // as read at New or the latest RefreshCapabilities
+	channel  string          // NOTIFY channel of this schema and prefix
 
 	// Quoted, schema-qualified table names.
 	tLeases, tJobs, tRuns, tMeta string
 
-	mu     sync.RWMutex // write-locked only by Close
-	closed bool
-	n      *notifier
+	gate closegate.Gate
+	led  *sqlledger.Ledger // the ledger's rules and reads, written once
+	n    *notifier
 }
 
 var (
@@ -209,12 +208,7 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, owns bool, opts []Optio
 			return nil, err
 		}
 	}
-	b := &Backend{pool: pool, ownsPool: owns, schema: cfg.schema, prefix: cfg.prefix}
-	tbl := func(name string) string { return pgx.Identifier{cfg.schema, cfg.prefix + name}.Sanitize() }
-	b.tLeases, b.tJobs, b.tRuns, b.tMeta = tbl("leases"), tbl("jobs"), tbl("runs"), tbl("meta")
-	h := fnv.New64a()
-	h.Write([]byte(cfg.schema + "." + cfg.prefix))
-	b.channel = fmt.Sprintf("leasehold_%016x", h.Sum64())
+	b := layout(pool, owns, cfg)
 	if err := b.readDurability(ctx); err != nil {
 		return nil, err
 	}
@@ -225,22 +219,67 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, owns bool, opts []Optio
 	return b, nil
 }
 
-// readDurability reads fsync and synchronous_commit from the server.
+// layout returns a Backend on pool naming the tables and the channel of
+// cfg's schema and prefix, before anything is read or created.
+func layout(pool *pgxpool.Pool, owns bool, cfg config) *Backend {
+	b := &Backend{pool: pool, ownsPool: owns, schema: cfg.schema, prefix: cfg.prefix}
+	tbl := func(name string) string { return pgx.Identifier{cfg.schema, cfg.prefix + name}.Sanitize() }
+	b.tLeases, b.tJobs, b.tRuns, b.tMeta = tbl("leases"), tbl("jobs"), tbl("runs"), tbl("meta")
+	b.led = newLedger(b)
+	h := fnv.New64a()
+	h.Write([]byte(cfg.schema + "." + cfg.prefix))
+	b.channel = fmt.Sprintf("leasehold_%016x", h.Sum64())
+	return b
+}
+
+// readDurability reads fsync and synchronous_commit from the server and
+// declares DurableFencing by them; false, if they cannot be read.
 func (b *Backend) readDurability(ctx context.Context) error {
+	c := backend.Capabilities{
+		Name:         "postgres",
+		ServerClock:  true, // clock_timestamp() of the one server
+		SafeFencing:  true,
+		PushEvents:   true,
+		MultiProcess: true,
+		MinTTL:       MinTTL,
+		ReadAt:       time.Now(),
+	}
+	defer func() { b.caps.Offer(c) }()
 	var fsync, syncCommit string
 	err := b.pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&fsync, &syncCommit)
 	if err != nil {
-		return fmt.Errorf("postgres: read fsync and synchronous_commit: %w", err)
+		return fmt.Errorf("postgres: read fsync and synchronous_commit (DurableFencing is declared false until they can be read): %w", err)
 	}
-	b.durable = fsync == "on" && syncCommit != "off"
+	c.DurableFencing = fsync == "on" && syncCommit != "off"
 	return nil
 }
 
+// RefreshCapabilities implements backend.CapabilityRefresher: it reads
+// fsync and synchronous_commit again (ALTER SYSTEM and a reload change
+// them under a running backend) and returns the declaration they decide,
+// which Capabilities returns from then on. If they cannot be read,
+// DurableFencing is declared false and the error says why.
+func (b *Backend) RefreshCapabilities(ctx context.Context) (backend.Capabilities, error) {
+	err := b.readDurability(ctx)
+	return b.caps.Load(), err
+}
+
 // migrate creates or upgrades the tables under a transaction-scoped
-// advisory lock, so that processes starting together do not race.
+// advisory lock, so that processes starting together do not race. Tables
+// already at the current version are seen without the lock: advisory lock
+// keys are database-wide and computable from the schema's name, so another
+// role holding it must delay only a migration, not every open.
 func (b *Backend) migrate(ctx context.Context) error {
 	fail := func(err error) error {
 		return fmt.Errorf("postgres: schema %q prefix %q: %w", b.schema, b.prefix, err)
+	}
+	if v, err := b.schemaVersionNow(ctx); err != nil {
+		return fail(err)
+	} else if v > schemaVersion {
+		return fmt.Errorf("%w: schema %q prefix %q has version %d, this code knows up to %d; upgrade leasehold",
+			ErrSchemaTooNew, b.schema, b.prefix, v, schemaVersion)
+	} else if v == schemaVersion {
+		return nil
 	}
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
@@ -308,6 +347,21 @@ func (b *Backend) migrate(ctx context.Context) error {
 	return nil
 }
 
+// schemaVersionNow reads the tables' version without any lock: 0 when the
+// meta table does not exist yet.
+func (b *Backend) schemaVersionNow(ctx context.Context) (int, error) {
+	var exists bool
+	if err := b.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, b.tMeta).Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	var v int
+	err := b.pool.QueryRow(ctx, `SELECT value FROM `+b.tMeta+` WHERE name = 'schema_version'`).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return v, err
+}
+
 // schemaV1 is version 1 of the tables.
 func (b *Backend) schemaV1() []string {
 	idx := func(name string) string { return pgx.Identifier{b.prefix + name}.Sanitize() }
@@ -364,18 +418,9 @@ func (b *Backend) schemaV2() []string {
 }
 
 // Capabilities reports the backend's guarantees; DurableFencing reflects
-// fsync and synchronous_commit as read from the server by New.
-func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{
-		Name:           "postgres",
-		ServerClock:    true, // clock_timestamp() of the one server
-		SafeFencing:    true,
-		DurableFencing: b.durable,
-		PushEvents:     true,
-		MultiProcess:   true,
-		MinTTL:         MinTTL,
-	}
-}
+// fsync and synchronous_commit as read from the server by New or the
+// latest RefreshCapabilities (at ReadAt).
+func (b *Backend) Capabilities() backend.Capabilities { return b.caps.Load() }
 
 // Pool returns the pool the backend uses.
 func (b *Backend) Pool() *pgxpool.Pool { return b.pool }
@@ -386,26 +431,12 @@ func (b *Backend) Schema() string { return b.schema }
 // Close stops the notifier and, when the backend was made by Open, closes
 // the pool. Leases stay in the database. Later calls fail with ErrClosed.
 func (b *Backend) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	if !b.gate.Shut() {
 		return nil
 	}
-	b.closed = true
-	b.mu.Unlock()
 	b.n.close()
 	if b.ownsPool {
 		b.pool.Close()
-	}
-	return nil
-}
-
-// enter takes the read side of the close lock; callers defer b.mu.RUnlock().
-func (b *Backend) enter() error {
-	b.mu.RLock()
-	if b.closed {
-		b.mu.RUnlock()
-		return backend.ErrClosed
 	}
 	return nil
 }
@@ -428,10 +459,6 @@ func dbErr(ctx context.Context, what string, err error) error {
 // invalid_password (backend.ErrRefused).
 var refusedCodes = map[string]bool{"42501": true, "28000": true, "28P01": true}
 
-// micros returns d in whole microseconds, rounded up, the resolution of
-// PostgreSQL intervals: a granted TTL is never shorter than asked.
-func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
-
 // redact returns connURL with any password replaced, for messages.
 func redact(connURL string) string {
 	u, err := url.Parse(connURL)
@@ -439,14 +466,4 @@ func redact(connURL string) string {
 		return "(connection string)"
 	}
 	return u.Redacted()
-}
-
-// ceilMs returns t rounded up to the millisecond, so that comparing stored
-// millisecond instants with it equals comparing them with t.
-func ceilMs(t time.Time) time.Time {
-	t = t.UTC()
-	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
-		return r.Add(time.Millisecond)
-	}
-	return t
 }

@@ -65,7 +65,7 @@ func TestPermissionDeniedIsRefused(t *testing.T) {
 	}
 	actx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if _, err := lk.Acquire(actx, "jobs/x"); !errors.Is(err, leasehold.ErrRefused) || errors.Is(err, leasehold.ErrIndeterminate) || errors.Is(err, context.DeadlineExceeded) {
+	if _, err := lk.Acquire(actx, "jobs/x"); !errors.Is(err, leasehold.ErrRefused) || errors.Is(err, leasehold.ErrOutcomeIndeterminate) || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Locker.Acquire as a read-only role: %v, want ErrRefused at once", err)
 	}
 }

@@ -38,7 +38,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := b.check(); err != nil {
+	if err := b.gate.Check(); err != nil {
 		return backend.Grant{}, err
 	}
 	ms := ttlMS(ttl)
@@ -67,11 +67,12 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 }
 
 // Renew implements backend.Leases: one round trip (renewScript).
-func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckRenew(key, owner, token, ttl, MinTTL); err != nil {
+func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
+	if err := backend.CheckRenew(req, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := b.check(); err != nil {
+	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
+	if err := b.gate.Check(); err != nil {
 		return backend.Grant{}, err
 	}
 	ms := ttlMS(ttl)
@@ -91,7 +92,7 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	if err := backend.CheckRelease(key, owner, token); err != nil {
 		return err
 	}
-	if err := b.check(); err != nil {
+	if err := b.gate.Check(); err != nil {
 		return err
 	}
 	n, err := b.pipe.Do(ctx, releaseLua, []string{b.leaseKey(key)}, value(token, owner), b.channel(key)).Int64()
@@ -109,7 +110,7 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 	if err := backend.CheckKey("key", key); err != nil {
 		return backend.Lease{}, err
 	}
-	if err := b.check(); err != nil {
+	if err := b.gate.Check(); err != nil {
 		return backend.Lease{}, err
 	}
 	res, err := b.pipe.Do(ctx, getLua, []string{b.leaseKey(key)}).Slice()
@@ -134,7 +135,7 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 // lease keys, then reads each (not one atomic snapshot: a lease can expire
 // or be granted while List runs).
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	if err := b.check(); err != nil {
+	if err := b.gate.Check(); err != nil {
 		return nil, err
 	}
 	match := globEscape(b.prefix) + "lease:{" + globEscape(prefix) + "*"

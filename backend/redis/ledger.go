@@ -66,7 +66,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	if err := backend.CheckClaim(req, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := b.check(); err != nil {
+	if err := b.gate.Check(); err != nil {
 		return backend.Grant{}, err
 	}
 	at := backend.Instant(req.ScheduledAt)
@@ -107,14 +107,12 @@ func lost(job string, at time.Time, token uint64) error {
 }
 
 // Heartbeat implements backend.Ledger.
-func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
-	if err := backend.CheckHeld(job, at, owner, token); err != nil {
+func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
+	if err := backend.CheckHeartbeat(req, MinTTL); err != nil {
 		return err
 	}
-	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
-		return err
-	}
-	if err := b.check(); err != nil {
+	job, at, owner, token, ttl := req.Job, req.ScheduledAt, req.Owner, req.Token, req.TTL
+	if err := b.gate.Check(); err != nil {
 		return err
 	}
 	ttl = time.Duration(ttlMS(ttl)) * time.Millisecond
@@ -131,15 +129,13 @@ func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner
 
 // Finish implements backend.Ledger. A retry of a Finish that was applied
 // (same owner, token and outcome) succeeds.
-func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
-	if err := backend.CheckHeld(job, at, owner, token); err != nil {
-		return err
-	}
-	out, err := backend.CheckOutcome(out)
+func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
+	req, err := backend.CheckFinish(req)
 	if err != nil {
 		return err
 	}
-	if err := b.check(); err != nil {
+	job, at, owner, token, out := req.Job, req.ScheduledAt, req.Owner, req.Token, req.Outcome
+	if err := b.gate.Check(); err != nil {
 		return err
 	}
 	n, err := b.pipe.Do(ctx, finishLua, b.ledgerKeys(), b.ledger, job, fmtAt(at), owner.Instance, owner.Nonce.String(),
@@ -158,13 +154,13 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	if err := backend.CheckClaim(req, MinTTL); err != nil {
 		return backend.Grant{}, backend.Run{}, err
 	}
-	if err := b.check(); err != nil {
+	if err := b.gate.Check(); err != nil {
 		return backend.Grant{}, backend.Run{}, err
 	}
 	at := backend.Instant(req.ScheduledAt)
 	ttl := time.Duration(ttlMS(req.TTL)) * time.Millisecond
 	res, err := b.pipe.Do(ctx, reclaimLua, b.ledgerKeys(), b.ledger, req.Job, fmtAt(at), req.SpecVersion,
-		req.Owner.Instance, req.Owner.Nonce.String(), ttl.Microseconds(), req.MaxRunning).Slice()
+		req.Owner.Instance, req.Owner.Nonce.String(), ttl.Microseconds(), req.MaxRunning, req.MaxAttempts).Slice()
 	if err != nil {
 		return backend.Grant{}, backend.Run{}, fmt.Errorf("redis: reclaim %q at %s: %w", req.Job, at.Format(time.RFC3339Nano), err)
 	}
@@ -189,6 +185,9 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	case 4:
 		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: reclaim of job %q at %s: the job has %d other running, max %d",
 			backend.ErrOverlap, req.Job, at.Format(time.RFC3339Nano), toInt(res[1]), req.MaxRunning)
+	case 5:
+		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s ran %d attempts, max %d",
+			backend.ErrExhausted, req.Job, at.Format(time.RFC3339Nano), toInt(res[1]), req.MaxAttempts)
 	}
 	return backend.Grant{}, backend.Run{}, fmt.Errorf("redis: reclaim %q: unexpected reply %v", req.Job, res)
 }
@@ -201,7 +200,7 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 	if err := backend.CheckInstant(at); err != nil {
 		return backend.Run{}, err
 	}
-	if err := b.check(); err != nil {
+	if err := b.gate.Check(); err != nil {
 		return backend.Run{}, err
 	}
 	at = backend.Instant(at)
@@ -231,7 +230,7 @@ func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend
 	if err := backend.CheckKey("job", job); err != nil {
 		return backend.Run{}, err
 	}
-	if err := b.check(); err != nil {
+	if err := b.gate.Check(); err != nil {
 		return backend.Run{}, err
 	}
 	res, err := b.pipe.Do(ctx, getRunLua, b.ledgerKeys(), b.ledger, job, fmtAt(at)).Slice()
@@ -249,7 +248,7 @@ func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string,
 	if err := backend.CheckKey("job", job); err != nil {
 		return time.Time{}, "", err
 	}
-	if err := b.check(); err != nil {
+	if err := b.gate.Check(); err != nil {
 		return time.Time{}, "", err
 	}
 	v, err := b.c.HMGet(ctx, b.ledger+"job:"+job, "h", "v").Result()
@@ -270,7 +269,7 @@ func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string,
 // ListRuns implements backend.Ledger. Runs with equal ScheduledAt are in
 // job order.
 func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	if err := b.check(); err != nil {
+	if err := b.gate.Check(); err != nil {
 		return nil, err
 	}
 	lo, hi := "-inf", "+inf"
@@ -325,7 +324,7 @@ func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (in
 	if err := backend.CheckPrune(olderThan, batch); err != nil {
 		return 0, err
 	}
-	if err := b.check(); err != nil {
+	if err := b.gate.Check(); err != nil {
 		return 0, err
 	}
 	n, err := b.pipe.Do(ctx, pruneLua, b.ledgerKeys(), b.ledger, "("+strconv.FormatInt(ceilUnit(olderThan, time.Microsecond), 10), batch).Int()

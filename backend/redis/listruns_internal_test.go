@@ -52,7 +52,7 @@ func TestListRunsScansInBoundedScripts(t *testing.T) {
 			o := backend.Owner{Instance: "w", Nonce: backend.NewNonce()}
 			g, err := b.Claim(ctx, backend.ClaimRequest{Job: r.job, ScheduledAt: r.at, SpecVersion: "v1", Owner: o, TTL: time.Hour})
 			if err == nil && !r.running {
-				err = b.Finish(ctx, r.job, r.at, o, g.Token, backend.Outcome{State: backend.Succeeded})
+				err = b.Finish(ctx, backend.FinishRequest{Job: r.job, ScheduledAt: r.at, Owner: o, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded}})
 			}
 			if err != nil {
 				errs <- fmt.Errorf("%s@%v: %w", r.job, r.at, err)

@@ -3,6 +3,9 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,20 +16,52 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/conformance"
+	"github.com/leasehold/leasehold/backend/conformance/faultkit"
 	"github.com/leasehold/leasehold/backend/redis"
+	"github.com/leasehold/leasehold/internal/nsrecipe"
 	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/schedule"
 )
 
-// namespaceUser creates the ACL user of docs/namespaces.md (Redis): keys
-// under prefix, the release channels of prefix, no dangerous commands except
-// INFO and CONFIG GET (read by the backend to compute its capabilities).
-func namespaceUser(t *testing.T, admin *goredis.Client, user, password, prefix string) {
+// recipeServer starts a redis-server with an ACL file (the recipe of
+// docs/namespaces.md ends with ACL SAVE) and requirepass set, and returns
+// it with a client authenticated as the default user (the operator).
+func recipeServer(t *testing.T, extra ...string) (*testserver.Server, *goredis.Client) {
 	t.Helper()
-	args := []any{"ACL", "SETUSER", user, "reset", "on", ">" + password,
-		"~" + prefix + "*", channelRule(prefix), "+@all", "-@dangerous", "+info", "+config|get"}
-	if err := admin.Do(context.Background(), args...).Err(); err != nil {
-		t.Fatalf("ACL SETUSER %s: %v", user, err)
+	aclfile := filepath.Join(t.TempDir(), "users.acl")
+	if err := os.WriteFile(aclfile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := testserver.Redis(t, append([]string{"--aclfile", aclfile}, extra...)...)
+	if err := client(t, srv.Addr()).ConfigSet(context.Background(), "requirepass", adminPassword).Err(); err != nil {
+		t.Fatalf("CONFIG SET requirepass: %v", err)
+	}
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Password: adminPassword, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { admin.Close() })
+	return srv, admin
+}
+
+// adminPassword is the default user's password (requirepass) of
+// recipeServer: what a tenant must never learn.
+const adminPassword = "ADMIN-requirepass-secret"
+
+// applyRecipe runs, as the operator, the commands of docs/namespaces.md
+// (Redis) exactly as the page prints them, with the placeholder passwords
+// replaced by pw-a and pw-b: users app_a (prefix lhA:) and app_b (lhB:).
+func applyRecipe(t *testing.T, admin *goredis.Client) {
+	t.Helper()
+	cmds, err := nsrecipe.ShellCommands("Redis", strings.NewReplacer("A-LONG-RANDOM-PASSWORD", "pw-a", "B-LONG-RANDOM-PASSWORD", "pw-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cmds {
+		args := make([]any, len(c))
+		for i, w := range c {
+			args[i] = w
+		}
+		if err := admin.Do(context.Background(), args...).Err(); err != nil {
+			t.Fatalf("recipe command %q: %v", c, err)
+		}
 	}
 }
 
@@ -48,7 +83,7 @@ func userClient(t testing.TB, addr, user, password string) *goredis.Client {
 // or (for a key a script touches without declaring it) an ERR saying the
 // user "can't access" it.
 func isNoPerm(err error) bool {
-	return err != nil && (strings.HasPrefix(err.Error(), "NOPERM") || strings.Contains(err.Error(), "can't access"))
+	return err != nil && (strings.Contains(err.Error(), "NOPERM") || strings.Contains(err.Error(), "can't access"))
 }
 
 // TestNamespaceConfinedByACL: a user whose ACL allows the keys and channels
@@ -56,10 +91,8 @@ func isNoPerm(err error) bool {
 // under a fresh "lhA:tN:" prefix), and the server refuses it namespace B's
 // keys and channels.
 func TestNamespaceConfinedByACL(t *testing.T) {
-	srv := testserver.Redis(t)
-	admin := client(t, srv.Addr())
-	namespaceUser(t, admin, "app_a", "pw-a", "lhA:")
-	namespaceUser(t, admin, "app_b", "pw-b", "lhB:")
+	srv, admin := recipeServer(t)
+	applyRecipe(t, admin)
 
 	var n atomic.Int64
 	openAs := func(t testing.TB, user, password, prefix string) *redis.Backend {
@@ -69,16 +102,54 @@ func TestNamespaceConfinedByACL(t *testing.T) {
 		}
 		return b
 	}
+	// prefixInA returns a fresh prefix in A, its release channels allowed.
+	prefixInA := func(t testing.TB) string {
+		p := fmt.Sprintf("lhA:t%d:", n.Add(1))
+		if err := admin.Do(context.Background(), "ACL", "SETUSER", "app_a", channelRule(p)).Err(); err != nil {
+			t.Fatalf("ACL SETUSER app_a %s: %v", channelRule(p), err)
+		}
+		return p
+	}
 	t.Run("conformance in A", func(t *testing.T) {
 		conformance.Run(t, conformance.Harness{
 			New: func(t testing.TB) backend.Leases {
-				p := fmt.Sprintf("lhA:t%d:", n.Add(1))
-				if err := admin.Do(context.Background(), "ACL", "SETUSER", "app_a", channelRule(p)).Err(); err != nil {
-					t.Fatalf("ACL SETUSER app_a %s: %v", channelRule(p), err)
-				}
-				return openAs(t, "app_a", "pw-a", p)
+				return openAs(t, "app_a", "pw-a", prefixInA(t))
 			},
-			Want: want(false),
+			NoWire: "TestConformance runs the wire checks on this backend; this run is about the namespace",
+			// The process faults, with every process confined to A too.
+			Process: func(t testing.TB) faultkit.Kit {
+				return faultKitIn(srv.Addr(), url.UserPassword("app_a", "pw-a"), prefixInA(t))
+			},
+			// The recipe grants no CONFIG GET: what it would tell
+			// is declared unknown (false).
+			Want: func() backend.Capabilities { c := want(false); c.SafeFencing = false; return c }(),
+			// What the tenant cannot rule out: the server evicting the
+			// fencing counter (maxmemory-policy is not noeviction), shown
+			// by the operator deleting it as an eviction would.
+			UnsafeFencing: func(t testing.TB) (uint64, uint64) {
+				if err := admin.Do(context.Background(), "ACL", "SETUSER", "app_a", channelRule("lhA:evicted:")).Err(); err != nil {
+					t.Fatal(err)
+				}
+				b := openAs(t, "app_a", "pw-a", "lhA:evicted:")
+				defer b.Close()
+				ctx := context.Background()
+				grant := func() uint64 {
+					o := backend.Owner{Instance: "a", Nonce: backend.NewNonce()}
+					g, err := b.Acquire(ctx, "k", o, time.Minute)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := b.Release(ctx, "k", o, g.Token); err != nil {
+						t.Fatal(err)
+					}
+					return g.Token
+				}
+				first := grant()
+				if err := admin.Del(ctx, "lhA:evicted:token:{k}").Err(); err != nil {
+					t.Fatal(err)
+				}
+				return first, grant()
+			},
 		})
 	})
 
@@ -100,8 +171,8 @@ func TestNamespaceConfinedByACL(t *testing.T) {
 	// A works in A: a lock, a claimed and finished occurrence.
 	bA := openAs(t, "app_a", "pw-a", "lhA:")
 	defer bA.Close()
-	if c := bA.Capabilities(); !c.SafeFencing {
-		t.Fatalf("confined user: capabilities %+v, want SafeFencing (CONFIG GET allowed)", c)
+	if c := bA.Capabilities(); c.SafeFencing || c.DurableFencing {
+		t.Fatalf("confined user: capabilities %+v, want SafeFencing and DurableFencing declared unknown (false): the recipe grants no CONFIG GET", c)
 	}
 	lkA, err := leasehold.NewLocker(bA, leasehold.WithNamespace("a"))
 	if err != nil {
@@ -164,9 +235,8 @@ func TestNamespaceConfinedByACL(t *testing.T) {
 // The backend goes on without them: release events still wake waiters,
 // and expiry is still noticed (by the holder's remaining TTL).
 func TestNamespaceACLWithExpiryEvents(t *testing.T) {
-	srv := testserver.Redis(t, "--notify-keyspace-events", "Ex")
-	admin := client(t, srv.Addr())
-	namespaceUser(t, admin, "app_a", "pw-a", "lhA:")
+	srv, admin := recipeServer(t, "--notify-keyspace-events", "Ex")
+	applyRecipe(t, admin)
 	b, err := redis.New(userClient(t, srv.Addr(), "app_a", "pw-a"), redis.WithPrefix("lhA:"))
 	if err != nil {
 		t.Fatal(err)
@@ -216,7 +286,7 @@ func TestNamespaceACLWithoutPatternSubscription(t *testing.T) {
 	srv := testserver.Redis(t)
 	admin := client(t, srv.Addr())
 	if err := admin.Do(context.Background(), "ACL", "SETUSER", "app_a", "reset", "on", ">pw-a",
-		"~lhA:*", "&lhA:*", "+@all", "-@dangerous", "+info", "+config|get").Err(); err != nil {
+		"~lhA:*", "&lhA:*", "+@all", "-@dangerous", "+info").Err(); err != nil {
 		t.Fatal(err)
 	}
 	b, err := redis.New(userClient(t, srv.Addr(), "app_a", "pw-a"), redis.WithPrefix("lhA:"))
@@ -250,5 +320,58 @@ func TestNamespaceACLWithoutPatternSubscription(t *testing.T) {
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("blocked Acquire after the release: %v", err)
+	}
+}
+
+// TestNamespaceRecipeRevealsNoSecret runs the recipe of docs/namespaces.md
+// as written on a server with requirepass: tenant A must be refused every
+// command that would show it a password (the default user's, or another
+// tenant's hash), and — even with B's owner and tokens — reading,
+// renewing, releasing or taking B's lease and reading or changing B's
+// runs. A's own backend still opens; what it cannot read (CONFIG GET) is
+// declared unknown, not claimed.
+func TestNamespaceRecipeRevealsNoSecret(t *testing.T) {
+	srv, admin := recipeServer(t)
+	applyRecipe(t, admin)
+	ctx := context.Background()
+	a := userClient(t, srv.Addr(), "app_a", "pw-a")
+	for _, cmd := range [][]any{
+		{"CONFIG", "GET", "requirepass"},
+		{"CONFIG", "GET", "masterauth"},
+		{"CONFIG", "GET", "*"},
+		{"ACL", "LIST"},
+		{"ACL", "GETUSER", "default"},
+		{"ACL", "GETUSER", "app_b"},
+		{"CLIENT", "LIST"},
+		{"MONITOR"},
+	} {
+		res, err := a.Do(ctx, cmd...).Result()
+		if leaked := fmt.Sprint(res); strings.Contains(leaked, adminPassword) || strings.Contains(leaked, "pw-b") {
+			t.Errorf("%v as A revealed a password: %.200s", cmd, leaked)
+		}
+		if !isNoPerm(err) {
+			t.Errorf("%v as A: %v, %.100s; want NOPERM", cmd, err, fmt.Sprint(res))
+		}
+	}
+
+	bB, err := redis.New(userClient(t, srv.Addr(), "app_b", "pw-b"), redis.WithPrefix("lhB:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bB.Close()
+	intruder, err := redis.New(userClient(t, srv.Addr(), "app_a", "pw-a"), redis.WithPrefix("lhB:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer intruder.Close()
+	nsrecipe.CheckConfined(t, bB, intruder, leasehold.LockKey("b", "billing/nightly"), "b:billing/nightly", isNoPerm)
+
+	bA, err := redis.New(userClient(t, srv.Addr(), "app_a", "pw-a"), redis.WithPrefix("lhA:"))
+	if err != nil {
+		t.Fatalf("A opens its own prefix: %v", err)
+	}
+	defer bA.Close()
+	if c := bA.Capabilities(); c.DurableFencing {
+		t.Errorf("A's capabilities %+v: DurableFencing declared although A cannot read the server's configuration", c)
 	}
 }

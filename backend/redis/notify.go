@@ -189,7 +189,7 @@ func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error)
 	if err := backend.CheckKey("key", key); err != nil {
 		return nil, err
 	}
-	if err := b.check(); err != nil {
+	if err := b.gate.Check(); err != nil {
 		return nil, err
 	}
 	n := b.ps

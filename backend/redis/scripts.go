@@ -164,10 +164,11 @@ return 1
 `
 
 // reclaimScript: ARGV L, job, ms, spec, instance, nonce, ttl µs,
-// maxRunning. {0} never claimed | {1, token, now, run} | {2, now, run}
-// finished | {3, holder instance} not expired | {4, running} overlap (the
-// job's other occurrences under live leases; this one's lease expired, so
-// it is not among them).
+// maxRunning, maxAttempts. {0} never claimed | {1, token, now, run} |
+// {2, now, run} finished | {3, holder instance} not expired | {4, running}
+// overlap (the job's other occurrences under live leases; this one's lease
+// expired, so it is not among them) | {5, attempt} exhausted (the run
+// already has maxAttempts > 0 attempts).
 const reclaimScript = ledgerLib + `
 local job, ms, inst, nonce = ARGV[2], ARGV[3], ARGV[5], ARGV[6]
 local now = now_us()
@@ -182,6 +183,8 @@ if r.s == 'running' and r.i == inst and r.n == nonce then
 end
 if r.s ~= 'running' then return {2, d(now), raw} end
 if now < tonumber(r.x) then return {3, r.i} end
+local maxa = tonumber(ARGV[9])
+if maxa > 0 and tonumber(r.a) >= maxa then return {5, r.a} end
 local maxr = tonumber(ARGV[8])
 if maxr > 0 then
   local n = redis.call('ZCOUNT', L .. 'active:' .. job, '(' .. d(now), '+inf')

@@ -29,7 +29,7 @@ type made struct {
 // they make.
 func record() (*made, Option) {
 	m := &made{}
-	return m, func(c *config) {
+	return m, func(c *config) error {
 		pipe, watch, open := c.make.newPipe, c.make.newWatch, c.make.openNode
 		c.make.newPipe = func(cl goredis.UniversalClient) *redispipe.Pipe {
 			p := pipe(cl)
@@ -56,6 +56,7 @@ func record() (*made, Option) {
 			}
 			return w, err
 		}
+		return nil
 	}
 }
 

@@ -6,7 +6,8 @@
 // counter) to every node in parallel, each bounded by a node timeout. With a
 // quorum of grants, and validity = TTL' − elapsed − drift still positive
 // (drift = 1% of the TTL + 2 ms), the lease is granted; otherwise it is
-// undone on every node. Nodes are asked for PX = TTL' = TTL + drift, so that
+// undone on every node that may hold it (granted, or sent with no reply).
+// Nodes are asked for PX = TTL' = TTL + drift, so that
 // counted from the send time — which is how the library counts the holder's
 // deadline — the lease is valid for at least the TTL it was granted. Renew
 // extends on every node and succeeds on a quorum; Release deletes
@@ -32,14 +33,45 @@
 //   - majority registers give no atomic increment: two concurrent quorums
 //     with diverging counters can read the same maximum.
 //
-// A failed quorum's undo deletes only the grant of the attempt it undoes
-// (an attempt id kept beside the lease on each node): a retry with the
-// same owner nonce, which the Locker makes after an unknown outcome, is
-// not deleted by an undo of the earlier attempt that lands after it.
-//
 // So the backend declares SafeFencing=false and DurableFencing=false. Use
 // the redis backend (one node, noeviction, appendfsync always) or a
 // consensus backend when a resource must reject stale holders by token.
+//
+// # Late attempts and undos
+//
+// Each Acquire call has an attempt sequence greater than every earlier
+// call's on the same Backend, and each node keeps, per key, the owner and
+// sequence of the latest attempt it applied (a grant, a "yours", or an
+// undo), for as long as the owner's lease lives there (renewals extend it)
+// and, after a release or an undo, until it expires. An attempt of the
+// same owner that arrives older than that record — a copy held in a TCP
+// retransmission, or queued behind a connection, whose caller has moved
+// on — changes nothing: no grant, no new record, no longer expiry. Its
+// raise (the second round trip) rewrites the owner's lease only while the
+// node's record still names that attempt, so a late raise cannot re-tag a
+// retry's grant with an older attempt's token. An undo
+// deletes the owner's lease only where no newer attempt of the owner was
+// applied, and leaves its own record, so that the attempt it undoes is
+// refused if it lands after it. So the Locker's retry (same owner nonce,
+// after an unknown outcome) keeps its grant whatever order the earlier
+// attempt, its undo and the retry reach a node in (TestAttemptInterleavings
+// plays every order). What this does not cover: attempts of one owner made
+// concurrently, or through two Backends, are not ordered (an owner nonce
+// names one call and its retries, as the Locker uses it); and an attempt
+// that lands where no record of its owner refuses it (the record expired;
+// its undo found another owner's lease, whose record it leaves alone; or
+// the node never saw a newer attempt before a release) can make a grant
+// nobody holds, which keeps the key on that node until its TTL runs out:
+// a wait for others, never a second holder.
+//
+// A failed Acquire says backend.ErrNotApplied only when the request was
+// sent to no node. When a quorum of nodes may still hold its grant (sent
+// with no reply, or granted, and no confirmed undo) its outcome is unknown,
+// even if another owner's lease was seen: the error matches neither
+// ErrNotApplied nor ErrHeld, so the Locker retries under the same nonce,
+// and when it gives up reports ErrIndeterminate and releases the grant if
+// it finds it. Otherwise, a *backend.HeldError names
+// the holder seen on most nodes when there is one.
 //
 // # No run ledger
 //
@@ -66,6 +98,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	rb "github.com/leasehold/leasehold/backend/redis"
+	"github.com/leasehold/leasehold/internal/closegate"
 	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/internal/redispipe"
 )
@@ -84,7 +117,8 @@ type Backend struct {
 	quorum      int
 	prefix      string
 	nodeTimeout time.Duration
-	closed      atomic.Bool
+	gate        closegate.Gate
+	lastAttempt atomic.Uint64 // the last Acquire's attempt sequence (nextAttempt)
 }
 
 type node struct {
@@ -99,8 +133,10 @@ var (
 	_ backend.Notifier = (*Backend)(nil)
 )
 
-// Option configures New and Open.
-type Option func(*config)
+// Option configures New and Open. Each validates its argument: New and
+// Open return the first error, wrapping backend.ErrInvalid and naming the
+// option and the value.
+type Option func(*config) error
 
 type config struct {
 	prefix      string
@@ -118,11 +154,28 @@ type makers struct {
 }
 
 // WithPrefix sets the key prefix on every node (default "leasehold:").
-func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+// Like redis.WithPrefix's, it may not contain braces.
+func WithPrefix(p string) Option {
+	return func(c *config) error {
+		if err := rb.CheckPrefix(p); err != nil {
+			return err
+		}
+		c.prefix = p
+		return nil
+	}
+}
 
-// WithNodeTimeout bounds each node's reply (default 100 ms). Use clients
-// with ContextTimeoutEnabled so that the bound applies to reads.
-func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
+// WithNodeTimeout bounds each node's reply (default 100 ms; positive). Use
+// clients with ContextTimeoutEnabled so that the bound applies to reads.
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: WithNodeTimeout(%v): not positive", backend.ErrInvalid, d)
+		}
+		c.nodeTimeout = d
+		return nil
+	}
+}
 
 // New returns a backend over clients, one per independent node (an odd
 // number, at least 3). The caller keeps owning the clients.
@@ -158,7 +211,9 @@ func newConfig(opts []Option) (config, error) {
 		if o == nil {
 			return config{}, fmt.Errorf("%w: nil redlock option", backend.ErrInvalid)
 		}
-		o(&cfg)
+		if err := o(&cfg); err != nil {
+			return config{}, err
+		}
 	}
 	if cfg.nodeTimeout <= 0 {
 		return config{}, fmt.Errorf("%w: node timeout %v is not positive", backend.ErrInvalid, cfg.nodeTimeout)
@@ -284,7 +339,7 @@ func (b *Backend) Quorum() int { return b.quorum }
 
 // Close closes the per-node subscriptions (and connections Open made).
 func (b *Backend) Close() error {
-	if b.closed.Swap(true) {
+	if !b.gate.Shut() {
 		return nil
 	}
 	b.closeNodes()
@@ -298,13 +353,6 @@ func (b *Backend) closeNodes() {
 		n.p.Close()
 		n.w.Close()
 	}
-}
-
-func (b *Backend) check() error {
-	if b.closed.Load() {
-		return backend.ErrClosed
-	}
-	return nil
 }
 
 // each runs fn on every node in parallel, each bounded by timeout, and
@@ -348,7 +396,8 @@ func (b *Backend) onAll(ctx context.Context, timeout time.Duration, script *gore
 func (b *Backend) leaseKey(k string) string { return b.prefix + "lease:{" + k + "}" }
 func (b *Backend) tokenKey(k string) string { return b.prefix + "token:{" + k + "}" }
 
-// attemptKey holds the id of the Acquire call that last granted k on a node.
+// attemptKey holds the owner and sequence of the latest Acquire attempt a
+// node applied on k (see acquireScript).
 func (b *Backend) attemptKey(k string) string { return b.prefix + "attempt:{" + k + "}" }
 func (b *Backend) channel(k string) string    { return b.prefix + "released:{" + k + "}" }
 

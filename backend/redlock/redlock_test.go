@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,7 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend"
-	"github.com/leasehold/leasehold/backend/conformance"
+	"github.com/leasehold/leasehold/backend/conformance/faultkit"
 	"github.com/leasehold/leasehold/backend/redlock"
 	"github.com/leasehold/leasehold/internal/chaos"
 	"github.com/leasehold/leasehold/internal/testserver"
@@ -66,23 +67,14 @@ func owner(name string) backend.Owner {
 	return backend.Owner{Instance: name, Nonce: backend.NewNonce()}
 }
 
-func TestConformance(t *testing.T) {
-	nodes := servers(t, 5)
-	conformance.Run(t, conformance.Harness{
-		New: func(t testing.TB) backend.Leases {
-			p := fmt.Sprintf("t%d:", prefixes.Add(1))
-			// A 1 s node timeout: 64 goroutines contending on 5 nodes
-			// of a loaded 2-core machine otherwise time out and fail
-			// with errors rather than ErrHeld.
-			return newRedlock(t, addrsOf(nodes), redlock.WithPrefix(p), redlock.WithNodeTimeout(time.Second))
-		},
-		Want: backend.Capabilities{
-			Name: "redlock", ServerClock: true, PushEvents: true, MultiProcess: true,
-			MinTTL: redlock.MinTTL, TTLGranularity: time.Millisecond,
-		},
-		UnsafeFencing: restartedEmptyNode,
-	})
+// openAt opens a Redlock on the comma-separated node addresses addr with
+// key prefix prefix (and the suite's 1 s node timeout).
+func openAt(t testing.TB, addr, prefix string) backend.Leases {
+	return newRedlock(t, strings.Split(addr, ","), redlock.WithPrefix(prefix), redlock.WithNodeTimeout(time.Second))
 }
+
+// TestFaultHelper is the helper process of the fault kit.
+func TestFaultHelper(t *testing.T) { faultkit.Helper(t, faultkit.Kit{Open: openAt}) }
 
 // restartedEmptyNode shows the anomaly Redlock predicts, on 3 nodes: A
 // acquires while node 2 is unreachable (quorum {0, 1}); node 2 comes back;
@@ -96,7 +88,10 @@ func restartedEmptyNode(t testing.TB) (first, second uint64) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p2.Close() })
-	b := newRedlock(t, []string{nodes[0].Addr(), nodes[1].Addr(), p2.Addr()})
+	// A 1 s node timeout: the first calls dial, greet and load the
+	// scripts, which the default 100 ms does not always cover on a loaded
+	// machine.
+	b := newRedlock(t, []string{nodes[0].Addr(), nodes[1].Addr(), p2.Addr()}, redlock.WithNodeTimeout(time.Second))
 	ctx := context.Background()
 	p2.SetDrop(true)
 	ga, err := b.Acquire(ctx, "unsafe/k", owner("A"), time.Minute)
@@ -121,7 +116,10 @@ func restartedEmptyNode(t testing.TB) (first, second uint64) {
 // TestQuorumMatrix: every assignment of the 5 nodes to free, unavailable
 // (a black-holing proxy) or pre-clogged (held by another owner): acquire
 // succeeds exactly when a quorum is free, and a failed acquire leaves no
-// lease on any reachable node.
+// lease on any reachable node. It fails with ErrHeld when a node is
+// clogged and fewer than a quorum are unavailable; with a quorum
+// unavailable, they may hold the grant for all the client can tell, so
+// the outcome is unknown: neither ErrHeld nor ErrNotApplied.
 func TestQuorumMatrix(t *testing.T) {
 	const n = 5
 	nodes := servers(t, n)
@@ -197,7 +195,10 @@ func TestQuorumMatrix(t *testing.T) {
 					}
 					return
 				}
-				if clog != 0 && !errors.Is(err, backend.ErrHeld) {
+				switch downs := bits.OnesCount(uint(down)); {
+				case downs >= 3 && (errors.Is(err, backend.ErrHeld) || errors.Is(err, backend.ErrNotApplied)):
+					t.Errorf("down %05b clogged %05b: %v; %d unreachable nodes may hold the grant, want an unknown outcome", down, clog, err, downs)
+				case downs < 3 && clog != 0 && !errors.Is(err, backend.ErrHeld):
 					t.Errorf("down %05b clogged %05b: %v, want ErrHeld", down, clog, err)
 				}
 				for i := range n {

@@ -19,7 +19,7 @@ import (
 // then hold less than a quorum, and another owner could win one. Each
 // undo is played here as it would arrive late: after the retry's grant.
 // (With undo by owner alone, the old releaseScript with token "0", node 0
-// loses the retry's lease.)
+// loses the retry's lease.) TestAttemptInterleavings plays every order.
 func TestLateUndoLeavesTheRetrysGrant(t *testing.T) {
 	var cs []goredis.UniversalClient
 	for range 3 {
@@ -39,9 +39,10 @@ func TestLateUndoLeavesTheRetrysGrant(t *testing.T) {
 	px := ceilMS(10 * time.Second)
 	// Attempt 1 was applied on node 0 only (the other replies lost); its
 	// undo is sent, and delayed.
-	first := backend.NewNonce().String()
+	first := b.nextAttempt()
 	n0 := b.nodes[0]
-	if err := n0.p.Do(ctx, acquireLua, []string{b.leaseKey(key), b.tokenKey(key), b.attemptKey(key)}, ownerArg(o), px, first).Err(); err != nil {
+	keys, args := b.acquireCall(key, o, px, first)
+	if err := n0.p.Do(ctx, acquireLua, keys, args...).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// The retry, same nonce: "yours" on node 0, granted on the others.
@@ -50,7 +51,8 @@ func TestLateUndoLeavesTheRetrysGrant(t *testing.T) {
 		t.Fatalf("retry: %v", err)
 	}
 	// Attempt 1's undo lands now.
-	n, err := n0.p.Do(ctx, undoLua, []string{b.leaseKey(key), b.attemptKey(key)}, ownerArg(o), b.channel(key), first).Int()
+	keys, args = b.undoCall(key, o, px, first)
+	n, err := n0.p.Do(ctx, undoLua, keys, args...).Int()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,11 +73,13 @@ func TestLateUndoLeavesTheRetrysGrant(t *testing.T) {
 	if err := b.Release(ctx, key, o, g.Token); err != nil {
 		t.Fatal(err)
 	}
-	own := backend.NewNonce().String()
-	if err := n0.p.Do(ctx, acquireLua, []string{b.leaseKey(key), b.tokenKey(key), b.attemptKey(key)}, ownerArg(o), px, own).Err(); err != nil {
+	own := b.nextAttempt()
+	keys, args = b.acquireCall(key, o, px, own)
+	if err := n0.p.Do(ctx, acquireLua, keys, args...).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := n0.p.Do(ctx, undoLua, []string{b.leaseKey(key), b.attemptKey(key)}, ownerArg(o), b.channel(key), own).Int(); err != nil || n != 1 {
+	keys, args = b.undoCall(key, o, px, own)
+	if n, err := n0.p.Do(ctx, undoLua, keys, args...).Int(); err != nil || n != 1 {
 		t.Fatalf("the undo of the attempt that granted deleted %d, %v; want 1", n, err)
 	}
 }

@@ -16,6 +16,8 @@ var (
 // Explain implements backend.Explainer: the synchronous setting decides
 // DurableFencing.
 func (b *Backend) Explain(ctx context.Context) ([]backend.Reason, error) {
+	// Not in internal/sqlledger: the settings each SQL database reads, and
+	// what they mean, are its own; only the shape is alike.
 	var level int
 	if err := b.db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&level); err != nil {
 		return nil, fmt.Errorf("sqlite: %s: read synchronous: %w", b.path, err)

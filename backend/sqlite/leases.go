@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/sqlledger"
 )
 
 // leaseRow is one row of the leases table.
@@ -42,19 +43,11 @@ func scanLease(s scanner, key *string) (*leaseRow, error) {
 	if err := s.Scan(dst...); err != nil {
 		return nil, err
 	}
-	if err := setNonce(&r.owner.Nonce, nonce); err != nil {
+	if err := sqlledger.SetNonce(&r.owner.Nonce, nonce); err != nil {
 		return nil, err
 	}
 	r.token = uint64(token)
 	return &r, nil
-}
-
-func setNonce(n *backend.Nonce, b []byte) error {
-	if len(b) != len(n) {
-		return fmt.Errorf("stored nonce has %d bytes, want %d", len(b), len(n))
-	}
-	copy(n[:], b)
-	return nil
 }
 
 // leaseCols are the columns scanLease reads.
@@ -152,10 +145,11 @@ func (b *Backend) prepare(ctx context.Context) error {
 }
 
 // Renew implements backend.Leases.
-func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckRenew(key, owner, token, ttl, MinTTL); err != nil {
+func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
+	if err := backend.CheckRenew(req, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
+	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
 	what := fmt.Sprintf("renew key %q", key)
 	err := b.write(ctx, what, func(tx *sql.Tx) error {
 		now, err := b.now(what)
@@ -212,10 +206,10 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 	if err := backend.CheckKey("key", key); err != nil {
 		return backend.Lease{}, err
 	}
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return backend.Lease{}, err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	what := fmt.Sprintf("get key %q", key)
 	now, err := b.now(what)
 	if err != nil {
@@ -235,10 +229,10 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 // List implements backend.Leases: the unexpired leases whose keys start with
 // prefix (byte-wise, like strings.HasPrefix), in key order.
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return nil, err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	if strings.IndexByte(prefix, 0) >= 0 {
 		return nil, nil // no valid key contains NUL
 	}

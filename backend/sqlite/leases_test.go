@@ -30,7 +30,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 	_, err = b.Acquire(ctx, "k", c, time.Minute)
 	var held *backend.HeldError
-	if !errors.As(err, &held) || !errors.Is(err, backend.ErrHeld) {
+	if !errors.As(err, &held) || !errors.Is(err, backend.ErrLeaseHeld) {
 		t.Fatalf("Acquire by another owner: %v", err)
 	}
 	if held.Holder.Owner != a || held.Holder.Token != 1 || held.Holder.Key != "k" || held.Holder.Remaining <= 0 || held.Holder.Remaining > time.Minute {
@@ -38,9 +38,9 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 	twin := backend.Owner{Instance: "alpha", Nonce: backend.NewNonce()}
 	_, err = b.Acquire(ctx, "k", twin, time.Minute)
-	mustIs(t, err, backend.ErrHeld, "Acquire by the same name with another nonce")
+	mustIs(t, err, backend.ErrLeaseHeld, "Acquire by the same name with another nonce")
 
-	r, err := b.Renew(ctx, "k", a, g.Token, 2*time.Minute)
+	r, err := b.Renew(ctx, backend.RenewRequest{Key: "k", Owner: a, Token: g.Token, TTL: 2 * time.Minute})
 	must(t, err, "Renew")
 	if r.Token != g.Token || r.TTL != 2*time.Minute {
 		t.Fatalf("Renew = %+v", r)
@@ -50,9 +50,9 @@ func TestAcquireRenewRelease(t *testing.T) {
 	if l.Remaining <= time.Minute || l.Owner != a || l.Token != 1 {
 		t.Fatalf("Get after Renew = %+v", l)
 	}
-	_, err = b.Renew(ctx, "k", a, g.Token+1, time.Minute)
+	_, err = b.Renew(ctx, backend.RenewRequest{Key: "k", Owner: a, Token: g.Token + 1, TTL: time.Minute})
 	mustIs(t, err, backend.ErrLeaseLost, "Renew with a wrong token")
-	_, err = b.Renew(ctx, "k", twin, g.Token, time.Minute)
+	_, err = b.Renew(ctx, backend.RenewRequest{Key: "k", Owner: twin, Token: g.Token, TTL: time.Minute})
 	mustIs(t, err, backend.ErrLeaseLost, "Renew by a twin")
 	mustIs(t, b.Release(ctx, "k", twin, g.Token), backend.ErrLeaseLost, "Release by a twin")
 	if err := b.Release(ctx, "k", c, g.Token); !errors.Is(err, backend.ErrLeaseLost) || !strings.Contains(err.Error(), `"k"`) {
@@ -62,7 +62,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 	_, err = b.Get(ctx, "k")
 	mustIs(t, err, backend.ErrNotFound, "Get after Release")
 	mustIs(t, b.Release(ctx, "k", a, g.Token), backend.ErrLeaseLost, "second Release")
-	_, err = b.Renew(ctx, "k", a, g.Token, time.Minute)
+	_, err = b.Renew(ctx, backend.RenewRequest{Key: "k", Owner: a, Token: g.Token, TTL: time.Minute})
 	mustIs(t, err, backend.ErrLeaseLost, "Renew after Release")
 	g3, err := b.Acquire(ctx, "k", c, time.Minute)
 	must(t, err, "Acquire after Release")
@@ -84,7 +84,7 @@ func TestExpiryOnFakeClock(t *testing.T) {
 	must(t, err, "Acquire")
 	clk.advance(time.Second - time.Nanosecond)
 	_, err = b.Acquire(ctx, "k", c, time.Second)
-	mustIs(t, err, backend.ErrHeld, "Acquire 1ns before expiry")
+	mustIs(t, err, backend.ErrLeaseHeld, "Acquire 1ns before expiry")
 	l, err := b.Get(ctx, "k")
 	must(t, err, "Get")
 	if l.Remaining != time.Nanosecond {
@@ -93,7 +93,7 @@ func TestExpiryOnFakeClock(t *testing.T) {
 	clk.advance(time.Nanosecond)
 	_, err = b.Get(ctx, "k")
 	mustIs(t, err, backend.ErrNotFound, "Get at expiry")
-	_, err = b.Renew(ctx, "k", a, g.Token, time.Second)
+	_, err = b.Renew(ctx, backend.RenewRequest{Key: "k", Owner: a, Token: g.Token, TTL: time.Second})
 	mustIs(t, err, backend.ErrLeaseLost, "Renew at expiry")
 	mustIs(t, b.Release(ctx, "k", a, g.Token), backend.ErrLeaseLost, "Release at expiry")
 	ls, err := b.List(ctx, "", 0)
@@ -108,7 +108,7 @@ func TestExpiryOnFakeClock(t *testing.T) {
 	}
 	// The expired owner's retry is not "yours" any more.
 	_, err = b.Acquire(ctx, "k", a, time.Second)
-	mustIs(t, err, backend.ErrHeld, "Acquire by the expired owner")
+	mustIs(t, err, backend.ErrLeaseHeld, "Acquire by the expired owner")
 }
 
 func TestExpiryOnRealClock(t *testing.T) {
@@ -125,7 +125,7 @@ func TestExpiryOnRealClock(t *testing.T) {
 			}
 			break
 		}
-		mustIs(t, err, backend.ErrHeld, "Acquire while held")
+		mustIs(t, err, backend.ErrLeaseHeld, "Acquire while held")
 		if time.Now().After(deadline) {
 			t.Fatal("lease with TTL 20ms still held after 10s")
 		}
@@ -177,7 +177,7 @@ func TestBootIDMismatchExpiresLeases(t *testing.T) {
 	if len(ls) != 0 {
 		t.Fatalf("List after a reboot: %+v", ls)
 	}
-	_, err = after.Renew(ctx, "k", a, g.Token, time.Hour)
+	_, err = after.Renew(ctx, backend.RenewRequest{Key: "k", Owner: a, Token: g.Token, TTL: time.Hour})
 	mustIs(t, err, backend.ErrLeaseLost, "Renew after a reboot")
 	g2, err := after.Acquire(ctx, "k", own("b"), time.Hour)
 	must(t, err, "Acquire after a reboot")
@@ -235,17 +235,23 @@ func TestBadInputChangesNothing(t *testing.T) {
 	a := own("a")
 	long := strings.Repeat("k", backend.MaxKeyLen+1)
 	calls := map[string]func() error{
-		"empty key":       func() error { _, err := b.Acquire(ctx, "", a, time.Second); return err },
-		"long key":        func() error { _, err := b.Acquire(ctx, long, a, time.Second); return err },
-		"control key":     func() error { _, err := b.Acquire(ctx, "k\x01", a, time.Second); return err },
-		"bad utf8 key":    func() error { _, err := b.Acquire(ctx, "k\xff", a, time.Second); return err },
-		"zero ttl":        func() error { _, err := b.Acquire(ctx, "k", a, 0); return err },
-		"tiny ttl":        func() error { _, err := b.Acquire(ctx, "k", a, time.Microsecond); return err },
-		"huge ttl":        func() error { _, err := b.Acquire(ctx, "k", a, backend.MaxTTL+1); return err },
-		"zero nonce":      func() error { _, err := b.Acquire(ctx, "k", backend.Owner{Instance: "a"}, time.Second); return err },
-		"empty instance":  func() error { _, err := b.Acquire(ctx, "k", backend.Owner{Nonce: a.Nonce}, time.Second); return err },
-		"renew token 0":   func() error { _, err := b.Renew(ctx, "k", a, 0, time.Second); return err },
-		"renew bad ttl":   func() error { _, err := b.Renew(ctx, "k", a, 1, -1); return err },
+		"empty key":      func() error { _, err := b.Acquire(ctx, "", a, time.Second); return err },
+		"long key":       func() error { _, err := b.Acquire(ctx, long, a, time.Second); return err },
+		"control key":    func() error { _, err := b.Acquire(ctx, "k\x01", a, time.Second); return err },
+		"bad utf8 key":   func() error { _, err := b.Acquire(ctx, "k\xff", a, time.Second); return err },
+		"zero ttl":       func() error { _, err := b.Acquire(ctx, "k", a, 0); return err },
+		"tiny ttl":       func() error { _, err := b.Acquire(ctx, "k", a, time.Microsecond); return err },
+		"huge ttl":       func() error { _, err := b.Acquire(ctx, "k", a, backend.MaxTTL+1); return err },
+		"zero nonce":     func() error { _, err := b.Acquire(ctx, "k", backend.Owner{Instance: "a"}, time.Second); return err },
+		"empty instance": func() error { _, err := b.Acquire(ctx, "k", backend.Owner{Nonce: a.Nonce}, time.Second); return err },
+		"renew token 0": func() error {
+			_, err := b.Renew(ctx, backend.RenewRequest{Key: "k", Owner: a, Token: 0, TTL: time.Second})
+			return err
+		},
+		"renew bad ttl": func() error {
+			_, err := b.Renew(ctx, backend.RenewRequest{Key: "k", Owner: a, Token: 1, TTL: -1})
+			return err
+		},
 		"release token 0": func() error { return b.Release(ctx, "k", a, 0) },
 		"release no key":  func() error { return b.Release(ctx, "", a, 1) },
 		"get no key":      func() error { _, err := b.Get(ctx, ""); return err },
@@ -286,7 +292,7 @@ func TestExclusionAcrossGoroutinesAndBackends(t *testing.T) {
 					if g, err = b.Acquire(ctx, "excl", o, time.Minute); err == nil {
 						break
 					}
-					if !errors.Is(err, backend.ErrHeld) {
+					if !errors.Is(err, backend.ErrLeaseHeld) {
 						errs <- err
 						return
 					}

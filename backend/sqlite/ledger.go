@@ -4,11 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/sqlledger"
 )
 
 // runRow is one row of the runs table.
@@ -32,7 +31,7 @@ func scanRun(s scanner) (*runRow, error) {
 		&r.rec.Attempt, &state, &claimed, &finished, &dur, &r.rec.Result, &r.rec.Error, &r.expires, &r.bootID); err != nil {
 		return nil, err
 	}
-	if err := setNonce(&r.rec.Owner.Nonce, nonce); err != nil {
+	if err := sqlledger.SetNonce(&r.rec.Owner.Nonce, nonce); err != nil {
 		return nil, err
 	}
 	r.rec.ScheduledAt = fromMs(at)
@@ -64,13 +63,14 @@ type queryer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// getRun reads the occurrence's row with what Go judges expiry by (the
+// shared sqlledger.Ledger.Get reads the record as callers see it).
 func getRun(ctx context.Context, q queryer, job string, atMs int64) (*runRow, error) {
 	return scanRun(q.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE job = ? AND scheduled_ms = ?`, job, atMs))
 }
 
-func occurrence(job string, at time.Time) string {
-	return fmt.Sprintf("job %q at %s", job, at.Format(time.RFC3339Nano))
-}
+// occurrence names an occurrence in messages.
+var occurrence = backend.FormatOccurrence
 
 // Claim implements backend.Ledger.
 func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
@@ -89,24 +89,20 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		r, err := getRun(ctx, tx, req.Job, at.UnixMilli())
 		switch {
 		case err == nil:
-			if r.rec.Owner == req.Owner && r.rec.State == backend.Running { // a retry: renew it
-				if err := b.renewRun(ctx, tx, req, at, now); err != nil {
-					return dbErr(ctx, what, err)
-				}
-				g = backend.Grant{Token: r.rec.Token, TTL: req.TTL}
-				return nil
+			if renew, err := sqlledger.Existing(req, b.view(r, now)); !renew {
+				return err
 			}
-			return &backend.ClaimedError{Run: b.view(r, now)}
+			// A retry: renew it.
+			if err := b.renewRun(ctx, tx, req, at, now); err != nil {
+				return dbErr(ctx, what, err)
+			}
+			g = backend.Grant{Token: r.rec.Token, TTL: req.TTL}
+			return nil
 		case !errors.Is(err, sql.ErrNoRows):
 			return dbErr(ctx, what, err)
 		}
-		if at.After(wall.Add(req.MaxEarly)) {
-			return fmt.Errorf("%w: %s, backend clock %s, max early %v",
-				backend.ErrTooEarly, occurrence(req.Job, at), wall.UTC().Format(time.RFC3339Nano), req.MaxEarly)
-		}
-		if req.MaxLate > 0 && at.Before(wall.Add(-req.MaxLate)) {
-			return fmt.Errorf("%w: %s, backend clock %s, max late %v",
-				backend.ErrTooLate, occurrence(req.Job, at), wall.UTC().Format(time.RFC3339Nano), req.MaxLate)
+		if err := sqlledger.Window(req, at, wall); err != nil {
+			return err
 		}
 		if req.MaxRunning > 0 {
 			var n int
@@ -116,7 +112,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 				return dbErr(ctx, what, err)
 			}
 			if n >= req.MaxRunning {
-				return fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, n, req.MaxRunning)
+				return sqlledger.Overlap(req, n)
 			}
 		}
 		// The per-job counter and the high-water mark, in one statement.
@@ -150,20 +146,17 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 const runGuard = `job = ? AND scheduled_ms = ? AND state = 'running' AND instance = ? AND nonce = ?
 	AND token = ? AND boot_id = ? AND expires_ns > ?`
 
+// lostRun is a guarded update's answer when it matched no row.
 func lostRun(job string, at time.Time, token uint64) func() error {
-	return func() error {
-		return fmt.Errorf("%w: %s, token %d", backend.ErrLeaseLost, occurrence(job, at), token)
-	}
+	return func() error { return sqlledger.LeaseLost(job, at, token) }
 }
 
 // Heartbeat implements backend.Ledger.
-func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
-	if err := backend.CheckHeld(job, at, owner, token); err != nil {
+func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
+	if err := backend.CheckHeartbeat(req, MinTTL); err != nil {
 		return err
 	}
-	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
-		return err
-	}
+	job, at, owner, token, ttl := req.Job, req.ScheduledAt, req.Owner, req.Token, req.TTL
 	at = backend.Instant(at)
 	what := "heartbeat " + occurrence(job, at)
 	return b.write(ctx, what, func(tx *sql.Tx) error {
@@ -178,14 +171,12 @@ func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner
 }
 
 // Finish implements backend.Ledger.
-func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
-	if err := backend.CheckHeld(job, at, owner, token); err != nil {
-		return err
-	}
-	out, err := backend.CheckOutcome(out)
+func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
+	req, err := backend.CheckFinish(req)
 	if err != nil {
 		return err
 	}
+	job, at, owner, token, out := req.Job, req.ScheduledAt, req.Owner, req.Token, req.Outcome
 	at = backend.Instant(at)
 	what := "finish " + occurrence(job, at)
 	return b.write(ctx, what, func(tx *sql.Tx) error {
@@ -218,19 +209,18 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		r, err := getRun(ctx, tx, req.Job, at.UnixMilli())
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("%w: %s was never claimed", backend.ErrNotFound, occurrence(req.Job, at))
+			return sqlledger.NeverClaimed(req.Job, at)
 		case err != nil:
 			return dbErr(ctx, what, err)
-		case r.rec.State == backend.Running && r.rec.Owner == req.Owner: // a retry: renew it
+		}
+		if renew, err := sqlledger.Reclaim(req, at, b.view(r, now), b.liveRun(r, now)); err != nil {
+			return err
+		} else if renew { // a retry
 			if err := b.renewRun(ctx, tx, req, at, now); err != nil {
 				return dbErr(ctx, what, err)
 			}
 			g, run = backend.Grant{Token: r.rec.Token, TTL: req.TTL}, b.view(r, now)
 			return nil
-		case r.rec.State.Finished():
-			return &backend.ClaimedError{Run: b.view(r, now)}
-		case b.liveRun(r, now):
-			return fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(req.Job, at), r.rec.Owner.Instance)
 		}
 		if req.MaxRunning > 0 { // the job's other occurrences under live leases (this one's expired)
 			var n int
@@ -240,7 +230,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 				return dbErr(ctx, what, err)
 			}
 			if n >= req.MaxRunning {
-				return fmt.Errorf("%w: %s: the job has %d other running, max %d", backend.ErrOverlap, occurrence(req.Job, at), n, req.MaxRunning)
+				return sqlledger.OverlapOther(req, at, n)
 			}
 		}
 		var token int64
@@ -286,13 +276,12 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 		r, err := getRun(ctx, tx, job, at.UnixMilli())
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("%w: %s was never claimed", backend.ErrNotFound, occurrence(job, at))
+			return sqlledger.NeverClaimed(job, at)
 		case err != nil:
 			return dbErr(ctx, what, err)
-		case r.rec.State.Finished():
-			return &backend.ClaimedError{Run: b.view(r, now)}
-		case b.liveRun(r, now):
-			return fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(job, at), r.rec.Owner.Instance)
+		}
+		if err := sqlledger.Abandon(job, at, b.view(r, now), b.liveRun(r, now)); err != nil {
+			return err
 		}
 		finished := b.wall().UnixMilli()
 		if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = 'abandoned', finished_at_ms = ? WHERE job = ? AND scheduled_ms = ?`,
@@ -309,126 +298,29 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 	return run, nil
 }
 
-// GetRun implements backend.Ledger.
+// GetRun implements backend.Ledger (sqlledger; Expired judged by the
+// host's clock, see newLedger).
 func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return backend.Run{}, err
-	}
-	if err := b.enter(); err != nil {
-		return backend.Run{}, err
-	}
-	defer b.mu.RUnlock()
-	at = backend.Instant(at)
-	what := "get run " + occurrence(job, at)
-	now, err := b.now(what)
-	if err != nil {
-		return backend.Run{}, err
-	}
-	r, err := getRun(ctx, b.db, job, at.UnixMilli())
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return backend.Run{}, fmt.Errorf("%w: %s", backend.ErrNotFound, occurrence(job, at))
-	case err != nil:
-		return backend.Run{}, dbErr(ctx, what, err)
-	}
-	return b.view(r, now), nil
+	return b.led.GetRun(ctx, job, at)
 }
 
-// HighWater implements backend.Ledger.
+// HighWater implements backend.Ledger (sqlledger).
 func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return time.Time{}, "", err
-	}
-	if err := b.enter(); err != nil {
-		return time.Time{}, "", err
-	}
-	defer b.mu.RUnlock()
-	var high sql.NullInt64
-	var version string
-	err := b.db.QueryRowContext(ctx, `SELECT high_ms, high_version FROM jobs WHERE job = ?`, job).Scan(&high, &version)
-	switch {
-	case errors.Is(err, sql.ErrNoRows) || (err == nil && !high.Valid):
-		return time.Time{}, "", nil
-	case err != nil:
-		return time.Time{}, "", dbErr(ctx, fmt.Sprintf("high-water mark of job %q", job), err)
-	}
-	return fromMs(high.Int64), version, nil
+	return b.led.HighWater(ctx, job)
 }
 
-// ListRuns implements backend.Ledger: newest ScheduledAt first, then by job.
+// ListRuns implements backend.Ledger (sqlledger): newest ScheduledAt
+// first, then by job.
 func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	if err := b.enter(); err != nil {
-		return nil, err
-	}
-	defer b.mu.RUnlock()
-	now, err := b.now("list runs")
-	if err != nil {
-		return nil, err
-	}
-	var where []string
-	var args []any
-	if f.Job != "" {
-		where, args = append(where, "job = ?"), append(args, f.Job)
-	} else { // runs only, not job metadata (backend.MetaSep)
-		where, args = append(where, "instr(job, ?) = 0"), append(args, backend.MetaSep)
-	}
-	if f.State != "" {
-		where, args = append(where, "state = ?"), append(args, string(f.State))
-	}
-	if !f.Since.IsZero() { // ScheduledAt >= Since
-		where, args = append(where, "scheduled_ms >= ?"), append(args, ceilMs(f.Since))
-	}
-	if !f.Before.IsZero() { // ScheduledAt < Before
-		where, args = append(where, "scheduled_ms < ?"), append(args, ceilMs(f.Before))
-	}
-	q := `SELECT ` + runCols + ` FROM runs`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	limit := f.EffectiveLimit()
-	q += ` ORDER BY scheduled_ms DESC, job LIMIT ?`
-	args = append(args, limit)
-	rows, err := b.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, dbErr(ctx, "list runs", err)
-	}
-	defer rows.Close()
-	var out []backend.Run
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, dbErr(ctx, "list runs", err)
-		}
-		out = append(out, b.view(r, now))
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbErr(ctx, "list runs", err)
-	}
-	return out, nil
+	return b.led.ListRuns(ctx, f)
 }
 
-// Prune implements backend.Ledger: it deletes at most batch finished runs
-// whose FinishedAt is before olderThan. Running occurrences, counters and
-// high-water marks are never touched.
+// Prune implements backend.Ledger (sqlledger, with newLedger's PruneSQL):
+// it deletes at most batch finished runs whose FinishedAt is before
+// olderThan. Running occurrences, counters and high-water marks are never
+// touched.
 func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
-	if err := backend.CheckPrune(olderThan, batch); err != nil {
-		return 0, err
-	}
-	var n int64
-	err := b.write(ctx, "prune runs", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE rowid IN (
-			SELECT rowid FROM runs WHERE state IN ('succeeded', 'failed', 'abandoned') AND finished_at_ms < ? LIMIT ?)`,
-			ceilMs(olderThan), batch)
-		if err != nil {
-			return dbErr(ctx, "prune runs", err)
-		}
-		n, err = res.RowsAffected()
-		if err != nil {
-			return dbErr(ctx, "prune runs", err)
-		}
-		return nil
-	})
-	return int(n), err
+	return b.led.Prune(ctx, olderThan, batch)
 }
 
 // renewRun extends the runner's lease on a running occurrence to the TTL

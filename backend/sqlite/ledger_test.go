@@ -32,7 +32,7 @@ func TestClaimHeartbeatFinish(t *testing.T) {
 	}
 	_, err = b.Claim(ctx, claim("job", at, c, time.Minute))
 	var ce *backend.ClaimedError
-	if !errors.As(err, &ce) || !errors.Is(err, backend.ErrClaimed) {
+	if !errors.As(err, &ce) || !errors.Is(err, backend.ErrOccurrenceClaimed) {
 		t.Fatalf("Claim by another owner: %v", err)
 	}
 	if ce.Run.Owner != a || ce.Run.State != backend.Running || !ce.Run.ScheduledAt.Equal(backend.Instant(at)) || ce.Run.Expired {
@@ -43,16 +43,16 @@ func TestClaimHeartbeatFinish(t *testing.T) {
 	if !hw.Equal(backend.Instant(at)) || ver != "v1" {
 		t.Fatalf("HighWater = %v %q", hw, ver)
 	}
-	mustIs(t, b.Heartbeat(ctx, "job", at, c, g.Token, time.Minute), backend.ErrLeaseLost, "Heartbeat by another owner")
-	mustIs(t, b.Heartbeat(ctx, "job", at, a, g.Token+1, time.Minute), backend.ErrLeaseLost, "Heartbeat with a wrong token")
+	mustIs(t, b.Heartbeat(ctx, backend.HeartbeatRequest{Job: "job", ScheduledAt: at, Owner: c, Token: g.Token, TTL: time.Minute}), backend.ErrLeaseLost, "Heartbeat by another owner")
+	mustIs(t, b.Heartbeat(ctx, backend.HeartbeatRequest{Job: "job", ScheduledAt: at, Owner: a, Token: g.Token + 1, TTL: time.Minute}), backend.ErrLeaseLost, "Heartbeat with a wrong token")
 	clk.advance(50 * time.Second)
-	must(t, b.Heartbeat(ctx, "job", at, a, g.Token, time.Minute), "Heartbeat")
+	must(t, b.Heartbeat(ctx, backend.HeartbeatRequest{Job: "job", ScheduledAt: at, Owner: a, Token: g.Token, TTL: time.Minute}), "Heartbeat")
 	clk.advance(50 * time.Second) // alive only thanks to the heartbeat
 	clk.advance(1500 * time.Millisecond)
 	out := backend.Outcome{State: backend.Failed, Duration: 3 * time.Second, Result: "r", Error: "boom"}
-	must(t, b.Finish(ctx, "job", at, a, g.Token, out), "Finish")
-	mustIs(t, b.Finish(ctx, "job", at, a, g.Token, out), backend.ErrLeaseLost, "second Finish")
-	mustIs(t, b.Heartbeat(ctx, "job", at, a, g.Token, time.Minute), backend.ErrLeaseLost, "Heartbeat after Finish")
+	must(t, b.Finish(ctx, backend.FinishRequest{Job: "job", ScheduledAt: at, Owner: a, Token: g.Token, Outcome: out}), "Finish")
+	mustIs(t, b.Finish(ctx, backend.FinishRequest{Job: "job", ScheduledAt: at, Owner: a, Token: g.Token, Outcome: out}), backend.ErrLeaseLost, "second Finish")
+	mustIs(t, b.Heartbeat(ctx, backend.HeartbeatRequest{Job: "job", ScheduledAt: at, Owner: a, Token: g.Token, TTL: time.Minute}), backend.ErrLeaseLost, "Heartbeat after Finish")
 	r, err := b.GetRun(ctx, "job", at)
 	must(t, err, "GetRun")
 	wantClaimed := backend.Instant(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
@@ -80,7 +80,7 @@ func TestFinishAfterExpiryIsLost(t *testing.T) {
 	g, err := b.Claim(ctx, claim("job", at, a, time.Second))
 	must(t, err, "Claim")
 	clk.advance(time.Second)
-	mustIs(t, b.Finish(ctx, "job", at, a, g.Token, backend.Outcome{State: backend.Succeeded}), backend.ErrLeaseLost, "Finish after expiry")
+	mustIs(t, b.Finish(ctx, backend.FinishRequest{Job: "job", ScheduledAt: at, Owner: a, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded}}), backend.ErrLeaseLost, "Finish after expiry")
 	r, err := b.GetRun(ctx, "job", at)
 	must(t, err, "GetRun")
 	if r.State != backend.Running || !r.Expired {
@@ -93,7 +93,7 @@ func TestClaimTooEarlyAndOverlap(t *testing.T) {
 	b, ctx := open(t, dbPath(t), clk.option()), context.Background()
 	future := clk.wall.Add(time.Hour)
 	_, err := b.Claim(ctx, claim("job", future, own("a"), time.Minute))
-	mustIs(t, err, backend.ErrTooEarly, "Claim an hour early")
+	mustIs(t, err, backend.ErrOccurrenceTooEarly, "Claim an hour early")
 	_, err = b.GetRun(ctx, "job", future)
 	mustIs(t, err, backend.ErrNotFound, "GetRun after a refused claim")
 	hw, _, err := b.HighWater(ctx, "job")
@@ -113,7 +113,7 @@ func TestClaimTooEarlyAndOverlap(t *testing.T) {
 	second := claim("serial", clk.wall.Add(-time.Second), own("b"), time.Minute)
 	second.MaxRunning = 1
 	_, err = b.Claim(ctx, second)
-	mustIs(t, err, backend.ErrOverlap, "second claim while the first runs")
+	mustIs(t, err, backend.ErrOccurrenceOverlap, "second claim while the first runs")
 	second.MaxRunning = 2
 	_, err = b.Claim(ctx, second)
 	must(t, err, "second claim with MaxRunning 2")
@@ -121,7 +121,7 @@ func TestClaimTooEarlyAndOverlap(t *testing.T) {
 	third.MaxRunning = 1
 	clk.advance(time.Second) // the first runner's lease expires; the second still runs
 	_, err = b.Claim(ctx, third)
-	mustIs(t, err, backend.ErrOverlap, "third claim while the second runs")
+	mustIs(t, err, backend.ErrOccurrenceOverlap, "third claim while the second runs")
 	third.MaxRunning = 2
 	_, err = b.Claim(ctx, third)
 	must(t, err, "third claim: the expired first run does not count")
@@ -137,9 +137,9 @@ func TestReclaimAndAbandon(t *testing.T) {
 	_, _, err = b.Reclaim(ctx, claim("never", at, c, time.Minute))
 	mustIs(t, err, backend.ErrNotFound, "Reclaim of an occurrence never claimed")
 	_, _, err = b.Reclaim(ctx, claim("job", at, c, time.Minute))
-	mustIs(t, err, backend.ErrNotExpired, "Reclaim while live")
+	mustIs(t, err, backend.ErrLeaseNotExpired, "Reclaim while live")
 	_, err = b.Abandon(ctx, "job", at)
-	mustIs(t, err, backend.ErrNotExpired, "Abandon while live")
+	mustIs(t, err, backend.ErrLeaseNotExpired, "Abandon while live")
 	clk.advance(time.Second)
 	req := claim("job", at, c, time.Minute)
 	req.SpecVersion = "v2"
@@ -158,7 +158,7 @@ func TestReclaimAndAbandon(t *testing.T) {
 	if got != r {
 		t.Fatalf("GetRun = %+v, Reclaim returned %+v", got, r)
 	}
-	mustIs(t, b.Finish(ctx, "job", at, a, g1.Token, backend.Outcome{State: backend.Succeeded}), backend.ErrLeaseLost, "Finish by the dead runner")
+	mustIs(t, b.Finish(ctx, backend.FinishRequest{Job: "job", ScheduledAt: at, Owner: a, Token: g1.Token, Outcome: backend.Outcome{State: backend.Succeeded}}), backend.ErrLeaseLost, "Finish by the dead runner")
 	clk.advance(time.Minute)
 	ab, err := b.Abandon(ctx, "job", at)
 	must(t, err, "Abandon")
@@ -166,11 +166,11 @@ func TestReclaimAndAbandon(t *testing.T) {
 		t.Fatalf("Abandon = %+v", ab)
 	}
 	_, err = b.Abandon(ctx, "job", at)
-	mustIs(t, err, backend.ErrClaimed, "second Abandon")
+	mustIs(t, err, backend.ErrOccurrenceClaimed, "second Abandon")
 	_, _, err = b.Reclaim(ctx, claim("job", at, own("d"), time.Minute))
-	mustIs(t, err, backend.ErrClaimed, "Reclaim of an abandoned occurrence")
+	mustIs(t, err, backend.ErrOccurrenceClaimed, "Reclaim of an abandoned occurrence")
 	_, err = b.Claim(ctx, claim("job", at, own("d"), time.Minute))
-	mustIs(t, err, backend.ErrClaimed, "Claim of an abandoned occurrence")
+	mustIs(t, err, backend.ErrOccurrenceClaimed, "Claim of an abandoned occurrence")
 	_, err = b.Abandon(ctx, "never", at)
 	mustIs(t, err, backend.ErrNotFound, "Abandon of an occurrence never claimed")
 	// The job's counter went on from the reclaim.
@@ -203,7 +203,7 @@ func TestHighWaterPruneAndReopen(t *testing.T) {
 		last = g.Token
 		if i < 4 {
 			clk.advance(time.Second)
-			must(t, b.Finish(ctx, "job", at, o, g.Token, backend.Outcome{State: backend.Succeeded}), "Finish")
+			must(t, b.Finish(ctx, backend.FinishRequest{Job: "job", ScheduledAt: at, Owner: o, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded}}), "Finish")
 		}
 	}
 	_, err := b.Claim(ctx, claim("job", base.Add(-time.Hour), own("a"), time.Hour)) // late, older
@@ -259,7 +259,7 @@ func TestListRunsFilters(t *testing.T) {
 		g, err := b.Claim(ctx, claim(job, at, o, time.Minute))
 		must(t, err, "Claim")
 		if i < 4 {
-			must(t, b.Finish(ctx, job, at, o, g.Token, backend.Outcome{State: backend.Succeeded}), "Finish")
+			must(t, b.Finish(ctx, backend.FinishRequest{Job: job, ScheduledAt: at, Owner: o, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded}}), "Finish")
 		}
 	}
 	// Same instant, two jobs: ordered by job.
@@ -330,11 +330,17 @@ func TestLedgerBadInputChangesNothing(t *testing.T) {
 			_, err := b.Claim(ctx, r)
 			return err
 		},
-		"heartbeat token 0": func() error { return b.Heartbeat(ctx, "j", now, a, 0, time.Minute) },
-		"heartbeat bad ttl": func() error { return b.Heartbeat(ctx, "j", now, a, 1, 0) },
-		"finish bad state":  func() error { return b.Finish(ctx, "j", now, a, 1, backend.Outcome{State: backend.Running}) },
+		"heartbeat token 0": func() error {
+			return b.Heartbeat(ctx, backend.HeartbeatRequest{Job: "j", ScheduledAt: now, Owner: a, Token: 0, TTL: time.Minute})
+		},
+		"heartbeat bad ttl": func() error {
+			return b.Heartbeat(ctx, backend.HeartbeatRequest{Job: "j", ScheduledAt: now, Owner: a, Token: 1, TTL: 0})
+		},
+		"finish bad state": func() error {
+			return b.Finish(ctx, backend.FinishRequest{Job: "j", ScheduledAt: now, Owner: a, Token: 1, Outcome: backend.Outcome{State: backend.Running}})
+		},
 		"finish neg dur": func() error {
-			return b.Finish(ctx, "j", now, a, 1, backend.Outcome{State: backend.Failed, Duration: -1})
+			return b.Finish(ctx, backend.FinishRequest{Job: "j", ScheduledAt: now, Owner: a, Token: 1, Outcome: backend.Outcome{State: backend.Failed, Duration: -1}})
 		},
 		"reclaim no job":    func() error { _, _, err := b.Reclaim(ctx, claim("", now, a, time.Minute)); return err },
 		"abandon zero time": func() error { _, err := b.Abandon(ctx, "j", time.Time{}); return err },
@@ -369,7 +375,7 @@ func TestFinishTruncatesTexts(t *testing.T) {
 	for i := range long {
 		long[i] = 'x'
 	}
-	must(t, b.Finish(ctx, "j", at, a, g.Token, backend.Outcome{State: backend.Succeeded, Result: string(long), Error: string(long)}), "Finish")
+	must(t, b.Finish(ctx, backend.FinishRequest{Job: "j", ScheduledAt: at, Owner: a, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: string(long), Error: string(long)}}), "Finish")
 	r, err := b.GetRun(ctx, "j", at)
 	must(t, err, "GetRun")
 	if len(r.Result) > backend.MaxResultLen || len(r.Error) > backend.MaxErrorLen ||

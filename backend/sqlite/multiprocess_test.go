@@ -113,7 +113,7 @@ func TestHelperProcess(t *testing.T) {
 			if err == nil {
 				break
 			}
-			if !errors.Is(err, backend.ErrHeld) {
+			if !errors.Is(err, backend.ErrLeaseHeld) {
 				t.Fatalf("Acquire: %v", err)
 			}
 			time.Sleep(time.Duration(50+rand.IntN(200)) * time.Microsecond) // retry backoff

@@ -57,10 +57,11 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/closegate"
+	"github.com/leasehold/leasehold/internal/sqlledger"
 	"modernc.org/sqlite" // registers the "sqlite" driver
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -70,16 +71,6 @@ const MinTTL = time.Millisecond
 
 // schemaVersion is the version of the schema this code creates and reads.
 const schemaVersion = 1
-
-// Errors returned by Open, in addition to backend.ErrInvalid.
-var (
-	// ErrNetworkFS: the database's directory is on a network filesystem,
-	// where SQLite's WAL locking is unsafe.
-	ErrNetworkFS = errors.New("leasehold/sqlite: database on a network filesystem")
-	// ErrSchemaTooNew: the database was written by a newer leasehold whose
-	// schema this code does not know.
-	ErrSchemaTooNew = errors.New("leasehold/sqlite: database schema is newer than this code")
-)
 
 // Option configures Open.
 type Option func(*config) error
@@ -98,7 +89,7 @@ type config struct {
 func WithBusyTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d < time.Millisecond || d > 10*time.Minute {
-			return fmt.Errorf("%w: sqlite busy timeout %v is not in 1ms..10m", backend.ErrInvalid, d)
+			return fmt.Errorf("%w: sqlite WithBusyTimeout(%v): not in 1ms..10m", backend.ErrInvalid, d)
 		}
 		c.busyTimeout = d
 		return nil
@@ -141,8 +132,8 @@ func withClocks(mono func() (int64, error), wall func() time.Time) Option {
 // concurrent use by many goroutines, and any number of processes on the host
 // may open the same file.
 type Backend struct {
-	mu      sync.RWMutex // write-locked only by Close
-	closed  bool
+	gate    closegate.Gate
+	led     *sqlledger.Ledger // the ledger's rules and reads, written once
 	db      *sql.DB
 	path    string
 	bootID  string
@@ -182,6 +173,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	if err := checkLocalFS(abs); err != nil {
 		return nil, err
 	}
+	if err := ensurePrivate(abs); err != nil {
+		return nil, err
+	}
 	if cfg.bootID == "" {
 		if cfg.bootID, err = readBootID(); err != nil {
 			return nil, err
@@ -210,6 +204,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
 	b := &Backend{db: db, path: abs, bootID: cfg.bootID, mono: cfg.mono, wall: cfg.wall}
+	b.led = newLedger(b)
 	if err := b.initRetryingBusy(ctx, cfg.busyTimeout); err != nil {
 		b.Close()
 		return nil, err
@@ -378,28 +373,15 @@ func (b *Backend) Path() string { return b.path }
 // Close closes the database. Leases stay in the file until they expire or
 // are released through another Backend; later calls fail with ErrClosed.
 func (b *Backend) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+	if !b.gate.Shut() { // every call has left; later ones get ErrClosed
 		return nil
 	}
-	b.closed = true
 	for _, st := range b.stmts {
 		if st != nil {
 			st.Close()
 		}
 	}
 	return b.db.Close()
-}
-
-// enter takes the read side of the close lock; callers defer b.mu.RUnlock().
-func (b *Backend) enter() error {
-	b.mu.RLock()
-	if b.closed {
-		b.mu.RUnlock()
-		return backend.ErrClosed
-	}
-	return nil
 }
 
 // write runs fn in one immediate transaction, committing if fn returns nil.
@@ -409,10 +391,10 @@ func (b *Backend) write(ctx context.Context, what string, fn func(tx *sql.Tx) er
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sqlite: %s: %w: %w", what, backend.ErrNotApplied, err)
 	}
-	if err := b.enter(); err != nil {
+	if err := b.gate.Enter(); err != nil {
 		return err
 	}
-	defer b.mu.RUnlock()
+	defer b.gate.Leave()
 	tx, err := b.db.BeginTx(ctx, nil)
 	if err != nil {
 		return dbErr(ctx, what, err)
@@ -443,16 +425,6 @@ func (b *Backend) now(what string) (int64, error) {
 		return 0, fmt.Errorf("sqlite: %s: %w", what, err)
 	}
 	return n, nil
-}
-
-// ceilMs returns the smallest whole millisecond m with m ms ≥ t, so that
-// "ms-precision value < t" is "value < ceilMs(t)".
-func ceilMs(t time.Time) int64 {
-	ms := t.UnixMilli() // floor: Nanosecond() is never negative
-	if t.Nanosecond()%int(time.Millisecond) != 0 {
-		ms++
-	}
-	return ms
 }
 
 // fromMs converts stored milliseconds to a UTC time.

@@ -213,23 +213,3 @@ func TestCancelledContext(t *testing.T) {
 		t.Fatalf("cancelled Acquire left %d leases", len(ls))
 	}
 }
-
-func TestCeilMs(t *testing.T) {
-	base := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
-	cases := []struct {
-		t    time.Time
-		want int64
-	}{
-		{base, base.UnixMilli()},
-		{base.Add(time.Nanosecond), base.UnixMilli() + 1},
-		{base.Add(time.Millisecond - 1), base.UnixMilli() + 1},
-		{base.Add(time.Millisecond), base.UnixMilli() + 1},
-		{time.Unix(0, -1), 0},
-		{time.Unix(0, -int64(time.Millisecond)), -1},
-	}
-	for _, c := range cases {
-		if got := ceilMs(c.t); got != c.want {
-			t.Errorf("ceilMs(%v) = %d, want %d", c.t, got, c.want)
-		}
-	}
-}

@@ -15,6 +15,7 @@ import (
 // the shorter grant (1 s) before its deadline, not lose every lock before
 // its first renewal.
 func TestLockLongerThanTheSession(t *testing.T) {
+	t.Parallel()
 	srv := testserver.ZooKeeper(t)
 	b := open(t, srv.Addr(), time.Second)
 	const ttl = 3 * time.Second

@@ -25,6 +25,10 @@ func locker(t testing.TB, b backend.Leases, name string, ttl time.Duration) *lea
 // survive a restart shorter than the session timeout. Whatever happens to
 // the holder, the backend must agree with it: while its context is alive
 // the node is its own; and the next grant's token is greater.
+//
+// Not parallel: the holder's reconnect across the restart is timed by its
+// session, and runs alone (before the parallel tests) so that a loaded
+// host does not stretch it.
 func TestServerRestartWhileHeld(t *testing.T) {
 	srv := testserver.ZooKeeper(t)
 	const ttl = 10 * time.Second
@@ -85,6 +89,7 @@ func behindProxy(t *testing.T) (p *chaos.Proxy, proxied, direct *zookeeper.Backe
 // token; and once the holder reconnects (to a new session), its stale
 // renewal is refused.
 func TestSessionExpiry(t *testing.T) {
+	t.Parallel()
 	p, holderB, direct := behindProxy(t)
 	const ttl = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -171,6 +176,7 @@ func keptUntil(t *testing.T, direct *zookeeper.Backend, key string, owner backen
 // the renewal's send time + TTL. (The chaos checker caught this on a
 // ZooKeeper restart: a grant answered "ok", then lost 20 ms later.)
 func TestRenewInFlightWhenTheOldTimerFires(t *testing.T) {
+	t.Parallel()
 	p, b, direct := slowReplies(t)
 	ctx := context.Background()
 	const ttl = 6 * time.Second
@@ -186,7 +192,7 @@ func TestRenewInFlightWhenTheOldTimerFires(t *testing.T) {
 	time.Sleep(time.Until(t0.Add(2 * time.Second)))
 	p.SetDelay(1500 * time.Millisecond)
 	sent := time.Now()
-	_, err = b.Renew(ctx, "svc/renew-late", owner, g.Token, ttl)
+	_, err = b.Renew(ctx, backend.RenewRequest{Key: "svc/renew-late", Owner: owner, Token: g.Token, TTL: ttl})
 	p.SetDelay(0)
 	if errors.Is(err, backend.ErrLeaseLost) {
 		t.Logf("the renewal came too late for this host's timing (%v): lost, as it must be; nothing to check", time.Since(t0))
@@ -201,6 +207,7 @@ func TestRenewInFlightWhenTheOldTimerFires(t *testing.T) {
 // TestRetryInFlightWhenTheOldTimerFires: the same for an Acquire retried
 // with the holder's nonce, answered "yours" (a renewing write).
 func TestRetryInFlightWhenTheOldTimerFires(t *testing.T) {
+	t.Parallel()
 	p, b, direct := slowReplies(t)
 	ctx := context.Background()
 	const ttl = 2 * time.Second

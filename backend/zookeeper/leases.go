@@ -85,6 +85,7 @@ func (b *Backend) lease(key, name string) (backend.Lease, *zk.Stat, error) {
 // grant is the node's: its czxid is the token. The queue is listed before
 // the create only when an earlier attempt with this owner nonce may have
 // left a node (its outcome was unknown), so that the retry finds and owns it.
+// It returns when ctx ends, the outcome unknown (see bounded).
 func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
 		return backend.Grant{}, err
@@ -95,9 +96,30 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	if err := ctx.Err(); err != nil {
 		return backend.Grant{}, err
 	}
+	what := fmt.Sprintf("acquire key %q", key)
+	if err := b.waitAbandoned(ctx, owner.Nonce, what); err != nil {
+		return backend.Grant{}, err
+	}
 	sent := time.Now()
-	dir := b.lockDir(key)
 	g := b.grantTTL(ttl)
+	var (
+		grant backend.Grant
+		err   error
+	)
+	if b.bounded(ctx, owner.Nonce, func() { grant, err = b.acquire(key, owner, g, sent) }) {
+		return grant, err
+	}
+	// Unknown outcome, as after a create whose reply was lost: a retry
+	// lists first, and settle finds and times a node the create leaves
+	// (the abandoned call also goes on and handles its own result).
+	b.markUnsure(owner.Nonce, sent, g)
+	b.settle(key, owner)
+	return backend.Grant{}, unknownOutcome(ctx, what)
+}
+
+// acquire is Acquire's requests, for a grant of g, timed from sent.
+func (b *Backend) acquire(key string, owner backend.Owner, g time.Duration, sent time.Time) (backend.Grant, error) {
+	dir := b.lockDir(key)
 	if path, token, ok := b.grantOf(key, owner); ok {
 		// A retry of a grant made here: yours, if its node still exists.
 		// A write renews it: it goes through the leader, so on an ensemble
@@ -122,6 +144,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		}
 		return backend.Grant{Token: token, TTL: g}, nil
 	}
+	byName := b.byNameSoFar() // before the create: see armGrant
 	mine, found, st, q, err := b.enter(key, owner, g, sent)
 	if err != nil {
 		if b.unsure(owner.Nonce) {
@@ -158,20 +181,47 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	if st.EphemeralOwner != b.conn.SessionID() {
 		return backend.Grant{}, fmt.Errorf("%w: key %q is held by owner %s through another session", backend.ErrLeaseLost, key, owner.Instance)
 	}
-	if found {
-		// An earlier attempt's node: this answer is "yours", which renews
-		// it — a write, so that Get's remaining time restarts too. Timed
-		// from this send time before the write is sent (see extend): the
-		// earlier attempt's timer must not fire under it.
-		b.armAt(path, nil, sent.Add(g))
-		if _, err := b.conn.Set(path, nodeData(owner, g), st.Version); err != nil {
+	b.hooks.onBeforeGrant(path)
+	// Granted only if the node exists once this call has armed it. Timed
+	// from this send time before any write is sent (see extend): an
+	// earlier timer must not fire under the grant.
+	//
+	// Something of this backend's but this call may have been after the
+	// node: the timer of an earlier attempt, for a node it found; or a
+	// background cleanup that finds an owner's nodes by name, a retry's
+	// fresh node too — settle (after an unknown outcome of this owner's
+	// earlier attempt) times each untimed one by that attempt's deadline,
+	// which may have passed, and a queued acquire's withdrawal deletes
+	// each one no timer keeps. Such a timer's expire, and the withdrawal,
+	// delete the node unless they find it armed; either may find it
+	// unarmed just before the arm above and delete it just after, so no
+	// read after the arm proves the node kept (the chaos checker caught a
+	// retry answered OK for a node settle had deleted, and the next owner
+	// granted too). A write sent after the arm does: both delete only with
+	// the version they read before they found the node unarmed, which the
+	// write changes, so either they saw the arm and keep the node, or their
+	// delete and the write conflict on that version and only one is
+	// applied — a deleted node fails the write (no grant), a written one
+	// fails the delete. The write is sent for a node found (it answers
+	// "yours", and renews it so that Get's remaining time restarts too)
+	// and for a fresh one only if a cleanup took on a node by name since
+	// this call's create (armGrant): the common Acquire stays a create and
+	// one pipelined read.
+	if b.armGrant(path, sent.Add(g), byName) || found {
+		if err := b.setOwn(path, nodeData(owner, g), nil, st.Version); err != nil {
 			if err == zk.ErrNoNode || err == zk.ErrBadVersion {
-				return backend.Grant{}, fmt.Errorf("%w: key %q: the earlier attempt's node went before the retry", backend.ErrLeaseLost, key)
+				b.disarm(path, nil)
+				what := "its node was deleted before the grant (by the cleanup of an earlier attempt of this owner whose outcome was unknown)"
+				if found {
+					what = "the earlier attempt's node went before the retry"
+				}
+				return backend.Grant{}, fmt.Errorf("%w: key %q: %s", backend.ErrLeaseLost, key, what)
 			}
-			return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+			// Unknown outcome: the node stays timed by this call; a retry
+			// lists first, finds it and answers "yours".
+			b.markUnsure(owner.Nonce, sent, g)
+			return backend.Grant{}, b.wrapSent(err, fmt.Sprintf("acquire key %q", key))
 		}
-	} else {
-		b.armAt(path, nil, sent.Add(g))
 	}
 	b.clearUnsure(owner.Nonce)
 	b.track(key, uint64(st.Czxid), path, owner)
@@ -263,17 +313,35 @@ func (b *Backend) find(key string, owner backend.Owner, token uint64) (string, *
 }
 
 // Renew implements backend.Leases: a version-guarded write of the lock node
-// (proving the session alive at send time) restarts its TTL.
-func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckRenew(key, owner, token, ttl, MinTTL); err != nil {
+// (proving the session alive at send time) restarts its TTL. It returns
+// when ctx ends, the outcome unknown (see bounded).
+func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
+	if err := backend.CheckRenew(req, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
+	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
 	if err := b.check(); err != nil {
 		return backend.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return backend.Grant{}, err
 	}
+	what := fmt.Sprintf("renew key %q", key)
+	if err := b.waitAbandoned(ctx, owner.Nonce, what); err != nil {
+		return backend.Grant{}, err
+	}
+	var (
+		grant backend.Grant
+		err   error
+	)
+	if b.bounded(ctx, owner.Nonce, func() { grant, err = b.renew(key, owner, token, ttl) }) {
+		return grant, err
+	}
+	return backend.Grant{}, unknownOutcome(ctx, what)
+}
+
+// renew is Renew's requests.
+func (b *Backend) renew(key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
 	sent := time.Now()
 	path, st, err := b.find(key, owner, token)
 	if err != nil {
@@ -283,7 +351,7 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 	if st.EphemeralOwner != b.conn.SessionID() || !b.extend(path, nil, sent.Add(g)) {
 		return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: not kept alive by this session", backend.ErrLeaseLost, key, token)
 	}
-	_, err = b.conn.Set(path, nodeData(owner, g), st.Version)
+	err = b.setOwn(path, nodeData(owner, g), nil, st.Version)
 	switch {
 	case err == zk.ErrNoNode || err == zk.ErrBadVersion:
 		// Gone or rewritten: the timer stays, and deletes a node that is
@@ -295,7 +363,8 @@ func (b *Backend) Renew(ctx context.Context, key string, owner backend.Owner, to
 	return backend.Grant{Token: token, TTL: g}, nil
 }
 
-// Release implements backend.Leases.
+// Release implements backend.Leases. It returns when ctx ends, the
+// outcome unknown (see bounded).
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
 	if err := backend.CheckRelease(key, owner, token); err != nil {
 		return err
@@ -306,6 +375,19 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	what := fmt.Sprintf("release key %q", key)
+	if err := b.waitAbandoned(ctx, owner.Nonce, what); err != nil {
+		return err
+	}
+	var err error
+	if b.bounded(ctx, owner.Nonce, func() { err = b.release(key, owner, token) }) {
+		return err
+	}
+	return unknownOutcome(ctx, what)
+}
+
+// release is Release's requests.
+func (b *Backend) release(key string, owner backend.Owner, token uint64) error {
 	if path, granted, ok := b.tracked(key, token); ok && b.armed(path, nil) {
 		// A grant this backend made and keeps alive: its node's path is
 		// unique to the grant (sequence numbers are never reused), so one
@@ -329,6 +411,11 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 		return err
 	}
 	err = b.conn.Delete(path, st.Version)
+	if err == zk.ErrBadVersion {
+		// A concurrent write of this grant (its renewal, a retry's
+		// "yours") came first; the path is the grant's own (see setOwn).
+		err = b.conn.Delete(path, -1)
+	}
 	switch {
 	case err == zk.ErrNoNode || err == zk.ErrBadVersion:
 		return fmt.Errorf("%w: key %q, token %d: gone while releasing", backend.ErrLeaseLost, key, token)
@@ -433,4 +520,30 @@ func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error)
 		}
 	}()
 	return ch, nil
+}
+
+// setOwn writes data to path at version ver. When a concurrent write of
+// the same grant changed the version first — another attempt of this
+// request answered "yours", or a renewal — it writes again over that one,
+// as long as the node still holds want (nil: any data, for a node whose
+// path is the grant's own: a lock node, protected and sequential, is never
+// made again at the same path). Else the error is the write's: ErrNoNode
+// when the node went, ErrBadVersion when it now holds another grant. The
+// randomized conformance check caught the plain versioned write telling a
+// live grant "lost" when a late first attempt arrived beside its retry.
+func (b *Backend) setOwn(path string, data, want []byte, ver int32) error {
+	for {
+		_, err := b.conn.Set(path, data, ver)
+		if err != zk.ErrBadVersion {
+			return err
+		}
+		cur, st, gerr := b.conn.Get(path)
+		switch {
+		case gerr != nil:
+			return gerr
+		case want != nil && string(cur) != string(want):
+			return zk.ErrBadVersion
+		}
+		ver = st.Version
+	}
 }

@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -25,7 +26,7 @@ func (b *Backend) yours(o occ, job string, at time.Time, ttl time.Duration) (bac
 	if o.alive == nil || string(o.alive) != string(aliveValue(r.owner(), r.Token)) || !b.extend(path, o.alive, sent.Add(g)) {
 		return backend.Grant{}, fmt.Errorf("%w: %s, token %d: the runner's lease expired", backend.ErrLeaseLost, occurrence(job, at), r.Token)
 	}
-	if _, err := b.conn.Set(path, o.alive, o.aliveVer); err != nil {
+	if err := b.setOwn(path, o.alive, o.alive, o.aliveVer); err != nil {
 		if err == zk.ErrNoNode || err == zk.ErrBadVersion {
 			return backend.Grant{}, fmt.Errorf("%w: %s, token %d: the runner's lease expired", backend.ErrLeaseLost, occurrence(job, at), r.Token)
 		}
@@ -80,12 +81,25 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 			continue
 		}
 		if req.MaxRunning > 0 {
-			names, _, err := b.conn.Children(jp + "/alive")
-			if err != nil && err != zk.ErrNoNode {
-				return backend.Grant{}, b.wrap(err, "count running occurrences of job "+req.Job)
+			b.hooks.onClaimCount("before")
+			n, err := b.countOthers(req.Job, at)
+			if err != nil {
+				return backend.Grant{}, err
 			}
-			if len(names) >= req.MaxRunning {
-				return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, len(names), req.MaxRunning)
+			if n >= req.MaxRunning {
+				b.hooks.onClaimCount("after")
+				// The count is a later read than the record's: the
+				// occurrence may have been claimed (and even finished
+				// and pruned) in between. Answer only from a count
+				// that provably saw it unclaimed.
+				n, ok, err := b.overlapUnclaimed(req.Job, at, req.MaxRunning)
+				if err != nil {
+					return backend.Grant{}, err
+				}
+				if !ok {
+					continue
+				}
+				return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, n, req.MaxRunning)
 			}
 		}
 		j.Counter++
@@ -113,6 +127,42 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	}
 }
 
+// countOthers counts the job's live runner nodes other than the
+// occurrence at's own: that one's node is there only if it was claimed
+// since its record was read, and then the claim's create fails and the
+// answer is that claim's.
+func (b *Backend) countOthers(job string, at time.Time) (int, error) {
+	names, _, err := b.conn.Children(b.jobPath(job) + "/alive")
+	if err != nil && err != zk.ErrNoNode {
+		return 0, b.wrap(err, "count running occurrences of job "+job)
+	}
+	return len(slices.DeleteFunc(names, func(n string) bool { return n == ms20(at) })), nil
+}
+
+// overlapUnclaimed confirms a claim's overlap: the job node's version
+// (which every claim and reclaim of the job writes) is read before and
+// after the occurrence's absence and the count of the others. Unchanged,
+// no claim came in between, so the occurrence was unclaimed when counted
+// and the count is that moment's; ok reports that the overlap holds.
+func (b *Backend) overlapUnclaimed(job string, at time.Time, maxRunning int) (n int, ok bool, err error) {
+	_, v1, err := b.readJob(job)
+	if err != nil {
+		return 0, false, err
+	}
+	there, _, err := b.conn.Exists(b.runPath(job, at))
+	if err != nil {
+		return 0, false, b.wrap(err, "read "+occurrence(job, at))
+	}
+	if n, err = b.countOthers(job, at); err != nil {
+		return 0, false, err
+	}
+	_, v2, err := b.readJob(job)
+	if err != nil {
+		return 0, false, err
+	}
+	return n, v1 == v2 && !there && n >= maxRunning, nil
+}
+
 // held checks that owner+token hold the running occurrence unexpired.
 func (b *Backend) held(o occ, job string, at time.Time, owner backend.Owner, token uint64) error {
 	if o.run == nil || o.alive == nil || string(o.alive) != string(aliveValue(owner, token)) ||
@@ -124,13 +174,11 @@ func (b *Backend) held(o occ, job string, at time.Time, owner backend.Owner, tok
 
 // Heartbeat implements backend.Ledger: a guarded write to the runner's
 // lease node restarts its TTL.
-func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, ttl time.Duration) error {
-	if err := backend.CheckHeld(job, at, owner, token); err != nil {
+func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
+	if err := backend.CheckHeartbeat(req, MinTTL); err != nil {
 		return err
 	}
-	if err := backend.CheckTTL(ttl, MinTTL); err != nil {
-		return err
-	}
+	job, at, owner, token, ttl := req.Job, req.ScheduledAt, req.Owner, req.Token, req.TTL
 	if err := b.check(); err != nil {
 		return err
 	}
@@ -146,14 +194,12 @@ func (b *Backend) Heartbeat(ctx context.Context, job string, at time.Time, owner
 }
 
 // Finish implements backend.Ledger.
-func (b *Backend) Finish(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, out backend.Outcome) error {
-	if err := backend.CheckHeld(job, at, owner, token); err != nil {
-		return err
-	}
-	out, err := backend.CheckOutcome(out)
+func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
+	req, err := backend.CheckFinish(req)
 	if err != nil {
 		return err
 	}
+	job, at, owner, token, out := req.Job, req.ScheduledAt, req.Owner, req.Token, req.Outcome
 	if err := b.check(); err != nil {
 		return err
 	}
@@ -193,6 +239,9 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	}
 	at := backend.Instant(req.ScheduledAt)
 	for {
+		if err := ctx.Err(); err != nil {
+			return backend.Grant{}, backend.Run{}, err
+		}
 		o, err := b.readOcc(req.Job, at)
 		if err != nil {
 			return backend.Grant{}, backend.Run{}, err
@@ -207,6 +256,11 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 			return backend.Grant{}, backend.Run{}, &backend.ClaimedError{Run: o.run.view(o.alive != nil)}
 		case o.alive != nil:
 			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(req.Job, at), o.run.Instance)
+		case req.MaxAttempts > 0 && o.run.Attempt >= req.MaxAttempts:
+			// Attempts only grow, and the multi below writes the run at
+			// the version read: the bound is judged on the record it replaces.
+			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s ran %d attempts, max %d",
+				backend.ErrExhausted, occurrence(req.Job, at), o.run.Attempt, req.MaxAttempts)
 		}
 		j, ver, err := b.readJob(req.Job)
 		if err != nil {
@@ -220,7 +274,17 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 			if err != nil && err != zk.ErrNoNode {
 				return backend.Grant{}, backend.Run{}, b.wrap(err, "count running occurrences of job "+req.Job)
 			}
+			// Not this one's: a node there now is another reclaim's since
+			// its record was read, and the versioned write below fails.
+			names = slices.DeleteFunc(names, func(n string) bool { return n == ms20(at) })
 			if len(names) >= req.MaxRunning {
+				// As in Claim: answer only if the occurrence read before
+				// the count is still as read (same run write, no lease).
+				if again, err := b.readOcc(req.Job, at); err != nil {
+					return backend.Grant{}, backend.Run{}, err
+				} else if again.run == nil || again.runZxid != o.runZxid || again.alive != nil {
+					continue
+				}
 				return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: reclaim %s: the job has %d other running, max %d",
 					backend.ErrOverlap, occurrence(req.Job, at), len(names), req.MaxRunning)
 			}
@@ -360,6 +424,7 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 		for _, a := range alive {
 			live[a] = true
 		}
+		b.hooks.onAliveListed(ej)
 		hours, err := b.children(jp + "/runs")
 		if err != nil {
 			return nil, err
@@ -382,6 +447,19 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 					return nil, err
 				}
 				v := r.view(live[n])
+				if v.Expired {
+					// Running with no lease node in the listing taken
+					// before: claimed since, finished since, or truly
+					// expired. One snapshot of it tells (readOcc).
+					o, err := b.readOcc(r.Job, time.UnixMilli(r.At))
+					if err != nil {
+						return nil, err
+					}
+					if o.run == nil {
+						continue
+					}
+					v = o.run.view(o.alive != nil)
+				}
 				if f.Matches(v) {
 					out = append(out, v)
 				}
@@ -426,19 +504,62 @@ func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (in
 			if !ok || fin >= olderThan.UnixNano() {
 				continue
 			}
-			err := b.conn.Delete(rp, -1)
-			if err != nil && err != zk.ErrNoNode {
-				return n, b.wrap(err, "prune "+rp)
+			b.hooks.onPruneEntry(name)
+			deleted, err := b.pruneRun(rp, root+"/"+h+"/"+name, fin)
+			if err != nil {
+				return n, err
 			}
-			if err == nil {
+			if deleted {
 				n++
 				_ = b.conn.Delete(rp[:strings.LastIndex(rp, "/")], -1) // fails while not empty
-			}
-			if err := b.conn.Delete(root+"/"+h+"/"+name, -1); err != nil && err != zk.ErrNoNode {
-				return n, b.wrap(err, "prune index "+name)
 			}
 		}
 		_ = b.conn.Delete(root+"/"+h, -1) // fails while not empty
 	}
 	return n, nil
+}
+
+// pruneRun deletes the finished run an index entry names together with
+// the entry, in one multi-op guarded by the run node's version — and only
+// while the run there is the one the entry indexes (finished at fin). A
+// Prune listed the entry earlier: another Prune may have deleted that run
+// since, and a claim made the occurrence's record again, running; that
+// record is not this entry's and is kept (deleting it let a third claim
+// win the occurrence beside its runner). A stale entry goes alone.
+func (b *Backend) pruneRun(rp, entry string, fin int64) (deleted bool, err error) {
+	for {
+		data, st, err := b.conn.Get(rp)
+		switch {
+		case err == zk.ErrNoNode:
+		case err != nil:
+			return false, b.wrap(err, "read "+rp)
+		default:
+			r, err := decodeRun(data)
+			if err != nil {
+				return false, err
+			}
+			if backend.RunState(r.State).Finished() && r.Finished == fin {
+				ops := []any{&zk.DeleteRequest{Path: rp, Version: st.Version}}
+				// The entry, if another has not deleted it (a retry
+				// must not wait for an entry that is gone for good).
+				if there, _, err := b.conn.Exists(entry); err != nil {
+					return false, b.wrap(err, "read "+entry)
+				} else if there {
+					ops = append(ops, &zk.DeleteRequest{Path: entry, Version: -1})
+				}
+				retry, err := b.multi("prune "+rp, nil, ops...)
+				if err != nil {
+					return false, err
+				}
+				if retry {
+					continue // changed, or pruned by another: read again
+				}
+				return true, nil
+			}
+		}
+		if err := b.conn.Delete(entry, -1); err != nil && err != zk.ErrNoNode {
+			return false, b.wrap(err, "prune index "+entry)
+		}
+		return false, nil
+	}
 }

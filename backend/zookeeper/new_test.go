@@ -20,6 +20,7 @@ import (
 // dialer that counts its dials), grants and refuses locks like Open, and
 // owns its session: Close ends it, so the lock is free at once.
 func TestNew(t *testing.T) {
+	t.Parallel()
 	srv := testserver.ZooKeeper(t)
 	var dials atomic.Int32
 	dialer := func(network, addr string, timeout time.Duration) (net.Conn, error) {
@@ -72,13 +73,13 @@ func TestNewBadOptions(t *testing.T) {
 	}{
 		{"no servers", nil, nil, "servers are empty"},
 		{"empty server", []string{"h:2181", ""}, nil, `servers ["h:2181" ""] include an empty address`},
-		{"session timeout", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithSessionTimeout(-time.Second)}, "session timeout -1s is negative"},
-		{"connect timeout", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithConnectTimeout(-time.Second)}, "connect timeout -1s is negative"},
+		{"session timeout", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithSessionTimeout(-time.Second)}, "WithSessionTimeout(-1s): negative"},
+		{"connect timeout", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithConnectTimeout(-time.Second)}, "WithConnectTimeout(-1s): negative"},
 		{"prefix", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithPrefix("/a//b")}, `prefix "/a//b": path segment "" is not allowed`},
 		{"root prefix", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithPrefix("/")}, `prefix "/" is the root`},
 		{"dot prefix", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithPrefix("/a/../b")}, `prefix "/a/../b": path segment ".." is not allowed`},
-		{"password alone", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithDigestAuth("", "s3cret")}, "password given without a username"},
-		{"nil conn option", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithConnOptions(nil)}, "connection option 0 is nil"},
+		{"password alone", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithDigestAuth("", "s3cret")}, `WithDigestAuth("", …): empty username`},
+		{"nil conn option", []string{"h:2181"}, []zookeeper.Option{zookeeper.WithConnOptions(nil)}, "WithConnOptions: option 0 is nil"},
 		{"nil option", []string{"h:2181"}, []zookeeper.Option{nil}, "nil zookeeper option"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,6 +96,7 @@ func TestNewBadOptions(t *testing.T) {
 
 // TestOpenOptions: Open's options apply over the URL.
 func TestOpenOptions(t *testing.T) {
+	t.Parallel()
 	srv := testserver.ZooKeeper(t)
 	b, err := zookeeper.Open(context.Background(), "zk://"+srv.Addr()+"/fromurl?session_timeout=10s",
 		zookeeper.WithPrefix("/fromopt"), zookeeper.WithSessionTimeout(12*time.Second), zookeeper.WithConnectTimeout(30*time.Second))
@@ -105,7 +107,7 @@ func TestOpenOptions(t *testing.T) {
 	if b.Prefix() != "/fromopt" || b.SessionTimeout() != 12*time.Second {
 		t.Fatalf("prefix %q, session timeout %v; want /fromopt, 12s", b.Prefix(), b.SessionTimeout())
 	}
-	if _, err := zookeeper.Open(context.Background(), "zk://"+srv.Addr()+"/p", zookeeper.WithSessionTimeout(-time.Second)); !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), "session timeout -1s") {
+	if _, err := zookeeper.Open(context.Background(), "zk://"+srv.Addr()+"/p", zookeeper.WithSessionTimeout(-time.Second)); !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), "WithSessionTimeout(-1s)") {
 		t.Fatalf("Open with a negative session timeout = %v, want ErrInvalid naming it", err)
 	}
 }

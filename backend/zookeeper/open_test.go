@@ -3,6 +3,7 @@ package zookeeper_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -38,6 +39,7 @@ func TestParseURL(t *testing.T) {
 // TestDigestACL: a backend opened with a user creates its nodes readable
 // and writable by that user only; an unauthenticated session is refused.
 func TestDigestACL(t *testing.T) {
+	t.Parallel()
 	srv := testserver.ZooKeeper(t)
 	b, err := zookeeper.Open(context.Background(), "zk://app:s3cret@"+srv.Addr()+"/secure?session_timeout=10s")
 	if err != nil {
@@ -90,6 +92,7 @@ func (discard) Printf(string, ...any) {}
 // timeout to its maxSessionTimeout (60 s in testserver); the backend reads
 // the granted value and never grants a lease TTL beyond it.
 func TestNegotiatedSessionTimeout(t *testing.T) {
+	t.Parallel()
 	srv := testserver.ZooKeeper(t)
 	b := open(t, srv.Addr(), 90*time.Second)
 	if got := b.SessionTimeout(); got != 60*time.Second {
@@ -115,5 +118,16 @@ func TestParseURLTrailingSlash(t *testing.T) {
 	cfg, err := zookeeper.ParseURL("zk://h:2181/")
 	if err != nil || cfg.Prefix != "" {
 		t.Fatalf("ParseURL(zk://h:2181/) = prefix %q, %v; want the default (empty)", cfg.Prefix, err)
+	}
+}
+
+// TestNoSessionSaysWhy: a session that never comes (nothing listens on the
+// port) is an error that says why, in the client's own words.
+func TestNoSessionSaysWhy(t *testing.T) {
+	t.Parallel()
+	addr := fmt.Sprintf("127.0.0.1:%d", testserver.FreePort(t)) // closed: nothing listens
+	_, err := zookeeper.OpenConfig(context.Background(), zookeeper.Config{Servers: []string{addr}, ConnectTimeout: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "no session with") || !strings.Contains(err.Error(), "failed to connect") {
+		t.Fatalf("OpenConfig on a closed port: %v, want no session, saying the connect failed", err)
 	}
 }

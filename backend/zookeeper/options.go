@@ -12,32 +12,60 @@ import (
 )
 
 // Option configures Open and New over what the URL says (or, for New, over
-// the defaults). Each sets one Config field; the value is checked when the
-// backend is opened, and a bad one gives an error wrapping
-// backend.ErrInvalid that names the field and the value.
-type Option func(*Config)
+// the defaults). Each sets one Config field and validates its argument: a
+// bad one gives an error wrapping backend.ErrInvalid that names the option
+// and the value. The whole Config is checked again when the backend is
+// opened.
+type Option func(*Config) error
 
 // WithPrefix sets Config.Prefix, the root path of every node the backend
 // writes (default "/leasehold").
-func WithPrefix(p string) Option { return func(c *Config) { c.Prefix = p } }
+func WithPrefix(p string) Option {
+	return func(c *Config) error {
+		if _, err := (&Config{Servers: []string{"x"}, Prefix: p}).check(); err != nil {
+			return fmt.Errorf("WithPrefix(%q): %w", p, err)
+		}
+		c.Prefix = p
+		return nil
+	}
+}
 
 // WithSessionTimeout sets Config.SessionTimeout, the session timeout
-// requested (default DefaultSessionTimeout; the server may grant another).
+// requested (default, and when 0, DefaultSessionTimeout; the server may
+// grant another); it must not be negative.
 func WithSessionTimeout(d time.Duration) Option {
-	return func(c *Config) { c.SessionTimeout = d }
+	return func(c *Config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: WithSessionTimeout(%v): negative", backend.ErrInvalid, d)
+		}
+		c.SessionTimeout = d
+		return nil
+	}
 }
 
 // WithConnectTimeout sets Config.ConnectTimeout, the bound on establishing
-// the session (default 10 s).
+// the session (default, and when 0, 10 s); it must not be negative.
 func WithConnectTimeout(d time.Duration) Option {
-	return func(c *Config) { c.ConnectTimeout = d }
+	return func(c *Config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: WithConnectTimeout(%v): negative", backend.ErrInvalid, d)
+		}
+		c.ConnectTimeout = d
+		return nil
+	}
 }
 
 // WithDigestAuth sets Config.Username and Config.Password: the session
 // authenticates with the digest scheme and every node is created with a
-// digest ACL for that user only.
+// digest ACL for that user only. The user must not be empty.
 func WithDigestAuth(user, password string) Option {
-	return func(c *Config) { c.Username, c.Password = user, password }
+	return func(c *Config) error {
+		if user == "" {
+			return fmt.Errorf("%w: WithDigestAuth(%q, …): empty username", backend.ErrInvalid, user)
+		}
+		c.Username, c.Password = user, password
+		return nil
+	}
 }
 
 // WithConnOptions adds go-zookeeper connection options (zk.WithDialer,
@@ -45,9 +73,19 @@ func WithDigestAuth(user, password string) Option {
 // backend makes. They are applied before the backend's own, so a
 // zk.WithLogger among them is overridden: the backend's logger reads the
 // session timeout the server granted, which go-zookeeper reports nowhere
-// else.
+// else. A zk.WithDialer among them replaces the backend's dialer, which
+// bounds the session handshake by the session timeout (go-zookeeper's own
+// waits 20/3 of it for a server that accepted and does not answer).
 func WithConnOptions(opts ...func(*zk.Conn)) Option {
-	return func(c *Config) { c.ConnOptions = append(c.ConnOptions, opts...) }
+	return func(c *Config) error {
+		for i, o := range opts {
+			if o == nil {
+				return fmt.Errorf("%w: WithConnOptions: option %d is nil", backend.ErrInvalid, i)
+			}
+		}
+		c.ConnOptions = append(c.ConnOptions, opts...)
+		return nil
+	}
 }
 
 // New connects to servers as opts say and returns a backend over that
@@ -71,7 +109,9 @@ func (cfg Config) open(ctx context.Context, opts []Option) (*Backend, error) {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil zookeeper option", backend.ErrInvalid)
 		}
-		o(&cfg)
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	return OpenConfig(ctx, cfg)
 }

@@ -85,6 +85,7 @@ func outage(p *chaos.Proxy, d time.Duration) {
 // the session survives and the client reconnects to it. The TTL deletion
 // must go on until the node is gone: another owner acquires soon after.
 func TestLostLockDeletedAfterShortOutage(t *testing.T) {
+	t.Parallel()
 	p, holder, direct := cutOff(t, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -109,6 +110,7 @@ func TestLostLockDeletedAfterShortOutage(t *testing.T) {
 // the holder releases, the key is free within the TTL, not held by the
 // phantom for the session's life.
 func TestIndeterminateTryLeavesNoWaiter(t *testing.T) {
+	t.Parallel()
 	p, tryer, direct := cutOff(t, 3*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -143,6 +145,7 @@ func TestIndeterminateTryLeavesNoWaiter(t *testing.T) {
 // if the runner then goes silent, its lease ends after the TTL, so the
 // occurrence can be reclaimed.
 func TestRetriedClaimIsYours(t *testing.T) {
+	t.Parallel()
 	p, runner, direct := cutOff(t, 3*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -223,9 +226,13 @@ func TestRetriedClaimIsYours(t *testing.T) {
 // the ephemeral node, which is the orphan cleanup (a closed client can send
 // nothing else).
 func TestCloseDuringAcquireIsIndeterminate(t *testing.T) {
+	t.Parallel()
 	for _, blocking := range []bool{false, true} {
 		name := map[bool]string{false: "TryAcquire", true: "Acquire"}[blocking]
-		t.Run(name, func(t *testing.T) { closeDuringAcquire(t, blocking) })
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			closeDuringAcquire(t, blocking)
+		})
 	}
 }
 

@@ -40,18 +40,21 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 	dir := b.lockDir(key)
 	g := b.grantTTL(ttl)
 	var (
-		mine  string    // our node's name; "" until created (or found)
-		token uint64    // its czxid
-		q     []string  // the queue as last listed
-		sent  time.Time // send time of the request that listed q
-		pause = 10 * time.Millisecond
+		mine   string    // our node's name; "" until created (or found)
+		found  bool      // mine is an earlier attempt's node
+		byName uint64    // cleanups by name before mine was created (armGrant)
+		token  uint64    // its czxid
+		q      []string  // the queue as last listed
+		sent   time.Time // send time of the request that listed q
+		pause  = 10 * time.Millisecond
 	)
 	for {
 		var err error
 		if mine == "" {
 			sent = time.Now()
+			byName = b.byNameSoFar()
 			var st *zk.Stat
-			mine, _, st, q, err = b.enter(key, owner, g, sent)
+			mine, found, st, q, err = b.enter(key, owner, g, sent)
 			if err == nil && st == nil {
 				mine = "" // deleted at once (the session expired): again
 				continue
@@ -92,11 +95,40 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 			continue
 		case i == 0:
 			path := dir + "/" + mine
+			b.hooks.onBeforeGrant(path)
+			// As in Acquire: granted only if the node exists once armed,
+			// confirmed by a write when something but this call may have
+			// been after it (an earlier attempt's node, or a cleanup took
+			// on a node by name since the create). Unversioned: the
+			// cleanups' deletes are guarded by the version they read
+			// before they found the node unarmed, which the write
+			// changes; and after a write whose outcome is unknown, the
+			// next confirmation still succeeds.
+			if b.armGrant(path, sent.Add(g), byName) || found {
+				if _, err := b.conn.Set(path, nodeData(owner, g), -1); err == zk.ErrNoNode {
+					b.disarm(path, nil)
+					mine = "" // deleted before the grant: enter again
+					continue
+				} else if err != nil {
+					if b.check() != nil {
+						return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
+					}
+					if werr := sleepCtx(ctx, b.done, pause); werr != nil {
+						if b.check() != nil {
+							return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
+						}
+						return b.leave(ctx, key, owner, mine)
+					}
+					pause = min(pause*2, time.Second)
+					continue // still timed from this send time: list again
+				}
+			}
 			b.clearUnsure(owner.Nonce)
-			b.armAt(path, nil, sent.Add(g))
 			b.track(key, token, path, owner)
 			if ctx.Err() != nil {
-				// Granted just as the caller gave up: release it unused.
+				// Granted just as the caller gave up: release it unused
+				// (no longer kept, so the withdrawal deletes it).
+				b.disarm(path, nil)
 				return b.leave(ctx, key, owner, mine)
 			}
 			return backend.Grant{Token: token, TTL: g}, sent, nil
@@ -160,16 +192,19 @@ func (b *Backend) leave(ctx context.Context, key string, owner backend.Owner, mi
 }
 
 // withdraw deletes owner's node in key's queue and reports whether none is
-// left. With mine unknown (a create whose reply was lost), the queue is
-// listed first: requests of one session are applied in order, so a listing
-// answered after the create was sent shows the node if it was created.
-func (b *Backend) withdraw(key string, owner backend.Owner, mine string) bool {
+// left that no timer keeps (one a timer keeps is a grant's, or is deleted
+// by its deadline). With mine unknown (a create whose reply was lost), the
+// queue is listed first: requests of one session are applied in order, so
+// a listing answered after the create was sent shows the node if it was
+// created.
+func (b *Backend) withdraw(key string, owner backend.Owner, mine string) (left bool) {
 	dir := b.lockDir(key)
 	names := []string{mine}
 	if mine == "" {
 		if !b.unsure(owner.Nonce) {
 			return true // nothing was sent, or its failure was certain
 		}
+		defer func(done func(bool)) { done(left) }(b.hooks.onWithdrawList(key, owner))
 		q, err := b.syncedQueue(key)
 		if err != nil {
 			return false
@@ -182,11 +217,34 @@ func (b *Backend) withdraw(key string, owner backend.Owner, mine string) bool {
 		}
 	}
 	for _, n := range names {
-		err := b.conn.Delete(dir+"/"+n, -1)
-		if err != nil && err != zk.ErrNoNode {
+		// A node a timer keeps is not deleted: a grant's (a retry with
+		// this owner was granted it; deleting it would leave a holder
+		// without a node, and the next owner granted too) or settle's
+		// (deleted by its deadline). The check and the delete are two
+		// steps, so the delete is guarded by the version read before the
+		// check: a grant that arms the node after the check confirms it
+		// with a write (armGrant counts this withdrawal), and only one of
+		// the two is applied.
+		path := dir + "/" + n
+		ok, st, err := b.conn.Exists(path)
+		if err != nil {
 			return false
 		}
-		b.disarm(dir+"/"+n, nil)
+		if !ok {
+			b.disarm(path, nil)
+			continue
+		}
+		if !b.withdrawable(path) {
+			continue
+		}
+		switch err := b.conn.Delete(path, st.Version); err {
+		case nil, zk.ErrNoNode:
+			b.disarm(path, nil)
+		case zk.ErrBadVersion:
+			// Written since the read: a grant confirmed it, and keeps it.
+		default:
+			return false
+		}
 	}
 	b.clearUnsure(owner.Nonce)
 	return true

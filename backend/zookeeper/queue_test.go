@@ -15,6 +15,7 @@ import (
 // holder releases, with a greater token — neither stuck on a vanished node
 // nor granted while the holder still holds.
 func TestQueuedWaiterSurvivesSessionExpiry(t *testing.T) {
+	t.Parallel()
 	p, waiterB, direct := behindProxy(t)
 	const ttl = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -22,6 +22,7 @@ import (
 // acquireOnce only): Acquire reports success with a lock whose deadline had
 // passed before it returned.
 func TestQueuedSlowReplyNeverReturnsDeadLock(t *testing.T) {
+	t.Parallel()
 	srv := testserver.ZooKeeper(t)
 	p, err := chaos.New(srv.Addr())
 	if err != nil {

@@ -132,41 +132,68 @@ func (r runRec) view(alive bool) backend.Run {
 	return run
 }
 
-func occurrence(job string, at time.Time) string {
-	return fmt.Sprintf("job %q at %s", job, backend.Instant(at).Format(time.RFC3339Nano))
-}
+// occurrence names an occurrence in messages.
+var occurrence = backend.FormatOccurrence
 
 // occ is one read of an occurrence: run record and runner's lease node.
 type occ struct {
 	run      *runRec
 	runVer   int32
+	runZxid  int64 // the run node's Mzxid: changes with every write
 	alive    []byte
 	aliveVer int32
 }
 
+// readOcc reads an occurrence: its run node, then its runner's lease node.
+// The two reads are one snapshot: ZooKeeper has no multi-read here, so
+// when the lease node does not match a running run (absent, or another
+// runner's), the run node is read again, and the pair is taken only if
+// the run node did not change in between (same Mzxid: every write and
+// every re-creation after a Prune has a new one). Every write that
+// changes the lease node of a running run also writes the run node
+// (Finish, Abandon, Reclaim), except expiry, which deletes the lease
+// node alone — and "running, lease gone" is then a state that was.
+// Without this a Finish between the reads looked like an expired lease
+// (TestReclaimReadsRunAndLeaseTogether).
 func (b *Backend) readOcc(job string, at time.Time) (occ, error) {
-	var o occ
-	data, st, err := b.conn.Get(b.runPath(job, at))
-	switch {
-	case err == zk.ErrNoNode:
-		return o, nil
-	case err != nil:
-		return o, b.wrap(err, "read "+occurrence(job, at))
+	rp := b.runPath(job, at)
+	for {
+		var o occ
+		data, st, err := b.conn.Get(rp)
+		switch {
+		case err == zk.ErrNoNode:
+			return o, nil
+		case err != nil:
+			return o, b.wrap(err, "read "+occurrence(job, at))
+		}
+		r, err := decodeRun(data)
+		if err != nil {
+			return o, err
+		}
+		o.run, o.runVer, o.runZxid = &r, st.Version, st.Mzxid
+		b.hooks.onRunRead(rp)
+		a, ast, err := b.conn.Get(b.alivePath(job, at))
+		switch {
+		case err == zk.ErrNoNode:
+		case err != nil:
+			return o, b.wrap(err, "read the runner's lease of "+occurrence(job, at))
+		default:
+			o.alive, o.aliveVer = a, ast.Version
+		}
+		if r.State != string(backend.Running) || string(o.alive) == string(aliveValue(r.owner(), r.Token)) {
+			// Finished: the lease node plays no part. Running with its
+			// own lease node: the run cannot have changed while that
+			// node lived (a write of the run deletes or replaces it).
+			return o, nil
+		}
+		ok, again, err := b.conn.Exists(rp)
+		if err != nil {
+			return o, b.wrap(err, "read "+occurrence(job, at))
+		}
+		if ok && again.Mzxid == st.Mzxid {
+			return o, nil
+		}
 	}
-	r, err := decodeRun(data)
-	if err != nil {
-		return o, err
-	}
-	o.run, o.runVer = &r, st.Version
-	a, ast, err := b.conn.Get(b.alivePath(job, at))
-	switch {
-	case err == zk.ErrNoNode:
-	case err != nil:
-		return o, b.wrap(err, "read the runner's lease of "+occurrence(job, at))
-	default:
-		o.alive, o.aliveVer = a, ast.Version
-	}
-	return o, nil
 }
 
 // readJob returns the job record and its version (-1: absent).

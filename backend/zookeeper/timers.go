@@ -49,13 +49,56 @@ func (b *Backend) extend(path string, want []byte, deadline time.Time) bool {
 	return true
 }
 
-// armIfUnarmed is armAt unless a timer already keeps path alive.
-func (b *Backend) armIfUnarmed(path string, want []byte, deadline time.Time) {
+// settleArm is settle's armAt of a lock node, unless a timer already keeps
+// it alive; it counts the node as taken on by name (see armGrant).
+func (b *Backend) settleArm(path string, deadline time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.timers[timerKey{path, string(want)}] == nil {
-		b.armLocked(timerKey{path, string(want)}, deadline)
+	if b.timers[timerKey{path: path}] == nil {
+		b.armLocked(timerKey{path: path}, deadline)
+		b.byName++
 	}
+}
+
+// withdrawable reports whether a withdrawal may delete the lock node at
+// path: not while a timer keeps it alive (a grant's — a retry by the same
+// owner was granted it — or settle's, which deletes it by its deadline).
+// If it may, the node is counted as taken on by name (see armGrant).
+func (b *Backend) withdrawable(path string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.timers[timerKey{path: path}] != nil {
+		return false
+	}
+	b.byName++
+	return true
+}
+
+// byNameSoFar returns how many lock nodes the background cleanups, which
+// find an owner's nodes by name, have timed (settle) or set out to delete
+// (withdraw). A grant reads it before it creates its node and passes it to
+// armGrant.
+func (b *Backend) byNameSoFar() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.byName
+}
+
+// armGrant arms the TTL deletion of the lock node at path, about to be
+// granted, and reports whether a background cleanup took on a node by name
+// since the grant read since (byNameSoFar, before its create): then it may
+// have been this very node (the cleanups go by the owner's protected name,
+// which a retry's node carries too) — timed by a deadline that may have
+// passed, so its timer's expire may have deleted it or be about to, or
+// about to be deleted by a withdrawal. The caller must then confirm the
+// node with a write before it grants it (see Acquire). Arming and reading
+// the count under one lock is what makes "no change" mean that no cleanup
+// touched a node created after since was read.
+func (b *Backend) armGrant(path string, deadline time.Time, since uint64) (confirm bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.armLocked(timerKey{path: path}, deadline)
+	return b.byName != since
 }
 
 // armLocked arms k; b.mu is held.
@@ -296,11 +339,12 @@ func (b *Backend) settle(key string, owner backend.Owner) {
 func (b *Backend) settlePass(key string, owner backend.Owner, deadline time.Time) bool {
 	dir := b.lockDir(key)
 	for pause := 10 * time.Millisecond; ; pause = min(pause*2, time.Second) {
+		b.hooks.onSettleList(key, owner)
 		q, err := b.syncedQueue(key)
 		if err == nil {
 			for _, n := range q {
 				if strings.HasPrefix(n, nodeName(owner)) {
-					b.armIfUnarmed(dir+"/"+n, nil, deadline)
+					b.settleArm(dir+"/"+n, deadline)
 				}
 			}
 			return true

@@ -15,9 +15,11 @@
 // Acquire) is the recipe's waiter: its node stays in line and watches only
 // its immediate predecessor, so a release hands the key over with the
 // holder's delete, one watch event and one getChildren — no write by the
-// waiter on the hand-over path, and no herd. A waiter that gives up deletes
+// waiter on the hand-over path (unless a cleanup of this backend's may have
+// been after its node: see Guarantees), and no herd. A waiter that gives up deletes
 // its node; if that cannot be confirmed, it keeps trying in the background
-// until the node is gone or the session ends.
+// until the node is gone, kept by a grant to a retry with the same owner,
+// or the session ends.
 //
 // The node disappears — the lease ends — at the earliest of:
 //
@@ -68,7 +70,12 @@
 //     write goes through the leader, so on an ensemble a follower cut off
 //     from the leader cannot answer from state older than the retry; the
 //     other listings after an unknown outcome sync first for the same
-//     reason). No node this backend may
+//     reason). A grant is made only of a node that exists once the grant
+//     has armed its timer: when something else of this backend's may have
+//     been after it (an earlier attempt's timer, or a cleanup that finds an
+//     owner's nodes by name: the search below, a waiter's withdrawal), a
+//     write sent after the arm confirms it (see Acquire); and a withdrawal
+//     leaves a node a grant keeps. No node this backend may
 //     have created is left untimed: when a try Acquire's outcome is
 //     unknown, a background search finds the owner's nodes by protected
 //     name and times each one for deletion at the TTL from the first
@@ -146,6 +153,8 @@ type Config struct {
 	// ConnOptions are go-zookeeper connection options (see
 	// WithConnOptions).
 	ConnOptions []func(*zk.Conn)
+
+	hooks hooks // test seams; none outside the package's tests
 }
 
 // ParseURL parses "zk://[user:password@]host1:2181,host2:2181/prefix
@@ -189,16 +198,20 @@ type Backend struct {
 	prefix string
 	acl    []zk.ACL
 
-	mu         sync.Mutex
-	closed     bool
-	negotiated time.Duration
-	timers     map[timerKey]*time.Timer    // ephemeral node → TTL deletion
-	grants     map[grantRef]grantRec       // lock grants this backend keeps alive
-	grantAt    map[string]grantRef         // the same, by node path
-	grantBy    map[backend.Nonce]grantRef  // the same, by owner nonce
-	unsureOf   map[backend.Nonce]unsureRec // owners whose node may exist unknown to them
-	settling   map[backend.Nonce]bool      // owners whose nodes settle looks for
-	done       chan struct{}
+	mu          sync.Mutex
+	closed      bool
+	negotiated  time.Duration
+	lastConnLog string                            // the client's last log line but the handshake's (handshakeLogger)
+	timers      map[timerKey]*time.Timer          // ephemeral node → TTL deletion
+	grants      map[grantRef]grantRec             // lock grants this backend keeps alive
+	grantAt     map[string]grantRef               // the same, by node path
+	grantBy     map[backend.Nonce]grantRef        // the same, by owner nonce
+	unsureOf    map[backend.Nonce]unsureRec       // owners whose node may exist unknown to them
+	settling    map[backend.Nonce]bool            // owners whose nodes settle looks for
+	abandoned   map[backend.Nonce][]chan struct{} // calls whose caller gave up, still running (bounded)
+	byName      uint64                            // lock nodes cleanups took on by owner name (armGrant)
+	done        chan struct{}
+	hooks       hooks
 
 	handshake  chan struct{} // closed once the granted timeout is known
 	gotTimeout sync.Once
@@ -222,11 +235,18 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) 
 
 // handshakeLogger reads the session timeout the server granted from the
 // client's "authenticated" log line (go-zookeeper has no getter for it) and
-// discards every other line.
+// keeps the last other line (a failed connect or handshake, which carry no
+// credentials), so that a session that never comes says why.
 type handshakeLogger struct{ b *Backend }
 
 func (l handshakeLogger) Printf(format string, args ...any) {
-	if strings.HasPrefix(format, "authenticated:") && len(args) == 2 {
+	if !strings.HasPrefix(format, "authenticated:") {
+		l.b.mu.Lock()
+		l.b.lastConnLog = fmt.Sprintf(format, args...)
+		l.b.mu.Unlock()
+		return
+	}
+	if len(args) == 2 {
 		if ms, ok := args[1].(int32); ok {
 			l.b.mu.Lock()
 			l.b.negotiated = time.Duration(ms) * time.Millisecond
@@ -243,13 +263,14 @@ func OpenConfig(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{prefix: p, acl: zk.WorldACL(zk.PermAll), timers: map[timerKey]*time.Timer{}, grants: map[grantRef]grantRec{}, grantAt: map[string]grantRef{}, grantBy: map[backend.Nonce]grantRef{}, unsureOf: map[backend.Nonce]unsureRec{}, settling: map[backend.Nonce]bool{}, done: make(chan struct{}), handshake: make(chan struct{})}
+	b := &Backend{prefix: p, acl: zk.WorldACL(zk.PermAll), timers: map[timerKey]*time.Timer{}, grants: map[grantRef]grantRec{}, grantAt: map[string]grantRef{}, grantBy: map[backend.Nonce]grantRef{}, unsureOf: map[backend.Nonce]unsureRec{}, settling: map[backend.Nonce]bool{}, abandoned: map[backend.Nonce][]chan struct{}{}, done: make(chan struct{}), handshake: make(chan struct{}), hooks: cfg.hooks}
 	callers := func(c *zk.Conn) { // WithConnOptions, before the backend's own
 		for _, o := range cfg.ConnOptions {
 			o(c)
 		}
 	}
-	conn, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, callers, zk.WithLogger(handshakeLogger{b}), zk.WithLogInfo(true))
+	// The handshake bound first: a zk.WithDialer of the caller's replaces it.
+	conn, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithDialer(handshakeDialer(cfg.SessionTimeout)), callers, zk.WithLogger(handshakeLogger{b}), zk.WithLogInfo(true))
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper: connect to %v: %w", cfg.Servers, err)
 	}
@@ -264,7 +285,10 @@ wait:
 			}
 		case <-timeout:
 			conn.Close()
-			return nil, fmt.Errorf("zookeeper: no session with %v within %v", cfg.Servers, cfg.ConnectTimeout)
+			b.mu.Lock()
+			last := b.lastConnLog
+			b.mu.Unlock()
+			return nil, fmt.Errorf("zookeeper: no session with %v within %v (the client's last word: %q)", cfg.Servers, cfg.ConnectTimeout, last)
 		case <-ctx.Done():
 			conn.Close()
 			return nil, fmt.Errorf("zookeeper: no session with %v: %w", cfg.Servers, context.Cause(ctx))

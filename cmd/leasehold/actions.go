@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -66,6 +69,9 @@ func newActionCmd(a *app, spec actionCmd, more func(cmd *cobra.Command)) *cobra.
 		},
 	}
 	f.add(cmd)
+	if strings.Contains(spec.use, " JOB") {
+		cmd.ValidArgsFunction = completeJobs(a, &f)
+	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer")
 	if more != nil {
 		more(cmd)
@@ -170,4 +176,44 @@ is sent as one path segment: a "/" in it needs no escaping.`,
 			return fmt.Sprintf("instance %s resigned role %s", str(m, "instance"), str(m, "role"))
 		},
 	}, nil)
+}
+
+// completeJobs completes a JOB argument in shells (leasehold completion):
+// the jobs of --config's file when given, else those the daemon at --api
+// lists (with the token the command would send, read scope). It never
+// fails a completion: no names is the answer when neither is at hand.
+func completeJobs(a *app, f *apiFlags) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var names []string
+		if f.config != "" {
+			if cfg, err := a.loadConfig(cmd, f.config); err == nil {
+				for _, j := range cfg.Jobs {
+					names = append(names, j.Name)
+				}
+			}
+		} else if api, err := a.dialAdmin(cmd, f, admin.ScopeRead); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			if body, err := api.call(ctx, "GET", "/api/v1/jobs", url.Values{"next": {"0"}}); err == nil {
+				var list struct {
+					Jobs []admin.Job `json:"jobs"`
+				}
+				if json.Unmarshal(body, &list) == nil {
+					for _, j := range list.Jobs {
+						names = append(names, j.Name)
+					}
+				}
+			}
+		}
+		var out []cobra.Completion
+		for _, n := range names {
+			if strings.HasPrefix(n, toComplete) {
+				out = append(out, n)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
 }

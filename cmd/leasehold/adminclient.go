@@ -43,7 +43,9 @@ with the scope needed is sent; else the admin token a daemon generated is
 read from its file: next to the SQLite database of --config's backend (or
 of --backend, $LEASEHOLD_BACKEND or the default), as <database>.admin-token,
 or leasehold.admin-token next to --config for other backends. A token is
-never printed.
+never printed. A token found so (not given by --token or $` + EnvAPIToken + `)
+is sent only after the listener proved it holds it (GET /api/v1/proof):
+another program on the daemon's address gets nothing.
 
 With --config and no --api, the API is the config's http.listen (https when
 the config has tls_cert; the default address if it names none; 0.0.0.0 or ::
@@ -60,6 +62,10 @@ type adminAPI struct {
 	shown     string // base, for messages
 	token     string // "" for none; never printed
 	tokenFile string // where a generated token was looked for ("" if not)
+	// mustProve: the token was found (the config's or the generated
+	// one's file), not given; it is sent only after the listener proved
+	// it holds it (see proveListener).
+	mustProve, proven bool
 }
 
 // dialAdmin resolves the admin API and token from f (see apiHelp). It
@@ -101,6 +107,7 @@ func (a *app) dialAdmin(cmd *cobra.Command, f *apiFlags, scope admin.Scope) (*ad
 			}
 			from = c.tokenFile
 		}
+		c.mustProve = c.token != ""
 		// A token of the config goes to the config's listener only:
 		// whoever else listens on --api must not receive it.
 		if c.token != "" && cfg != nil && !sameListener(u, listener) && cfg.ListenNamed() {
@@ -155,6 +162,11 @@ func (c *adminAPI) call(ctx context.Context, method, path string, query url.Valu
 		return nil, fmt.Errorf("admin API %s: %w", redact.URL(c.base.String()), err)
 	}
 	if c.token != "" {
+		if c.mustProve && !c.proven {
+			if err := c.proveListener(ctx); err != nil {
+				return nil, err
+			}
+		}
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.client.Do(req)

@@ -93,7 +93,9 @@ func (a *app) demo(ctx context.Context, dir string) error {
 			return err
 		}
 		defer logf.Close()
-		cmd := exec.Command(exe, "run", "--config", conf, "--instance", name)
+		// No admin API: the demo uses none, and must not take the
+		// default address (nor stop because another process has it).
+		cmd := exec.Command(exe, "run", "--config", conf, "--instance", name, "--http", "off")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		// On Linux the kernel kills the daemons if the demo dies.
 		c, err := childproc.Start(cmd, childproc.Options{DieWithParent: true})

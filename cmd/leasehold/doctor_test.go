@@ -16,8 +16,9 @@ import (
 // durability, a round trip and a clock.
 func TestDoctorSQLite(t *testing.T) {
 	e := newEnv(t)
+	e.expect(0, "lock", "k", "--", "true") // doctor creates no database
 	r := e.expect(0, "doctor")
-	for _, want := range []string{"(sqlite)", "median of 5 Gets", "clock:", "synchronous=2 (FULL or EXTRA)", "Ledger          yes", "no warnings"} {
+	for _, want := range []string{"(sqlite)", "median of 5 Gets", "clock:", "synchronous=2 (FULL or EXTRA)", "Ledger          yes", "no warnings", "kill mode:  "} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, r.stdout)
 		}

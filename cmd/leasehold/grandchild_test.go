@@ -12,8 +12,8 @@ import (
 // TestSigkilledLockKillsGrandchildren (issue 18 item 8): when "leasehold
 // lock" is killed with SIGKILL, the command's own children die too — long
 // before the lease expires and another holder may start — not only the
-// command (Pdeathsig reaches that one alone). A grandchild that is still
-// in the command's process group is killed by the watchdog.
+// command (Pdeathsig reaches that one alone): the command's supervisor sees
+// its control pipe close and kills the whole tree.
 func TestSigkilledLockKillsGrandchildren(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

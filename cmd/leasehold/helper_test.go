@@ -16,6 +16,9 @@ import (
 // CLOCK_MONOTONIC, which every process on the host shares and which no
 // wall-clock step moves.
 func helperMain() int {
+	if os.Getenv(helperEnv) == "work" {
+		return workMain()
+	}
 	if os.Getenv(helperEnv) != "append" {
 		fmt.Fprintf(os.Stderr, "helper: unknown %s=%q\n", helperEnv, os.Getenv(helperEnv))
 		return 2

@@ -98,7 +98,7 @@ func TestSIGHUPReloadsTheConfig(t *testing.T) {
 	e := newEnv(t)
 	conf, effects := e.path("life.yaml"), e.path("effects.log")
 	writeLifeConfig(t, e, conf, "life", lifeJob("a", "300ms", effects), lifeJob("b", "300ms", effects))
-	p := e.start("run", "--config", conf)
+	p := e.start("run", "--config", conf, "--http", "off")
 	logOnFailure(t, "daemon", p)
 	start := time.Now()
 	waitFor(t, 20*time.Second, "a and b run", func() bool {
@@ -182,7 +182,7 @@ func TestPausePastTheInstanceTTLRejoins(t *testing.T) {
 	e := newEnv(t)
 	conf, effects := e.path("life.yaml"), e.path("effects.log")
 	writeLifeConfig(t, e, conf, "life", lifeJob("a", "300ms", effects))
-	p := e.start("run", "--config", conf, "--instance", "pausy")
+	p := e.start("run", "--config", conf, "--instance", "pausy", "--http", "off")
 	logOnFailure(t, "daemon", p)
 	start := time.Now()
 	waitFor(t, 20*time.Second, "a runs", func() bool { return runsAfter(t, effects, "a", start) >= 1 })
@@ -222,14 +222,14 @@ func TestRestartAfterKill9TakesOverAtOnce(t *testing.T) {
 	e := newEnv(t)
 	conf, effects := e.path("life.yaml"), e.path("effects.log")
 	writeLifeConfig(t, e, conf, "life", lifeJob("a", "300ms", effects))
-	first := e.start("run", "--config", conf, "--instance", "phoenix")
+	first := e.start("run", "--config", conf, "--instance", "phoenix", "--http", "off")
 	waitFor(t, 20*time.Second, "the first daemon runs", func() bool { return strings.Contains(first.stderr.String(), "leasehold daemon running") })
 	_ = first.cmd.Process.Kill()
 	<-first.done
 	if !instanceLeaseHeld(t, e, "life", "phoenix") {
 		t.Fatal("the killed daemon's lease is not held: the test would not show a takeover")
 	}
-	second := e.start("run", "--config", conf, "--instance", "phoenix")
+	second := e.start("run", "--config", conf, "--instance", "phoenix", "--http", "off")
 	logOnFailure(t, "restarted", second)
 	waitFor(t, 20*time.Second, "the restarted daemon runs", func() bool { return strings.Contains(second.stderr.String(), "leasehold daemon running") })
 	if s := second.stderr.String(); !strings.Contains(s, "taking the instance id over") {
@@ -245,9 +245,9 @@ func TestSecondDaemonWithTheSameInstanceWaits(t *testing.T) {
 	e := newEnv(t)
 	conf, effects := e.path("life.yaml"), e.path("effects.log")
 	writeLifeConfig(t, e, conf, "life", lifeJob("a", "300ms", effects))
-	first := e.start("run", "--config", conf, "--instance", "same")
+	first := e.start("run", "--config", conf, "--instance", "same", "--http", "off")
 	waitFor(t, 20*time.Second, "the first daemon runs", func() bool { return strings.Contains(first.stderr.String(), "leasehold daemon running") })
-	second := e.start("run", "--config", conf, "--instance", "same")
+	second := e.start("run", "--config", conf, "--instance", "same", "--http", "off")
 	logOnFailure(t, "second", second)
 	waitFor(t, 20*time.Second, "the second daemon says why it waits", func() bool {
 		return logHas(second.stderr.String(), `instance id already running: "same"`)

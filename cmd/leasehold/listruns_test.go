@@ -23,7 +23,7 @@ func TestListRunsSkipsInternalRecords(t *testing.T) {
 		if err != nil {
 			t.Fatalf("claim %s: %v", job, err)
 		}
-		if err := b.Finish(ctx, job, at, owner, g.Token, backend.Outcome{State: backend.Succeeded}); err != nil {
+		if err := b.Finish(ctx, backend.FinishRequest{Job: job, ScheduledAt: at, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
-	"github.com/leasehold/leasehold/internal/childproc"
+	"github.com/leasehold/leasehold/internal/supervisor"
 )
 
 // releaseTimeout bounds the release of the lock after the command exited.
@@ -53,22 +53,27 @@ stderr passed through and these variables added to its environment:
   LEASEHOLD_NAMESPACE  the namespace
   LEASEHOLD_INSTANCE   the instance name
 
-The lease (--ttl) is renewed every TTL/3 while CMD runs. CMD runs in its own
-process group. When leasehold is about to lose the certainty that it holds
-the lease (its local deadline is less than --kill-grace away, which happens
-only when renewals fail), it sends SIGTERM to that group; when the deadline
-passes or the lease is found lost, it sends SIGKILL at once, before the
-backend lets anyone else take the key, and exits 76. SIGINT, SIGTERM and
-SIGHUP received by leasehold are forwarded to the group. When CMD exits, what
-it left running (in its group, or reparented to leasehold, which is their
-subreaper on Linux) is killed before the lock is released. If leasehold itself
-is killed, even with SIGKILL, the kernel kills CMD (Linux Pdeathsig) and a
-watchdog process kills CMD's process group at once. Not reached then: a
-descendant that left the group (setsid) and whose parent died, or everything
-if the watchdog is killed too; run leasehold in its own cgroup (systemd-run
---scope) for full containment. Because
-CMD is not in the terminal's foreground process group, an interactive CMD
-that reads from the terminal is stopped (SIGTTIN).
+The lease (--ttl) is renewed every TTL/3 while CMD runs. CMD runs under a
+supervisor process that owns its whole process tree: on Linux the subreaper
+of CMD's descendants (even those that call setsid), with a cgroup v2 leaf
+when one can be created, else CMD's process group ("leasehold doctor" says
+which); elsewhere CMD's process group. When leasehold is about to lose the
+certainty that it holds the lease (its local deadline is less than
+--kill-grace away, which happens only when renewals fail), it sends SIGTERM
+to the tree; when the deadline passes or the lease is found lost, the tree is
+SIGKILLed at once, before the backend lets anyone else take the key, and
+leasehold exits 76. The deadline is enforced by the supervisor, which is sent
+each renewed deadline: it holds even while leasehold is paused (SIGSTOP) or
+starved. SIGINT, SIGTERM and SIGHUP received by leasehold are forwarded to
+the tree. When CMD exits, what it left running is killed, and the lock is
+released only once nothing of the tree remains. If leasehold itself is
+killed, even with SIGKILL, the supervisor kills the whole tree at once. CMD
+gets stdin, stdout and stderr and no other descriptor. Not reached: a
+descendant that gains another user's rights or leaves the tree's cgroup, or
+everything if leasehold and the supervisor are both killed or stopped (see
+docs/security.md); run leasehold in its own cgroup (systemd-run --scope) for
+full containment. Because CMD is not in the terminal's foreground process
+group, an interactive CMD that reads from the terminal is stopped (SIGTTIN).
 
 This guarantees that the backend never grants KEY to two holders with
 unexpired leases and that CMD is killed when its lease can no longer be
@@ -131,8 +136,19 @@ func (a *app) lock(ctx context.Context, o lockOptions, key string, argv []string
 		return err
 	}
 	defer b.Close()
+	// renewed is told each confirmed renewal, whose deadline is passed on
+	// to the command's supervisor.
+	renewed := make(chan struct{}, 1)
 	lk, err := leasehold.NewLocker(b,
-		leasehold.WithTTL(o.ttl), leasehold.WithNamespace(a.namespace), leasehold.WithInstance(a.instance))
+		leasehold.WithTTL(o.ttl), leasehold.WithNamespace(a.namespace), leasehold.WithInstance(a.instance),
+		leasehold.WithObserver(leasehold.ObserverFunc(func(ev leasehold.Event) {
+			if ev.Kind == leasehold.EventRenew && ev.Result == leasehold.ResultOK {
+				select {
+				case renewed <- struct{}{}:
+				default:
+				}
+			}
+		})))
 	if errors.Is(err, leasehold.ErrInvalid) {
 		return usageErrorf("--ttl %q: %v", o.ttl, err)
 	} else if err != nil {
@@ -143,11 +159,18 @@ func (a *app) lock(ctx context.Context, o lockOptions, key string, argv []string
 	signal.Notify(sigCh, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigCh)
 
+	// The command's supervisor is started while the lock is acquired, so
+	// that its start-up does not delay the command once the lease is held.
+	spare, err := supervisor.Spawn(supervisor.Options{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr})
+	if err != nil {
+		return &exitError{code: ExitInternal, err: err}
+	}
+	defer spare.Close() // if unused
 	l, err := a.acquire(ctx, lk, o, key, sigCh)
 	if err != nil {
 		return err
 	}
-	return a.runHolding(l, o, argv, sigCh)
+	return a.runHolding(l, o, argv, sigCh, renewed, spare)
 }
 
 // acquire acquires key as the flags say. A signal from sigCh interrupts the
@@ -211,32 +234,22 @@ func (a *app) acquire(ctx context.Context, lk *leasehold.Locker, o lockOptions, 
 	return nil, &exitError{code: ExitInternal, err: fmt.Errorf("acquire key %q: %w", key, r.err)}
 }
 
-// runHolding runs argv while holding l, then releases l.
-func (a *app) runHolding(l *leasehold.Lock, o lockOptions, argv []string, sigCh <-chan os.Signal) error {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(),
+// runHolding runs argv while holding l, under a supervisor process
+// (internal/supervisor) that owns the command's whole tree and enforces
+// the lease's deadline itself — it is sent each renewed deadline, and it
+// kills the tree when the deadline passes without one, or at once if
+// leasehold dies — then releases l once nothing of the tree remains.
+func (a *app) runHolding(l *leasehold.Lock, o lockOptions, argv []string, sigCh <-chan os.Signal, renewed <-chan struct{}, spare *supervisor.Spare) error {
+	env := append(os.Environ(),
 		"LEASEHOLD_TOKEN="+l.Token().String(),
 		"LEASEHOLD_KEY="+l.Key(),
 		"LEASEHOLD_NAMESPACE="+a.namespace,
 		"LEASEHOLD_INSTANCE="+a.instance,
 	)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdin, a.stdout, a.stderr
-	if err := childproc.BecomeSubreaper(); err != nil {
-		fmt.Fprintf(a.stderr, "leasehold: cannot become the subreaper of the command's processes: %v\n", err)
-	}
-	wd, err := startWatchdog()
-	if err != nil {
-		releaseLock(a, l)
-		return &exitError{code: ExitInternal, err: err}
-	}
-	defer wd.stop()
-
-	var child *childproc.Child
-	err = context.Cause(l.Context())
+	var h *supervisor.Handle
+	err := context.Cause(l.Context())
 	if err == nil {
-		// Its own process group; on Linux killed by the kernel if leasehold
-		// dies, even by SIGKILL (see internal/childproc).
-		child, err = childproc.Start(cmd, childproc.Options{Group: true, DieWithParent: true})
+		h, err = spare.Start(supervisor.Spec{Argv: argv, Env: env}, l.Deadline(), o.ttl)
 	}
 	if err != nil {
 		lost := errors.Is(err, leasehold.ErrLeaseLost)
@@ -250,10 +263,6 @@ func (a *app) runHolding(l *leasehold.Lock, o lockOptions, argv []string, sigCh 
 			return &exitError{code: ExitCannotExec, err: err}
 		}
 	}
-	pgid := child.Pid() // the group is the child's pid
-	if err := wd.watch(pgid); err != nil {
-		fmt.Fprintf(a.stderr, "leasehold: watchdog: %v (if leasehold is killed, the command's children may survive)\n", err)
-	}
 
 	// graceTimer fires when the deadline is --kill-grace away, as last
 	// known; renewals move the deadline, so it is checked again then.
@@ -265,13 +274,12 @@ func (a *app) runHolding(l *leasehold.Lock, o lockOptions, argv []string, sigCh 
 		graceC = graceTimer.C
 	}
 	var (
-		lostCh  = l.Done()
-		lost    bool
-		waitErr error
+		lostCh = l.Done()
+		lost   bool
 	)
-	killGroup := func(s os.Signal) {
-		if err := child.Signal(s); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			fmt.Fprintf(a.stderr, "leasehold: send %v to the command's process group %d: %v\n", s, pgid, err)
+	warn := func(what string, err error) {
+		if err != nil && !errors.Is(err, os.ErrClosed) {
+			fmt.Fprintf(a.stderr, "leasehold: %s: %v\n", what, err)
 		}
 	}
 loop:
@@ -280,18 +288,19 @@ loop:
 		select {
 		case <-lostCh:
 			lost, lostCh = true, nil
-			killGroup(syscall.SIGKILL)
+			warn("kill the command", h.Kill())
 		default:
 		}
 		select {
-		case <-child.Done():
-			waitErr = child.Wait()
+		case <-h.Done():
 			break loop
 		case <-lostCh:
 			lost, lostCh = true, nil
-			killGroup(syscall.SIGKILL)
+			warn("kill the command", h.Kill())
+		case <-renewed:
+			warn("pass the renewed deadline to the command's supervisor", h.SetDeadline(l.Deadline()))
 		case s := <-sigCh:
-			killGroup(s)
+			warn(fmt.Sprintf("forward %v to the command", s), h.Signal(s))
 		case <-graceC:
 			// Renewals move the deadline: check it again.
 			if left := time.Until(l.Deadline()); left > o.killGrace {
@@ -300,9 +309,19 @@ loop:
 				graceC = nil
 				fmt.Fprintf(a.stderr, "leasehold: key %q, token %s: lease deadline in %v without a confirmed renewal; sending SIGTERM to the command\n",
 					l.Key(), l.Token(), left.Round(time.Millisecond))
-				killGroup(syscall.SIGTERM)
+				warn("send SIGTERM to the command", h.Signal(syscall.SIGTERM))
 			}
 		}
+	}
+	// The supervisor has confirmed that nothing of the command's tree
+	// remains (what the command left running was killed): only now is the
+	// lock released.
+	res := h.Wait()
+	if res.Leftovers > 0 {
+		fmt.Fprintf(a.stderr, "leasehold: the command exited leaving %d process(es) running; they were killed before the lock was released\n", res.Leftovers)
+	}
+	if res.Killed != "" {
+		fmt.Fprintf(a.stderr, "leasehold: the command's supervisor killed it: %s\n", res.Killed)
 	}
 	// The command may have exited just as the lease was lost: then nobody can
 	// tell whether it finished in time, so the loss wins.
@@ -310,20 +329,12 @@ loop:
 	if !lost && cause != nil {
 		lost = true
 	}
-	// Nothing of the command may outlive the lock: kill what it left
-	// running, in its group or reparented to leasehold, before the release.
-	killGroup(syscall.SIGKILL)
-	for _, pid := range childproc.Children() {
-		if pid != wd.pid() {
-			_ = childproc.KillPID(pid)
-		}
-	}
 	releaseLock(a, l)
 	if lost {
 		return &exitError{code: ExitLeaseLost, err: fmt.Errorf("key %q, token %s: lease lost while the command ran; the command was killed: %v",
 			l.Key(), l.Token(), cause)}
 	}
-	return exitStatus(waitErr)
+	return exitStatus(res.Err)
 }
 
 // exitStatus turns the command's Wait error into leasehold's exit.
@@ -331,14 +342,14 @@ func exitStatus(waitErr error) error {
 	if waitErr == nil {
 		return nil
 	}
-	var ee *exec.ExitError
+	var ee *supervisor.ExitError
 	if !errors.As(waitErr, &ee) {
 		return &exitError{code: ExitInternal, err: fmt.Errorf("wait for the command: %w", waitErr)}
 	}
-	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return &exitError{code: 128 + int(ws.Signal())}
+	if ee.Signal != 0 {
+		return &exitError{code: 128 + ee.Signal}
 	}
-	return &exitError{code: ee.ExitCode()}
+	return &exitError{code: ee.Code}
 }
 
 // releaseLock releases l with a bounded timeout, warning on failure.

@@ -214,8 +214,11 @@ func TestPdeathsig(t *testing.T) {
 }
 
 // TestLeaseLost pauses a holder past its lease: another process acquires
-// the key with a greater token meanwhile, and when the holder resumes it
-// kills its command and exits 76.
+// the key with a greater token meanwhile. The holder's command does not
+// run on beside it: its supervisor, which holds the lease deadline, kills
+// it when the deadline passes without an extension (before the backend
+// can grant the key again); when the holder resumes it exits non-zero,
+// saying the lease was lost or its command was killed for it.
 func TestLeaseLost(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -225,7 +228,6 @@ func TestLeaseLost(t *testing.T) {
 	if err := holder.cmd.Process.Signal(childproc.SigStop); err != nil {
 		t.Fatal(err)
 	}
-	stopped := time.Now()
 	// While the holder is stopped its lease expires on the backend, and
 	// another process gets the key.
 	r := e.run("lock", "--wait", "5s", "k", "--", "sh", "-c", `echo "$LEASEHOLD_TOKEN"`)
@@ -236,25 +238,18 @@ func TestLeaseLost(t *testing.T) {
 	if token2 := parseToken(t, r.stdout); token2 <= token1 {
 		t.Errorf("second holder got token %d, not greater than the first's %d", token2, token1)
 	}
-	// The stopped holder's command still runs: the pause hazard that only
-	// fencing covers.
-	if !alive(pid) {
-		t.Errorf("the stopped holder's command %d died before the holder resumed", pid)
-	}
-	// Keep the holder stopped for at least 1.5 s in all.
-	if d := 1500*time.Millisecond - time.Since(stopped); d > 0 {
-		time.Sleep(d)
-	}
+	// The supervisor killed the stopped holder's command at the deadline,
+	// which comes before the backend's expiry; reaping may lag a little.
+	waitFor(t, 10*time.Second, fmt.Sprintf("the stopped holder's command %d to be dead", pid), func() bool { return !alive(pid) })
 	if err := holder.cmd.Process.Signal(childproc.SigCont); err != nil {
 		t.Fatal(err)
 	}
-	if code := holder.wait(t, 20*time.Second); code != ExitLeaseLost {
-		t.Fatalf("holder exited %d, want %d; stderr: %s", code, ExitLeaseLost, holder.stderr.String())
+	if code := holder.wait(t, 20*time.Second); code == 0 {
+		t.Fatalf("holder exited 0 after losing its lease; stderr: %s", holder.stderr.String())
 	}
-	if !strings.Contains(holder.stderr.String(), "lease lost") {
-		t.Errorf("holder stderr: %s", holder.stderr.String())
+	if s := holder.stderr.String(); !strings.Contains(s, "lease lost") && !strings.Contains(s, "supervisor killed it") {
+		t.Errorf("holder stderr says neither that the lease was lost nor that its command was killed: %s", s)
 	}
-	waitFor(t, 10*time.Second, fmt.Sprintf("the lost holder's command %d to die", pid), func() bool { return !alive(pid) })
 }
 
 // TestClusterFlock: 4 concurrent workers each run 50 leasehold processes

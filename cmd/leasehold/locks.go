@@ -19,7 +19,8 @@ type lockInfo struct {
 	Key         string          `json:"key"`
 	Kind        string          `json:"kind"` // "lock", or "instance" for a daemon's own instance lease
 	Instance    string          `json:"instance"`
-	Token       leasehold.Token `json:"token"` // a JSON string
+	Process     string          `json:"process,omitempty"` // a daemon's instance lock: its process, host:pid:start ticks:boot id
+	Token       leasehold.Token `json:"token"`             // a JSON string
 	Remaining   string          `json:"remaining"`
 	RemainingMS int64           `json:"remaining_ms"`
 }
@@ -37,7 +38,9 @@ users ("lock") from the leases running daemons hold on their instance ids
 ("instance", keys instances/<id>).
 
 With --json, print a JSON array of objects with the fields key, kind, instance,
-token (a decimal string: JSON numbers cannot hold every uint64), remaining
+process (for a daemon's instance lease: its process, host:pid:start
+ticks:boot id), token (a decimal string: JSON numbers cannot hold every
+uint64), remaining
 (a Go duration) and remaining_ms.
 
 ` + targetHelp,
@@ -58,10 +61,12 @@ token (a decimal string: JSON numbers cannot hold every uint64), remaining
 			rows := make([]lockInfo, 0, len(leases))
 			for _, l := range leases {
 				key := strings.TrimPrefix(l.Key, prefix)
+				instance, process := holder(key, l.Owner.Instance)
 				rows = append(rows, lockInfo{
 					Key:         key,
 					Kind:        lockKind(key),
-					Instance:    l.Owner.Instance,
+					Instance:    instance,
+					Process:     process,
 					Token:       leasehold.Token(l.Token),
 					Remaining:   roundRemaining(l.Remaining).String(),
 					RemainingMS: l.Remaining.Milliseconds(),
@@ -83,6 +88,18 @@ token (a decimal string: JSON numbers cannot hold every uint64), remaining
 	cmd.Flags().StringVar(&config, "config", "", configFlagHelp)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// holder splits the owner of a daemon's instance lock, held under
+// "<instance>@<process>", into the two, as the admin API and "leasehold
+// status" show them; any other lock's owner is its instance as given.
+func holder(key, owner string) (instance, process string) {
+	if lockKind(key) == admin.LockKindInstance {
+		if name, proc, ok := strings.Cut(owner, "@"); ok {
+			return name, proc
+		}
+	}
+	return owner, ""
 }
 
 // lockKind is "instance" for the lease a daemon holds on its instance id

@@ -24,15 +24,19 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
+
+	"github.com/leasehold/leasehold/internal/supervisor"
 )
 
 func main() {
+	if supervisor.IsSupervisor(os.Args) {
+		// A command's supervisor (internal/supervisor): before anything
+		// else, so that starting a command costs as little as it can.
+		os.Exit(supervisor.Main())
+	}
 	// go-redis logs every failed dial on its own, through a logger that is
 	// global to the process; the error reaches leasehold's message and log
 	// anyway. A library cannot choose for its users, so the command does.
 	goredis.SetLogger(&logging.VoidLogger{})
-	if len(os.Args) == 2 && os.Args[1] == watchdogArg {
-		os.Exit(watchdogMain())
-	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

@@ -51,15 +51,17 @@ jobs:
 		t.Errorf("runs --config: %+v, want runs of tick by d1", runs[0])
 	}
 	// Without --config: the CLI's default database, which the daemon
-	// never wrote (the failure this replaces: an empty table, silently).
-	if out := e.expect(0, "runs", "--json").stdout; strings.TrimSpace(out) != "[]" {
-		t.Errorf("runs without --config read the daemon's database: %s", out)
+	// never wrote (the failure this replaces: an empty table, silently);
+	// it does not exist, and a read command says so and creates none.
+	if r := e.expect(70, "runs", "--json"); !strings.Contains(r.stderr, "no SQLite database at") {
+		t.Errorf("runs without --config: %s", r.stderr)
 	}
 	// --namespace overrides the config's.
 	if out := e.expect(0, "runs", "--config", conf, "--namespace", "default", "--json").stdout; strings.TrimSpace(out) != "[]" {
 		t.Errorf("runs --config --namespace default: %s, want none (the daemon's namespace is ops)", out)
 	}
 	// --backend overrides the config's.
+	e.expect(0, "--backend", "sqlite://"+e.path("other.db"), "lock", "k", "--", "true") // creates other.db
 	if out := e.expect(0, "runs", "--config", conf, "--backend", "sqlite://"+e.path("other.db"), "--json").stdout; strings.TrimSpace(out) != "[]" {
 		t.Errorf("runs --config --backend other.db: %s, want none", out)
 	}

@@ -100,7 +100,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	failed, err := root.ExecuteC()
 	if err == nil {
 		return 0
 	}
@@ -117,8 +117,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		a.noteSecrets(os.Getenv(open.EnvBackend))
 		a.noteSecrets(a.backendURL)
 		fmt.Fprintf(stderr, "leasehold: %s\n", message(redactText(a.scrub.Text(err.Error()))))
-		if code == ExitUsage {
-			fmt.Fprintln(stderr, `leasehold: run "leasehold help" for usage`)
+		if code == ExitUsage && !a.started && failed != nil {
+			// Only where cobra refused the command line (an unknown
+			// command or flag, wrong arguments): the message of a command
+			// that ran (a 404, a bad value) says what to do itself.
+			fmt.Fprintf(stderr, "leasehold: run \"%s --help\" for usage\n", failed.CommandPath())
 		}
 	}
 	return code
@@ -161,6 +164,10 @@ $XDG_STATE_HOME/leasehold/leasehold.db, or ~/.local/state/leasehold/leasehold.db
 			return nil
 		},
 	}
+	if v, err := versionText(); err == nil {
+		root.Version = v // --version prints what "leasehold version" does
+		root.SetVersionTemplate("{{.Version}}")
+	}
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &exitError{code: ExitUsage, err: err}
 	})
@@ -169,7 +176,7 @@ $XDG_STATE_HOME/leasehold/leasehold.db, or ~/.local/state/leasehold/leasehold.db
 	pf.StringVar(&a.namespace, "namespace", leasehold.DefaultNamespace, "key `namespace`")
 	pf.StringVar(&a.instance, "instance", host, "instance `name` shown as the holder")
 
-	root.AddCommand(newLockCmd(a), newLocksCmd(a), newRunCmd(a), newJobsCmd(a), newRunsCmd(a), newDemoCmd(a), newDemoJobCmd(a), newVersionCmd(a), newBenchCmd(a), newChaosCmd(a), newStatusCmd(a), newDoctorCmd(a),
+	root.AddCommand(newLockCmd(a), newLocksCmd(a), newRunCmd(a), newJobsCmd(a), newRunsCmd(a), newDemoCmd(a), newDemoJobCmd(a), newVersionCmd(a), newStatusCmd(a), newDoctorCmd(a),
 		newTriggerCmd(a), newPauseCmd(a), newResumeCmd(a), newResignCmd(a))
 	return root
 }

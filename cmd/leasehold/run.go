@@ -209,7 +209,9 @@ func newJobsCmd(a *app) *cobra.Command {
 		Short: "Show the jobs of a config file and their next occurrences",
 		Long: `Show the jobs of a config file: schedule, zone, the last occurrence claimed
 (from the config's backend and namespace; --backend and --namespace
-override them) and the next occurrences.
+override them) and the next occurrences. Like every read command it
+creates nothing: before a daemon has made a SQLite ledger it shows the jobs
+with nothing claimed.
 
 With --json, print a JSON array of objects with the fields name, schedule,
 zone, mode, paused_at_start, last_claimed, next (an array), version,
@@ -227,15 +229,24 @@ are RFC 3339 UTC with milliseconds and "" stands for none.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			l, err := a.openURL(ctx, cfg.Backend)
-			if err != nil {
+			// A SQLite ledger nobody has made yet (the daemon has not run):
+			// the jobs and their next occurrences, nothing claimed, and no
+			// file made — jobs is a read command.
+			var b backend.Backend
+			if path, missing := missingSQLite(cfg.Backend); missing {
+				fmt.Fprintf(a.stderr, "leasehold: no SQLite database at %s yet: nothing claimed (a daemon creates it)\n", cell(path))
+			} else if err := a.mustExist(cfg.Backend); err != nil {
 				return err
+			} else {
+				l, err := a.openURL(ctx, cfg.Backend)
+				if err != nil {
+					return err
+				}
+				if b, err = ledgerOf(l); err != nil {
+					return err
+				}
+				defer b.Close()
 			}
-			b, err := ledgerOf(l)
-			if err != nil {
-				return err
-			}
-			defer b.Close()
 			now := time.Now()
 			rows := make([]jobInfo, 0, len(cfg.Jobs))
 			for _, j := range cfg.Jobs {
@@ -244,14 +255,16 @@ are RFC 3339 UTC with milliseconds and "" stands for none.`,
 					return err
 				}
 				spec = spec.WithRevision(j.Revision)
-				l := schedule.NamespaceLedger(b, cfg.Namespace)
-				hw, _, err := l.HighWater(ctx, j.Name)
-				if err != nil {
-					return err
-				}
-				vs, err := schedule.ReadVersionState(ctx, l, j.Name, spec)
-				if err != nil {
-					return err
+				var hw time.Time
+				var vs schedule.VersionState
+				if b != nil {
+					l := schedule.NamespaceLedger(b, cfg.Namespace)
+					if hw, _, err = l.HighWater(ctx, j.Name); err != nil {
+						return err
+					}
+					if vs, err = schedule.ReadVersionState(ctx, l, j.Name, spec); err != nil {
+						return err
+					}
 				}
 				row := jobInfo{Name: j.Name, Schedule: j.Schedule, Zone: j.Zone, Mode: j.Mode, Paused: j.Paused, Next: []string{}, Version: spec.Version()}
 				if row.Zone == "" {
@@ -320,18 +333,19 @@ func versionState(v string, vs schedule.VersionState, now time.Time) string {
 // versionCell says how a job's schedule version stands in the ledger; a
 // refused one is spelled out, since its daemons run nothing.
 func versionCell(r jobInfo) string {
-	v := r.Version
+	// The versions come from the ledger, which stores them unchecked.
+	v, current := cell(r.Version), cell(r.CurrentVersion)
 	switch r.VersionState {
 	case "unrecorded":
 		return v + " (not recorded yet)"
 	case "pending":
-		return v + " (switches in at " + r.SwitchesAt + ")"
+		return v + " (switches in at " + cell(r.SwitchesAt) + ")"
 	case "current":
 		return v + " (current)"
 	case "refused":
-		return v + " REFUSED: superseded by " + r.CurrentVersion + "; daemons with this config claim nothing for the job (deploy the current config, or set a new revision to return to it)"
+		return v + " REFUSED: superseded by " + current + "; daemons with this config claim nothing for the job (deploy the current config, or set a new revision to return to it)"
 	}
-	return v + " (new: switches in once a daemon runs it; current " + r.CurrentVersion + ")"
+	return v + " (new: switches in once a daemon runs it; current " + current + ")"
 }
 
 func joinComma(s []string) string {

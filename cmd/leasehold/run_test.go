@@ -71,7 +71,7 @@ func TestDaemonsEndToEnd(t *testing.T) {
 	conf := daemonConfig(e, srv.URL)
 	var ps []*proc
 	for i := range 3 {
-		ps = append(ps, e.start("run", "--config", conf, "--instance", fmt.Sprint("d", i)))
+		ps = append(ps, e.start("run", "--config", conf, "--instance", fmt.Sprint("d", i), "--http", "off"))
 	}
 	effects := e.path("effects.log")
 	count := func() int { return len(readDemo(effects)) }

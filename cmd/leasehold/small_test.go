@@ -17,5 +17,17 @@ func TestTinyTTLIsUsageError(t *testing.T) {
 			t.Errorf("--ttl %s: stderr %q", ttl, r.stderr)
 		}
 	}
-	e.expect(0, "lock", "--ttl", "100ms", "k", "--", "true")
+	// The minimum itself is accepted. Whether a 100 ms lease outlives
+	// `true` depends on how loaded the host is: on a starved one the
+	// supervisor rightly kills the command when the lease deadline
+	// passes without an extension — that is the lease honoured, not a
+	// usage error.
+	r := e.run("lock", "--ttl", "100ms", "k", "--", "true")
+	switch {
+	case r.code == 0:
+	case r.code != ExitUsage && strings.Contains(r.stderr, "the lease deadline passed"):
+		t.Logf("--ttl 100ms accepted; the lease ran out on this loaded host: %s", r.stderr)
+	default:
+		t.Fatalf("--ttl 100ms: exited %d, want 0 (or the lease deadline enforced)\nstderr: %s", r.code, r.stderr)
+	}
 }

@@ -198,8 +198,14 @@ func printStatus(w io.Writer, st *admin.Status) error {
 		if j.Paused {
 			state = "paused"
 		}
-		if j.VersionRefused {
-			state = "REFUSED (old config: superseded by version " + j.CurrentVersion + ")"
+		switch {
+		case j.VersionRefused || j.State == admin.JobRefused:
+			state = "REFUSED (old config: superseded by version " + cell(j.CurrentVersion) + ")" // from the ledger, unchecked
+		case j.State != "":
+			state = cell(j.State)
+		}
+		if j.Cluster != nil && !j.Cluster.Running && !j.Paused {
+			state += ", NOT RUNNING ANYWHERE"
 		}
 		if len(j.Next) > 0 {
 			next = j.Next[0]
@@ -208,6 +214,19 @@ func printStatus(w io.Writer, st *admin.Status) error {
 			last = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(j.Name), cell(j.Schedule), cell(j.Mode), state, cell(next), cell(last))
+	}
+	// Why a job is not active here, or runs nowhere, and what to do.
+	var notes []string
+	for _, j := range st.Jobs {
+		if j.StateNote != "" {
+			notes = append(notes, "job "+cell(j.Name)+": "+cell(j.StateNote))
+		}
+		if j.Cluster != nil && j.Cluster.Note != "" && !j.Paused {
+			notes = append(notes, "job "+cell(j.Name)+": "+cell(j.Cluster.Note))
+		}
+	}
+	for _, n := range notes {
+		fmt.Fprintf(tw, "  %s\n", n)
 	}
 	fmt.Fprintln(tw, "\nSCHEDULED (UTC)\tJOB\tSTATE\tINSTANCE\tTOKEN\tATTEMPT\tTOOK\tERROR")
 	for _, r := range st.Runs {

@@ -50,7 +50,15 @@ jobs:
 	var st admin.Status
 	waitFor(t, 30*time.Second, "status showing runs and the leader", func() bool {
 		r := e.run("status", "--api", api, "--token", secret, "--json", "--runs", "3")
-		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &st) == nil && len(st.Runs) > 0 && len(st.Leaders) == 1
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &st) != nil || len(st.Leaders) != 1 {
+			return false
+		}
+		for _, run := range st.Runs {
+			if run.State == "succeeded" { // not only one still running
+				return true
+			}
+		}
+		return false
 	})
 	r := e.expect(0, "status", "--api", api, "--token", secret)
 	for _, want := range []string{"namespace default, served by s1", "INSTANCE", "s1 (this)", "alive", "schedule/leader", "instances/s1",

@@ -46,14 +46,6 @@ import (
 // DefaultAddress is where the admin API listens unless configured.
 const DefaultAddress = "127.0.0.1:7070"
 
-// ErrConfig: the server's options are invalid (the message names the
-// option and the value).
-var ErrConfig = errors.New("leasehold/admin: invalid configuration")
-
-// ErrInsecure: the listener is not loopback and no bearer token is
-// configured.
-var ErrInsecure = errors.New("leasehold/admin: a listener that is not loopback needs bearer tokens")
-
 // Scheduler is what the server needs from the daemon's scheduler;
 // *schedule.Scheduler implements it.
 type Scheduler interface {
@@ -68,8 +60,10 @@ type Scheduler interface {
 	ResignLeadership(ctx context.Context) (bool, error)
 }
 
-// Option configures a Server.
-type Option func(*config)
+// Option configures a Server. Each validates its argument: New returns the
+// first error, wrapping ErrConfigInvalid and naming the option and the value
+// (never a token's secret).
+type Option func(*config) error
 
 type config struct {
 	addr     string
@@ -98,41 +92,93 @@ type mount struct {
 }
 
 // WithAddress sets the listen address host:port (default DefaultAddress).
-func WithAddress(addr string) Option { return func(c *config) { c.addr = addr } }
+func WithAddress(addr string) Option {
+	return func(c *config) error {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%w: WithAddress(%q): not host:port: %v", ErrConfigInvalid, addr, err)
+		}
+		c.addr = addr
+		return nil
+	}
+}
 
 // WithOpenReads lets the read-scope routes answer without a token (a token
 // given is still checked for the actions). New refuses it on a listener that
 // is not loopback.
-func WithOpenReads() Option { return func(c *config) { c.openRead = true } }
+func WithOpenReads() Option { return func(c *config) error { c.openRead = true; return nil } }
 
 // WithTokens adds bearer tokens. Once any is configured, every API request
-// needs one.
-func WithTokens(ts ...Token) Option { return func(c *config) { c.tokens = append(c.tokens, ts...) } }
+// needs one. A token's scope must be ScopeRead or ScopeAdmin and its
+// secret at least MinTokenLen bytes without white space.
+func WithTokens(ts ...Token) Option {
+	return func(c *config) error {
+		for i, t := range ts {
+			if err := t.validate(len(c.tokens) + i); err != nil {
+				return fmt.Errorf("%w: WithTokens: %w", ErrConfigInvalid, err)
+			}
+		}
+		c.tokens = append(c.tokens, ts...)
+		return nil
+	}
+}
 
-// WithTLS serves HTTPS with the PEM certificate and key files.
+// WithTLS serves HTTPS with the PEM certificate and key files; both must be
+// given (New loads them).
 func WithTLS(certFile, keyFile string) Option {
-	return func(c *config) { c.certFile, c.keyFile = certFile, keyFile }
+	return func(c *config) error {
+		if certFile == "" || keyFile == "" {
+			return fmt.Errorf("%w: WithTLS(%q, %q): TLS needs both a certificate and a key file", ErrConfigInvalid, certFile, keyFile)
+		}
+		c.certFile, c.keyFile = certFile, keyFile
+		return nil
+	}
 }
 
 // WithRedaction has f mask secrets in the run results and errors the API
 // returns (history recorded before a secret was known to be one included).
-func WithRedaction(f func(string) string) Option { return func(c *config) { c.redactFn = f } }
+// nil masks nothing.
+func WithRedaction(f func(string) string) Option {
+	return func(c *config) error { c.redactFn = f; return nil }
+}
 
-// WithLogger sets the logger (default: discard).
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+// WithLogger sets the logger (default: discard); it must not be nil.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: WithLogger(nil): the logger is nil", ErrConfigInvalid)
+		}
+		c.logger = l
+		return nil
+	}
+}
 
 // WithHandler mounts h at pattern (an http.ServeMux pattern such as
 // "GET /healthz") next to the API, open to every client of the listener:
 // for probes that reveal nothing.
 func WithHandler(pattern string, h http.Handler) Option {
-	return func(c *config) { c.mounts = append(c.mounts, mount{pattern: pattern, h: h}) }
+	return func(c *config) error {
+		if pattern == "" || h == nil {
+			return fmt.Errorf("%w: WithHandler(%q, %v): needs a pattern and a handler", ErrConfigInvalid, pattern, h)
+		}
+		c.mounts = append(c.mounts, mount{pattern: pattern, h: h})
+		return nil
+	}
 }
 
 // WithScopedHandler mounts h at pattern behind the API's bearer tokens:
 // once any token is configured, a request needs one whose scope allows
 // scope (e.g. ScopeRead for "GET /metrics").
 func WithScopedHandler(pattern string, h http.Handler, scope Scope) Option {
-	return func(c *config) { c.mounts = append(c.mounts, mount{pattern: pattern, h: h, scope: scope}) }
+	return func(c *config) error {
+		switch {
+		case pattern == "" || h == nil:
+			return fmt.Errorf("%w: WithScopedHandler(%q, %v, %q): needs a pattern and a handler", ErrConfigInvalid, pattern, h, scope)
+		case scope != ScopeRead && scope != ScopeAdmin:
+			return fmt.Errorf("%w: WithScopedHandler(%q, …, %q): scope is not %q or %q", ErrConfigInvalid, pattern, scope, ScopeRead, ScopeAdmin)
+		}
+		c.mounts = append(c.mounts, mount{pattern: pattern, h: h, scope: scope})
+		return nil
+	}
 }
 
 // Server is the admin HTTP server of one daemon.
@@ -145,41 +191,49 @@ type Server struct {
 	tlsCert *tls.Certificate
 	handler http.Handler
 	seen    observations
+	// runsSlots bounds the run-history reads served at once: each holds
+	// up to a page of runs per job, output included, in memory.
+	runsSlots chan struct{}
 }
 
 // New returns a server over the daemon's backend and scheduler. It
 // validates the options: a listener that is not loopback without tokens is
-// ErrInsecure; bad tokens, addresses or TLS files are ErrConfig.
+// ErrListenerInsecure; bad tokens, addresses or TLS files are ErrConfigInvalid.
 func New(b backend.Backend, sched Scheduler, opts ...Option) (*Server, error) {
 	c := config{addr: DefaultAddress, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, o := range opts {
-		o(&c)
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrConfigInvalid)
+		}
+		if err := o(&c); err != nil {
+			return nil, err
+		}
 	}
 	if b == nil || sched == nil || c.logger == nil {
-		return nil, fmt.Errorf("%w: backend, scheduler and logger must not be nil", ErrConfig)
+		return nil, fmt.Errorf("%w: backend, scheduler and logger must not be nil", ErrConfigInvalid)
 	}
 	if _, _, err := net.SplitHostPort(c.addr); err != nil {
-		return nil, fmt.Errorf("%w: address %q is not host:port: %v", ErrConfig, c.addr, err)
+		return nil, fmt.Errorf("%w: address %q is not host:port: %v", ErrConfigInvalid, c.addr, err)
 	}
 	for i, t := range c.tokens {
 		if err := t.validate(i); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+			return nil, fmt.Errorf("%w: %w", ErrConfigInvalid, err)
 		}
 	}
 	if !IsLoopback(c.addr) && c.openRead {
-		return nil, fmt.Errorf("%w: open reads on address %q, which binds more than loopback", ErrInsecure, c.addr)
+		return nil, fmt.Errorf("%w: open reads on address %q, which binds more than loopback", ErrListenerInsecure, c.addr)
 	}
 	if !IsLoopback(c.addr) && len(c.tokens) == 0 {
-		return nil, fmt.Errorf("%w: address %q binds more than loopback; configure a token (http.tokens in the config, or $LEASEHOLD_ADMIN_TOKEN / $LEASEHOLD_READ_TOKEN), or listen on 127.0.0.1", ErrInsecure, c.addr)
+		return nil, fmt.Errorf("%w: address %q binds more than loopback; configure a token (http.tokens in the config, or $LEASEHOLD_ADMIN_TOKEN / $LEASEHOLD_READ_TOKEN), or listen on 127.0.0.1", ErrListenerInsecure, c.addr)
 	}
-	s := &Server{b: b, ledger: schedule.NamespaceLedger(b, sched.Namespace()), sched: sched, cfg: c, tokens: newTokenSet(c.tokens)}
+	s := &Server{b: b, ledger: schedule.NamespaceLedger(b, sched.Namespace()), sched: sched, cfg: c, tokens: newTokenSet(c.tokens), runsSlots: make(chan struct{}, maxRunsReads)}
 	if (c.certFile == "") != (c.keyFile == "") {
-		return nil, fmt.Errorf("%w: TLS needs both a certificate and a key file (cert %q, key %q)", ErrConfig, c.certFile, c.keyFile)
+		return nil, fmt.Errorf("%w: TLS needs both a certificate and a key file (cert %q, key %q)", ErrConfigInvalid, c.certFile, c.keyFile)
 	}
 	if c.certFile != "" {
 		cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: TLS cert %q / key %q: %v", ErrConfig, c.certFile, c.keyFile, err)
+			return nil, fmt.Errorf("%w: TLS cert %q / key %q: %v", ErrConfigInvalid, c.certFile, c.keyFile, err)
 		}
 		s.tlsCert = &cert
 	}
@@ -239,7 +293,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if n <= 0 {
 		n = defaultMaxConns()
 	}
-	ln = newLimitListener(ln, n)
+	ll := newLimitListener(ln, n)
+	hs.ConnState = ll.connState
+	ln = ll
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -264,38 +320,10 @@ var openAPIDoc []byte
 //go:embed dashboard
 var dashboardFS embed.FS
 
-// route is one API route; the same table registers the mux and is checked
-// against openapi.yaml.
-type route struct {
-	method, path string
-	scope        Scope // "" = public (no data)
-	h            http.HandlerFunc
-}
-
-func (s *Server) routes() []route {
-	return []route{
-		{"GET", "/api/v1/status", ScopeRead, s.getStatus},
-		{"GET", "/api/v1/instances", ScopeRead, s.getInstances},
-		{"GET", "/api/v1/leaders", ScopeRead, s.getLeaders},
-		{"POST", "/api/v1/leaders/{role}/resign", ScopeAdmin, s.postResign},
-		{"GET", "/api/v1/locks", ScopeRead, s.getLocks},
-		{"GET", "/api/v1/jobs", ScopeRead, s.getJobs},
-		{"GET", "/api/v1/jobs/{job}", ScopeRead, s.getJob},
-		{"POST", "/api/v1/jobs/{job}/trigger", ScopeAdmin, s.postTrigger},
-		{"POST", "/api/v1/jobs/{job}/pause", ScopeAdmin, s.postPause},
-		{"POST", "/api/v1/jobs/{job}/resume", ScopeAdmin, s.postResume},
-		{"GET", "/api/v1/runs", ScopeRead, s.getRuns},
-		{"GET", "/openapi.yaml", "", s.getOpenAPI},
-		{"GET", "/{$}", "", s.getDashboardFile("index.html")},
-		{"GET", "/dashboard/app.js", "", s.getDashboardFile("app.js")},
-		{"GET", "/dashboard/style.css", "", s.getDashboardFile("style.css")},
-	}
-}
-
 func (s *Server) register(mux *http.ServeMux) (err error) {
 	defer func() { // ServeMux panics on conflicting patterns
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: handler pattern: %v", ErrConfig, p)
+			err = fmt.Errorf("%w: handler pattern: %v", ErrConfigInvalid, p)
 		}
 	}()
 	methods := map[string][]string{}

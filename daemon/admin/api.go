@@ -283,12 +283,16 @@ func (s *Server) jobs(ctx context.Context, next int, only string) ([]Job, error)
 			return nil, err
 		}
 		j.Paused = paused
+		var hw time.Time
 		if js.Mode != schedule.EveryInstance {
-			hw, _, err := s.ledger.HighWater(ctx, js.Name)
+			hw, _, err = s.ledger.HighWater(ctx, js.Name)
 			if err != nil {
 				return nil, fmt.Errorf("job %q: high-water mark: %w", js.Name, err)
 			}
 			j.LastClaimed = ts(hw)
+		}
+		if err := s.clusterState(ctx, &j, js, hw); err != nil {
+			return nil, err
 		}
 		out = append(out, j)
 	}

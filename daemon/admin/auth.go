@@ -56,6 +56,7 @@ func (have Scope) allows(need Scope) bool { return have == ScopeAdmin || have ==
 type tokenSet struct {
 	sums   [][sha256.Size]byte
 	scopes []Scope
+	ids    map[string]string // TokenID → secret, for the listener proof
 }
 
 func newTokenSet(ts []Token) tokenSet {
@@ -63,8 +64,18 @@ func newTokenSet(ts []Token) tokenSet {
 	for _, t := range ts {
 		s.sums = append(s.sums, sha256.Sum256([]byte(t.Secret)))
 		s.scopes = append(s.scopes, t.Scope)
+		if s.ids == nil {
+			s.ids = map[string]string{}
+		}
+		s.ids[TokenID(t.Secret)] = t.Secret
 	}
 	return s
+}
+
+// byID returns the secret whose TokenID is id.
+func (s tokenSet) byID(id string) (string, bool) {
+	secret, ok := s.ids[id]
+	return secret, ok
 }
 
 func (s tokenSet) empty() bool { return len(s.sums) == 0 }

@@ -1,7 +1,9 @@
 package admin
 
 import (
+	"fmt"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -27,28 +29,60 @@ func defaultMaxConns() int {
 
 // WithMaxConnections caps the connections the server holds open at once
 // (default: a quarter of the open-file limit, at most 512). Further
-// clients wait in the kernel's listen backlog until one closes.
-func WithMaxConnections(n int) Option { return func(c *config) { c.maxConns = n } }
+// clients wait in the kernel's listen backlog until one closes. n must not
+// be negative; 0 is the default.
+func WithMaxConnections(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("%w: WithMaxConnections(%d): negative", ErrConfigInvalid, n)
+		}
+		c.maxConns = n
+		return nil
+	}
+}
 
 // limitListener accepts at most n connections at a time: Accept waits for
 // a slot before taking a connection from the kernel, so a flood of
-// connections costs the process no descriptors beyond n.
+// connections costs the process no descriptors beyond n. When every slot
+// is taken for evictAfter, it closes the connection that has been idle
+// (between keep-alive requests) the longest: clients that send a probe now
+// and then and idle in between would otherwise hold every slot for as long
+// as they like, and keep the admin out.
 type limitListener struct {
 	net.Listener
 	slots     chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
+
+	mu   sync.Mutex
+	idle map[*limitConn]time.Time // keep-alive connections between requests, since
 }
 
-func newLimitListener(ln net.Listener, n int) net.Listener {
-	return &limitListener{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{})}
+// evictAfter is how long Accept waits for a free slot before it closes the
+// longest-idle connection; minIdle, how long a connection must have been
+// idle to be closed (not one whose next request is arriving).
+const (
+	evictAfter = 100 * time.Millisecond
+	minIdle    = 200 * time.Millisecond
+)
+
+func newLimitListener(ln net.Listener, n int) *limitListener {
+	return &limitListener{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{}), idle: map[*limitConn]time.Time{}}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
+	for waiting := true; waiting; {
+		t := time.NewTimer(evictAfter)
+		select {
+		case l.slots <- struct{}{}:
+			waiting = false
+		case <-l.done:
+			t.Stop()
+			return nil, net.ErrClosed
+		case <-t.C:
+			l.evictIdle()
+		}
+		t.Stop()
 	}
 	c, err := l.Listener.Accept()
 	if err != nil {
@@ -56,6 +90,44 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+// connState is the http.Server's ConnState hook: it tracks which
+// connections are idle between requests.
+func (l *limitListener) connState(c net.Conn, st http.ConnState) {
+	lc, ok := c.(*limitConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st == http.StateIdle {
+		l.idle[lc] = time.Now()
+	} else {
+		delete(l.idle, lc)
+	}
+}
+
+// evictIdle closes the connection idle the longest, if one has been idle
+// for minIdle.
+func (l *limitListener) evictIdle() {
+	l.mu.Lock()
+	var (
+		oldest *limitConn
+		since  time.Time
+	)
+	for c, at := range l.idle {
+		if oldest == nil || at.Before(since) {
+			oldest, since = c, at
+		}
+	}
+	if oldest == nil || time.Since(since) < minIdle {
+		l.mu.Unlock()
+		return
+	}
+	delete(l.idle, oldest)
+	l.mu.Unlock()
+	_ = oldest.Close()
 }
 
 // Close closes the listener; an Accept waiting for a slot returns at once.

@@ -53,6 +53,12 @@ jobs:
 // cleanup stops it. It skips (fails in CI) when Chromium is missing.
 func newBrowser(t *testing.T, dir string) context.Context {
 	t.Helper()
+	return newBrowserFor(t, dir, 90*time.Second)
+}
+
+// newBrowserFor is newBrowser whose browser lives at most within.
+func newBrowserFor(t *testing.T, dir string, within time.Duration) context.Context {
+	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
 		if inCI() {
 			t.Fatalf("chromium is required in CI: %v", err)
@@ -65,7 +71,7 @@ func newBrowser(t *testing.T, dir string) context.Context {
 		chromedp.Flag("disable-sync", true), chromedp.Flag("no-default-browser-check", true),
 		chromedp.UserDataDir(filepath.Join(dir, "profile")), chromedp.WindowSize(1400, 1150))
 	ctx, cancel := chromedp.NewContext(actx)
-	ctx, tcancel := context.WithTimeout(ctx, 90*time.Second)
+	ctx, tcancel := context.WithTimeout(ctx, within)
 	t.Cleanup(func() { tcancel(); cancel(); acancel() })
 	return ctx
 }
@@ -214,6 +220,23 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("locks shown %v", locks)
 	}
 
+	// Ten runs a page and a narrower page keep the picture small.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1120, 900), chromedp.SetValue(chromedp.CSS("#f-limit"), "10"), chromedp.Click(chromedp.CSS(`#filters button[type="submit"]`))); err != nil {
+		t.Fatalf("ten runs a page: %v", err)
+	}
+	waitFor(t, 30*time.Second, "ten runs listed", func() bool {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelectorAll("#runs tbody tr[data-job]").length === 10`))
+		return err == nil && v
+	})
+	// A two-minute time axis: the runs so far spread over it.
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#axis-window"), "120")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the two-minute axis", func() bool {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("axis-window").dispatchEvent(new Event("change")) &&
+			document.querySelector("#timeline .tick") !== null && document.querySelector("#timeline .tick").textContent !== ""`))
+		return err == nil && v
+	})
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/daemon/admin"
 	"github.com/leasehold/leasehold/schedule"
@@ -15,7 +16,7 @@ import (
 
 func ExampleNew() {
 	b := memory.New()
-	sched, _ := schedule.New(b, schedule.WithInstance("web-1"), schedule.WithNamespace("shop"))
+	sched, _ := schedule.New(b, leasehold.WithInstance("web-1"), leasehold.WithNamespace("shop"))
 	_ = sched.Register(schedule.Job{Name: "report", Schedule: "0 6 * * *", Func: func(context.Context, schedule.Run) error { return nil }})
 
 	// Loopback without tokens is allowed; any other address needs
@@ -50,7 +51,7 @@ func ExampleNew() {
 }
 
 func ExampleWithTokens() {
-	sched, _ := schedule.New(memory.New(), schedule.WithInstance("web-1"))
+	sched, _ := schedule.New(memory.New(), leasehold.WithInstance("web-1"))
 	_, err := admin.New(memory.New(), sched, admin.WithAddress("0.0.0.0:7070"))
 	fmt.Println(err != nil)
 	_, err = admin.New(memory.New(), sched, admin.WithAddress("0.0.0.0:7070"),

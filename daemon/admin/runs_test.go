@@ -44,7 +44,7 @@ func TestRunsPaging(t *testing.T) {
 			if i%3 == 0 {
 				state = backend.Failed
 			}
-			if err := b.Finish(ctx, j, at, owner, g.Token, backend.Outcome{State: state}); err != nil {
+			if err := b.Finish(ctx, backend.FinishRequest{Job: j, ScheduledAt: at, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: state}}); err != nil {
 				t.Fatal(err)
 			}
 			if j != "foreign" {

@@ -68,6 +68,32 @@ type Job struct {
 	Version        string `json:"version,omitempty"`
 	CurrentVersion string `json:"current_version,omitempty"`
 	VersionRefused bool   `json:"version_refused,omitempty"`
+	// State is what this daemon does for the job (JobActive, JobPaused,
+	// JobPending, JobSuperseded, JobRefused) and StateNote, unless
+	// active or paused, why and what to do.
+	State     string `json:"state"`
+	StateNote string `json:"state_note,omitempty"`
+	// Cluster is the job's state across the namespace, the same on every
+	// daemon: read from the ledger, not from this daemon's config.
+	Cluster *JobCluster `json:"cluster"`
+}
+
+// JobCluster is a job's state across the namespace.
+type JobCluster struct {
+	// Version is the schedule version that applies now (whichever daemon
+	// recorded it), Since the instant from which it applies, Schedule its
+	// spec as recorded; all "" before any version was recorded.
+	Version  string `json:"version"`
+	Since    string `json:"since"`
+	Schedule string `json:"schedule"`
+	// NextVersion is a version recorded to apply from NextFrom, ahead.
+	NextVersion string `json:"next_version,omitempty"`
+	NextFrom    string `json:"next_from,omitempty"`
+	// Running is false when the job runs nowhere: it is paused, or no
+	// instance claimed an occurrence under Version since it applies (every
+	// daemon runs another version, or refused its own). Note says why.
+	Running bool   `json:"running"`
+	Note    string `json:"note,omitempty"`
 }
 
 // Run is one occurrence in the run ledger.
@@ -87,6 +113,10 @@ type Run struct {
 	// Trigger is the idempotency key of a triggered run ("run now"); empty
 	// for a scheduled run.
 	Trigger string `json:"trigger,omitempty"`
+	// OutputTruncated: Result or Error is a preview (in a list); the
+	// run's detail request (GET /api/v1/runs/{job}/{scheduled_at})
+	// returns them whole.
+	OutputTruncated bool `json:"output_truncated,omitempty"`
 }
 
 // RunPage is a page of history.

@@ -52,7 +52,9 @@ func run(ctx context.Context, out io.Writer, db string, d time.Duration) (map[in
 		if err != nil {
 			return nil, err
 		}
-		_, err = s.NewJob(gocron.CronJob(spec, true), gocron.NewTask(func() {
+		l.Attach(s) // so that Lock can check the job's definition against the spec
+		// l.CronJob() is gocron.CronJob of the locker's spec: written once.
+		_, err = s.NewJob(l.CronJob(), gocron.NewTask(func() {
 			// The second this run belongs to: timers fire up to 100 ms
 			// early and some milliseconds late.
 			sec := time.Now().Add(-400 * time.Millisecond).Round(time.Second).Unix()

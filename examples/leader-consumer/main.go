@@ -132,8 +132,9 @@ func consume(ctx context.Context, js jetstream.JetStream, b backend.Backend, o O
 	return nil
 }
 
-// send sends one notification once: its claim in the ledger, keyed by the
-// message id, is taken before sending and finished after.
+// send sends one notification at most once: schedule.RunOnce claims the
+// message id in the ledger before sending and records the outcome after,
+// so a redelivery of a sent (or failed) message is acknowledged unsent.
 func send(ctx context.Context, b backend.Backend, o Options, msg jetstream.Msg) error {
 	id := msg.Headers().Get(jetstream.MsgIDHeader)
 	if id == "" {
@@ -143,20 +144,35 @@ func send(ctx context.Context, b backend.Backend, o Options, msg jetstream.Msg) 
 		}
 		id = "seq-" + strconv.FormatUint(meta.Sequence.Stream, 10)
 	}
-	c, err := schedule.ClaimOccurrence(ctx, b, "notify/"+id, time.UnixMilli(1),
-		schedule.ClaimOptions{Instance: o.Instance, MaxEarly: time.Hour})
+	err := schedule.RunOnce(ctx, b, "notify/"+id, func(ctx context.Context, token leasehold.Token) error {
+		f, err := os.OpenFile(o.Outbox, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = fmt.Fprintf(f, "%s %s %s %s\n", id, token, o.Instance, msg.Data())
+		return err
+	}, schedule.OnceOptions{Claim: schedule.ClaimOptions{Instance: o.Instance}})
 	var claimed *backend.ClaimedError
-	if errors.As(err, &claimed) && claimed.Run.State == backend.Succeeded {
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &claimed) && claimed.Run.State == backend.Succeeded:
 		o.Log.Info("already sent; acknowledging the redelivery", "id", id)
 		return nil
-	}
-	if err != nil {
+	case errors.As(err, &claimed) && claimed.Run.State == backend.Failed, errors.Is(err, schedule.ErrOnceFailed):
+		// At most once: a failed send is not retried (a real consumer
+		// would dead-letter it here).
+		o.Log.Error("sending failed once; not sent again", "id", id, "err", err)
+		return nil
+	case errors.As(err, &claimed) && claimed.Run.State == backend.Abandoned, errors.Is(err, schedule.ErrOnceAbandoned):
+		// The consumer that claimed it died mid-send: maybe sent. At most
+		// once: not sent again (a real consumer would dead-letter it).
+		o.Log.Error("an earlier send died mid-way (maybe sent); not sent again", "id", id, "err", err)
+		return nil
+	default:
+		// Held by another consumer now, or the backend did not answer:
+		// not ours to send yet; the redelivery asks again.
 		return err
 	}
-	f, err := os.OpenFile(o.Outbox, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err == nil {
-		_, err = fmt.Fprintf(f, "%s %s %s %s\n", id, c.Run().Token, o.Instance, msg.Data())
-		f.Close()
-	}
-	return c.Finish(context.WithoutCancel(ctx), err)
 }

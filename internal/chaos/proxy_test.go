@@ -2,9 +2,13 @@ package chaos
 
 import (
 	"bufio"
+	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/backend"
 )
 
 // echo starts a line echo server.
@@ -78,5 +82,56 @@ func TestDelayAndClose(t *testing.T) {
 			t.Fatal("refused connection answered")
 		}
 		c2.Close()
+	}
+}
+
+// TestNthBlackHole: the second request of the rule set (Raw: one chunk
+// per write, answered before the next is sent) goes into a black hole,
+// and so does the rest of its connection; another connection still works.
+func TestNthBlackHole(t *testing.T) {
+	p, err := New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	r := p.Rules().Add(Nth(2), BlackHole(), 1)
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rd := bufio.NewReader(c)
+	c.Write([]byte("one\n"))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if l, err := rd.ReadString('\n'); err != nil || l != "one\n" {
+		t.Fatalf("first request: %q %v", l, err)
+	}
+	c.Write([]byte("two\n"))
+	<-r.Fired()
+	c.Write([]byte("three\n"))
+	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if l, err := rd.ReadString('\n'); err == nil {
+		t.Fatalf("a black-holed connection answered %q", l)
+	}
+	d, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	d.Write([]byte("four\n"))
+	d.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if l, err := bufio.NewReader(d).ReadString('\n'); err != nil || l != "four\n" {
+		t.Fatalf("another connection: %q %v", l, err)
+	}
+}
+
+// TestNewRejectsNilOptions: a nil option, framer or rule set is
+// ErrInvalid naming it, and no proxy starts.
+func TestNewRejectsNilOptions(t *testing.T) {
+	for name, opt := range map[string]Option{"option 0": nil, "newFramer": WithFramer(nil), "rule set": WithRules(nil)} {
+		p, err := New("127.0.0.1:1", opt)
+		if !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), name) || p != nil {
+			t.Errorf("%s: New = %v, %v; want ErrInvalid naming %q", name, p, err, name)
+		}
 	}
 }

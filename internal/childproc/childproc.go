@@ -1,7 +1,8 @@
-// Package childproc supervises the child processes leasehold starts — a
-// command job, the command of "leasehold lock", the demo's daemons, test
-// servers — the same way on every system, with the system-specific parts
-// in per-OS files:
+// Package childproc supervises the child processes leasehold starts for
+// itself — the demo's daemons, test servers, benchmark holders — the same
+// way on every system, with the system-specific parts in per-OS files. (A
+// user's command — a command job, the command of "leasehold lock" — runs
+// under internal/supervisor, which owns its whole process tree.)
 //
 //   - Start puts the child in a process group of its own (Options.Group),
 //     so a signal to leasehold's terminal group does not reach it and
@@ -14,12 +15,10 @@
 //
 // What differs by system:
 //
-//   - Linux: all of the above; BecomeSubreaper and Children let "leasehold
-//     lock" find and kill descendants that left the group.
+//   - Linux: all of the above.
 //   - Other Unix systems (macOS, the BSDs): process groups and signals, but
 //     no Pdeathsig (DieWithParent does nothing: a child outlives a leasehold
-//     killed by SIGKILL unless a watchdog kills it), no subreaper (Children
-//     returns nothing).
+//     killed by SIGKILL).
 //   - Windows: no process groups, no signals but kill. Group starts the child
 //     with CREATE_NEW_PROCESS_GROUP (it does not get the console's Ctrl-C);
 //     Terminate, Kill and every forwarded signal that asks a process to stop

@@ -63,9 +63,3 @@ func Pause(*os.Process) error { return ErrUnsupported }
 
 // Resume is not supported on Windows.
 func Resume(*os.Process) error { return ErrUnsupported }
-
-// BecomeSubreaper: no such thing on Windows.
-func BecomeSubreaper() error { return nil }
-
-// Children: not known on Windows.
-func Children() []int { return nil }

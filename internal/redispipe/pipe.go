@@ -26,16 +26,24 @@
 // off for the lanes' pipelines (see once), so a call is never applied
 // again after its caller stopped waiting.
 //
-// One exception to the lanes: a request that finds nothing in flight is
-// sent by its caller, on its own context (see alone), so that a lone
-// caller pays no hand-over. Its outcome when the context ends is unknown,
-// and go-redis closes that one connection; the requests that arrive
-// meanwhile queue for the lanes as usual.
+// One exception to the lanes: a request whose context can never end
+// (Done is nil) that finds nothing in flight is sent by its caller (see
+// alone), so that a lone caller pays no hand-over; the requests that
+// arrive meanwhile queue for the lanes as usual. A context that can end
+// goes through a lane even when alone: go-redis does not cut a blocked
+// read short when the context ends (it waits for the read timeout), so a
+// caller that sent its request itself would be held past its context by
+// a server that does not answer.
 //
-// Cluster clients are not batched here: no Cluster test server is
-// available, and go-redis's Cluster pipeline splits by node and redirects
-// on its own terms. A Pipe over anything but a *goredis.Client runs each
+// On a Cluster (*goredis.ClusterClient) the calls are grouped by node:
+// each call goes to the queue of the primary that serves its first key's
+// hash slot, and that node's lanes batch it as above (see cluster.go for
+// MOVED and ASK). A Pipe over anything else (a Ring, a wrapper) runs each
 // call as before (Script.Run on the caller's context).
+//
+// With WaitReplicas (see NewWith) a lane ends each pipeline with WAIT, on
+// the same connection, and a call whose writes the replicas did not all
+// confirm in time is answered "outcome unknown" (see wait.go).
 package redispipe
 
 import (
@@ -106,6 +114,13 @@ type Pipe struct {
 	// the lanes; see alone). Set it before the first call.
 	Batch bool
 
+	opts Options
+
+	// cluster is set on a Cluster client: calls go to the Pipe of the node
+	// that serves their slot (nodes, guarded by mu).
+	cluster *goredis.ClusterClient
+	nodes   map[*goredis.Client]*Pipe
+
 	// BeforeSend, if set, is called by a lane with the size of each batch
 	// before the batch is sent (tests: stage a caller whose context ends
 	// mid-batch, or hold the lanes while a burst queues). Set it before
@@ -113,18 +128,34 @@ type Pipe struct {
 	BeforeSend func(n int)
 }
 
-// New returns a Pipe over c. Calls are batched when c is a *goredis.Client
-// (a single node, or a Sentinel-managed primary).
+// New returns a Pipe over c without options. Calls are batched when c is a
+// *goredis.Client (a single node, or a Sentinel-managed primary) or, grouped
+// by node, a *goredis.ClusterClient.
 func New(c goredis.UniversalClient) *Pipe {
+	p, _ := NewWith(c, Options{})
+	return p
+}
+
+// NewWith returns a Pipe over c with opts (validated: an error wraps
+// backend.ErrInvalid). Calls are batched when c is a *goredis.Client or,
+// grouped by node, a *goredis.ClusterClient.
+func NewWith(c goredis.UniversalClient, opts Options) (*Pipe, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Pipe{c: c, lanes: DefaultLanes, max: DefaultMaxBatch, timeout: defaultTimeout, base: ctx, cancel: cancel}
+	p := &Pipe{c: c, lanes: DefaultLanes, max: DefaultMaxBatch, timeout: defaultTimeout, base: ctx, cancel: cancel, opts: opts}
+	if cc, ok := c.(*goredis.ClusterClient); ok {
+		p.batched, p.cluster, p.nodes = true, cc, map[*goredis.Client]*Pipe{}
+	}
 	if cc, ok := c.(*goredis.Client); ok {
 		p.batched = true
 		if rt := cc.Options().ReadTimeout; rt > 0 {
 			p.timeout = rt + max(cc.Options().WriteTimeout, 0)
 		}
 	}
-	return p
+	p.timeout += opts.WaitTimeout // WAIT holds the connection that long at most
+	return p, nil
 }
 
 // Batched reports whether calls go through the lanes.
@@ -135,6 +166,9 @@ func (p *Pipe) Queued() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
+	for _, sub := range p.nodes {
+		n += sub.Queued()
+	}
 	for _, r := range p.queue {
 		if r.state.Load() == queued {
 			n++
@@ -160,6 +194,14 @@ func failed(err error) *goredis.Cmd {
 	return c
 }
 
+// soloSend reports whether a lone request may be sent by its caller, with
+// no hand-over to a lane: only when nothing batches (Batch), no WAIT
+// follows the grant, and ctx can never end — a caller blocked in go-redis's
+// read would otherwise return only at its ReadTimeout, past its context.
+func soloSend(ctx context.Context, p *Pipe) bool {
+	return !p.Batch && p.opts.WaitReplicas == 0 && ctx.Done() == nil
+}
+
 // Do runs script with keys and args and returns its reply as a Cmd (read it
 // with Slice, Int64, ...). It returns when the reply is in or when ctx ends,
 // whichever comes first; see the package doc for the errors.
@@ -167,13 +209,21 @@ func (p *Pipe) Do(ctx context.Context, script *goredis.Script, keys []string, ar
 	if !p.batched {
 		return script.Run(ctx, p.c, keys, args...)
 	}
-	return p.start(ctx, script, keys, args, !p.Batch).Wait()
+	if p.cluster != nil {
+		return p.viaNode(ctx, script, keys, args, false).Wait()
+	}
+	return p.start(ctx, script, keys, args, soloSend(ctx, p)).Wait()
 }
 
 // Pending is a request started by Start.
 type Pending struct {
 	r   *request
 	cmd *goredis.Cmd // answered at once
+
+	// sub is the node's Pending of a call on a Cluster, and after judges
+	// its reply (MOVED, ASK: cluster.go).
+	sub   *Pending
+	after func(*goredis.Cmd) *goredis.Cmd
 }
 
 // Start queues the call (always for a lane: a caller that starts calls on
@@ -186,6 +236,9 @@ func (p *Pipe) Start(ctx context.Context, script *goredis.Script, keys []string,
 		r := &request{ctx: ctx, done: done}
 		r.state.Store(taken)
 		return &Pending{r: r}
+	}
+	if p.cluster != nil {
+		return p.viaNode(ctx, script, keys, args, true)
 	}
 	return p.start(ctx, script, keys, args, false)
 }
@@ -215,6 +268,9 @@ func (p *Pipe) start(ctx context.Context, script *goredis.Script, keys []string,
 
 // Wait returns the reply when it is in, or when the request's context ends.
 func (w *Pending) Wait() *goredis.Cmd {
+	if w.sub != nil {
+		return w.after(w.sub.Wait())
+	}
 	if w.cmd != nil {
 		return w.cmd
 	}
@@ -248,13 +304,12 @@ type laneState struct {
 }
 
 // alone sends r on the caller's own context, as a plain script call,
-// when nothing else is in flight: a lone caller pays no hand-over to a
-// lane and back (two goroutine wake-ups, which cost more than the round
-// trip itself on a busy host). It holds a lane's place meanwhile, so
-// requests that arrive queue as usual, and a lane takes them when it
-// returns. Only this one request can then close its connection when its
-// context ends mid-read, and only one is ever in flight this way. Called
-// with p.mu held; unlocks it.
+// when nothing else is in flight and r's context can never end: a lone
+// caller pays no hand-over to a lane and back (two goroutine wake-ups,
+// which cost more than the round trip itself on a busy host). It holds a
+// lane's place meanwhile, so requests that arrive queue as usual, and a
+// lane takes them when it returns. Only one request is ever in flight
+// this way. Called with p.mu held; unlocks it.
 func (p *Pipe) alone(r *request) *goredis.Cmd {
 	p.inflight++
 	p.mu.Unlock()
@@ -384,7 +439,7 @@ func (p *Pipe) send(ctx context.Context, batch []*request) {
 	for i, r := range batch {
 		cmds[i] = once(ctx, pipe, r, r.script.EvalSha)
 	}
-	_, _ = pipe.Exec(ctx) // every cmd carries its own error
+	p.waitReplicas(ctx, pipe, cmds) // every cmd carries its own error
 	var again []int
 	for i, c := range cmds {
 		if err := c.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -393,11 +448,13 @@ func (p *Pipe) send(ctx context.Context, batch []*request) {
 	}
 	if len(again) > 0 {
 		pipe = p.c.Pipeline()
+		var retried []*goredis.Cmd
 		for _, i := range again {
 			r := batch[i]
 			cmds[i] = once(ctx, pipe, r, r.script.Eval)
+			retried = append(retried, cmds[i])
 		}
-		_, _ = pipe.Exec(ctx)
+		p.waitReplicas(ctx, pipe, retried)
 	}
 	for i, r := range batch {
 		r.done <- cmds[i]
@@ -494,7 +551,12 @@ func (p *Pipe) Close() {
 		}
 	}
 	p.queue = nil
+	nodes := p.nodes
+	p.nodes = nil
 	p.mu.Unlock()
+	for _, sub := range nodes {
+		sub.Close()
+	}
 	p.cancel()
 	p.wg.Wait()
 }

@@ -31,7 +31,7 @@ import (
 // TB is what this package needs of a test: *testing.T and *testing.B are
 // one, and so is the chaos harness's stand-in when it starts servers
 // outside tests. The package does not import testing, so a program that
-// uses it (leasehold chaos) does not link the test framework.
+// uses it (leasehold-lab chaos) does not link the test framework.
 type TB interface {
 	Helper()
 	Cleanup(func())

@@ -29,7 +29,8 @@ const (
 // classpath Debian's zkServer.sh builds, so that the Server's PID is the
 // JVM's and Kill, Pause and Resume reach it). extra are zoo.cfg lines
 // ("key=value"). Its data directory survives Restart. Ready when the four
-// letter word ruok answers imok.
+// letter word srvr says the server is serving (ruok's imok only says the
+// port is bound: sessions can still be refused while the database loads).
 func ZooKeeper(t TB, extra ...string) *Server {
 	t.Helper()
 	java := zkJava(t)
@@ -39,7 +40,7 @@ func ZooKeeper(t TB, extra ...string) *Server {
 		Args: func(port int, dir string) []string {
 			return zkArgs(t, port, dir, extra)
 		},
-		Ready:        zkRuok,
+		Ready:        zkServing,
 		StartTimeout: 60 * time.Second,
 	})
 }
@@ -89,21 +90,22 @@ func zkArgs(t TB, port int, dir string, extra []string) []string {
 	}
 }
 
-// zkRuok sends the four letter word ruok and expects imok.
-func zkRuok(ctx context.Context, addr string) error {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+// zkServing sends the four letter word srvr and expects a Mode line,
+// which a server that is not yet serving requests does not give.
+func zkServing(ctx context.Context, addr string) error {
+	b, err := zk4lw(ctx, addr, "srvr")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
+	if !strings.Contains(string(b), "\nMode: ") {
+		return fmt.Errorf("srvr answered %q", b)
 	}
-	if _, err := c.Write([]byte("ruok")); err != nil {
-		return err
-	}
-	b, err := io.ReadAll(c)
+	return nil
+}
+
+// zkRuok sends the four letter word ruok and expects imok.
+func zkRuok(ctx context.Context, addr string) error {
+	b, err := zk4lw(ctx, addr, "ruok")
 	if err != nil {
 		return err
 	}
@@ -111,4 +113,21 @@ func zkRuok(ctx context.Context, addr string) error {
 		return fmt.Errorf("ruok answered %q", b)
 	}
 	return nil
+}
+
+// zk4lw sends a four letter word and returns the whole answer.
+func zk4lw(ctx context.Context, addr, word string) ([]byte, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := c.Write([]byte(word)); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(c)
 }

@@ -1,17 +1,13 @@
-// Package faultkit holds the process-level fault tests every server-backed
-// backend runs: kill -9 a holder process, SIGSTOP it past its TTL, delay or
-// cut its connection with the chaos proxy (internal/chaos), and claim one
-// occurrence from several processes. A backend's test file describes its
-// backend in a Kit and calls the scenarios:
+// Package faultkit holds the process-level fault scenarios every backend
+// that processes can share runs: kill -9 a holder process, SIGSTOP it past
+// its TTL, delay or cut its connection with the chaos proxy
+// (internal/chaos), and claim one occurrence from several processes.
+// conformance.Run runs them from the Kit its Harness.Process returns (see
+// there); a backend's test package only adds the helper process, whose Kit
+// needs the test's Open (and Fenced, when the test's kit has it):
 //
-//	func kit(srv *testserver.Server, ns string) faultkit.Kit {
-//		return faultkit.Kit{Open: openAt, Addr: srv.Addr(), NS: ns, TTL: 1500 * time.Millisecond}
-//	}
-//
-//	// TestFaultHelper is the helper process (see Helper).
-//	func TestFaultHelper(t *testing.T) { faultkit.Helper(t, kit(nil, "")) }
-//
-//	func TestKillHolder(t *testing.T) { faultkit.KillHolder(t, kit(testserver.Redis(t), newPrefix())) }
+//	// TestFaultHelper is the helper process of the fault kit.
+//	func TestFaultHelper(t *testing.T) { faultkit.Helper(t, faultkit.Kit{Open: openAt}) }
 //
 // The helper process is the test binary re-executed with -test.run
 // selecting Kit.HelperTest and the environment variable HelperEnv set. It
@@ -39,22 +35,27 @@ import (
 )
 
 // HelperEnv is the environment variable that makes the re-executed test
-// binary a helper process; its value is "<addr> <ns>".
+// binary a helper process; its value is "<addr> <ns>" (addr may be empty).
 const HelperEnv = "LEASEHOLD_FAULTKIT_HELPER"
 
 // Kit describes the backend under test.
 type Kit struct {
-	// Open returns a backend on the server at addr ("host:port") in the
-	// namespace ns (key prefix, schema, ...: whatever isolates one test),
-	// closed at the end of t. It is called in the test and, with the same
-	// addr and ns, in the helper process; with a chaos proxy's address for
-	// the proxied holder.
-	Open func(t testing.TB, addr, ns string) backend.Backend
-	// Addr is the server's address, NS the test's namespace. The helper
-	// process reads both from its environment instead.
+	// Open returns a backend on the server at addr in the namespace ns (key
+	// prefix, schema, file...: whatever isolates one test), closed at the
+	// end of t. It is called in the test and, with the same addr and ns, in
+	// the helper process; with chaos proxies' addresses for the proxied
+	// holder.
+	Open func(t testing.TB, addr, ns string) backend.Leases
+	// Addr is the server's address ("host:port"); for a backend on several
+	// servers (Redlock's nodes) their addresses joined by commas, each of
+	// which the proxied holder reaches through a proxy of its own; empty
+	// for a backend with no server (SQLite: a file that NS names), which
+	// rules out the scenarios that need a connection to delay or cut.
+	// NS is the test's namespace. The helper process reads both from its
+	// environment instead.
 	Addr, NS string
 	// TTL is the lock TTL of the holder under test (the helper process's,
-	// the proxied one's).
+	// the proxied one's). The test sends it to the helper with each hold.
 	TTL time.Duration
 	// NextTTL is the lock TTL of the holders that take over in the test
 	// process (TTL when zero).
@@ -67,13 +68,19 @@ type Kit struct {
 	// holder and fail with backend.ErrLeaseLost for a stale token. The
 	// helper writes through it before each act and once after it lost
 	// its lease; ConnectionCut writes through it around the cut.
-	Fenced func(ctx context.Context, b backend.Backend, key string, token uint64, value string) error
+	Fenced func(ctx context.Context, b backend.Leases, key string, token uint64, value string) error
 	// Sink, when set, returns the values Fenced wrote so far, in order;
 	// ConnectionCut asserts a rejected write left nothing.
-	Sink func(ctx context.Context, b backend.Backend) ([]string, error)
+	Sink func(ctx context.Context, b backend.Leases) ([]string, error)
 	// HelperTest is the name of the test that calls Helper
 	// ("TestFaultHelper" when empty).
 	HelperTest string
+	// NoWire, when set, says why no proxy can stand between this backend
+	// and its servers although it has some (a Redis Cluster or Sentinel
+	// client learns the nodes' addresses from the servers and dials them
+	// directly): the scenarios that delay or cut the holder's connection
+	// are skipped with it.
+	NoWire string
 }
 
 // InHelper reports whether this process is a helper process (so an Open
@@ -106,13 +113,18 @@ func (k Kit) locker(t testing.TB, b backend.Leases, name string, ttl time.Durati
 	return lk
 }
 
-func (k Kit) open(t testing.TB) backend.Backend {
+func (k Kit) open(t testing.TB) backend.Leases {
 	t.Helper()
-	if k.Open == nil || k.Addr == "" || k.TTL <= 0 {
-		t.Fatalf("faultkit: Kit needs Open, Addr and a positive TTL (got Addr %q, TTL %v)", k.Addr, k.TTL)
+	if k.Open == nil || k.TTL <= 0 {
+		t.Fatalf("faultkit: Kit needs Open and a positive TTL (got TTL %v)", k.TTL)
 	}
 	return k.Open(t, k.Addr, k.NS)
 }
+
+// Wire reports whether the backend is reached over the network (Addr is
+// set) through addresses a proxy can stand in for (NoWire is empty), so
+// that a proxy can delay or cut its connections.
+func (k Kit) Wire() bool { return k.Addr != "" && k.NoWire == "" }
 
 // ctx returns a context bounding one scenario.
 func ctx(t testing.TB, d time.Duration) context.Context {
@@ -125,7 +137,7 @@ func ctx(t testing.TB, d time.Duration) context.Context {
 // it. Outside a helper process it skips. It opens k's backend at the addr
 // and ns from HelperEnv and obeys these commands, one a line on stdin:
 //
-//	hold <key>: acquire key (instance "child", k.TTL) and print
+//	hold <key> <ttl>: acquire key (instance "child", that TTL) and print
 //	  "acquired <token>"; then every 20 ms take the time, and while it is
 //	  before the lock's deadline write through k.Fenced (when set) and print
 //	  "act <token> <unix ns of that time>". Once the deadline has passed
@@ -136,7 +148,7 @@ func ctx(t testing.TB, d time.Duration) context.Context {
 //	  none|accepted(..)>" and exit.
 //	claim <job> <unix ms> <n>: claim that occurrence from n goroutines at
 //	  once; print "win <instance>", "lost" (ErrClaimed) or "error <err>" per
-//	  claim, then "claimed".
+//	  claim, then "claimed". A backend without a ledger fails it.
 //
 // Failures print "error <why>" and exit 2.
 func Helper(t *testing.T, k Kit) {
@@ -156,16 +168,24 @@ func Helper(t *testing.T, k Kit) {
 	for in.Scan() {
 		f := strings.Fields(in.Text())
 		switch {
-		case len(f) == 2 && f[0] == "hold":
+		case len(f) == 3 && f[0] == "hold":
+			ttl, err := time.ParseDuration(f[2])
+			if err != nil {
+				fail("bad hold command %q", in.Text())
+			}
 			holding = true
-			go hold(k, t, b, f[1], out, fail)
+			go hold(t, k, b, f[1], ttl, out, fail)
 		case len(f) == 4 && f[0] == "claim":
 			at, err1 := strconv.ParseInt(f[2], 10, 64)
 			n, err2 := strconv.Atoi(f[3])
 			if err1 != nil || err2 != nil {
 				fail("bad claim command %q", in.Text())
 			}
-			claim(b, f[1], time.UnixMilli(at), n, out)
+			full, err := backend.LedgerOf(b)
+			if err != nil {
+				fail("claim: %v", err)
+			}
+			claim(full, f[1], time.UnixMilli(at), n, out)
 		default:
 			fail("unknown command %q", in.Text())
 		}
@@ -189,9 +209,9 @@ func (l *lineWriter) println(s string) {
 	fmt.Fprintln(l.w, s)
 }
 
-func hold(k Kit, t *testing.T, b backend.Backend, key string, out *lineWriter, fail func(string, ...any)) {
+func hold(t *testing.T, k Kit, b backend.Leases, key string, ttl time.Duration, out *lineWriter, fail func(string, ...any)) {
 	ctx := context.Background()
-	l, err := k.Locker(t, b, "child").Acquire(ctx, key)
+	l, err := k.locker(t, b, "child", ttl).Acquire(ctx, key)
 	if err != nil {
 		fail("acquire %s: %v", key, err)
 	}
@@ -214,8 +234,17 @@ func hold(k Kit, t *testing.T, b backend.Backend, key string, out *lineWriter, f
 			break
 		}
 		if k.Fenced != nil {
-			if err := k.Fenced(ctx, b, bkey, mine.Token, "child"); err != nil {
-				// Not a lie: the deadline check passed and the fence said no.
+			err := k.Fenced(ctx, b, bkey, mine.Token, "child")
+			if err != nil && !time.Now().Before(l.Deadline()) {
+				// Stopped between the check and the write, or inside it,
+				// until past the deadline: the fence refused the stale
+				// write (or the server ended the stalled transaction), as
+				// it must. No act: the write did not happen.
+				break
+			}
+			if err != nil {
+				// The fence said no while the deadline had not passed: the
+				// holder was told it held a lease the server did not.
 				fail("fenced write before the deadline: %v", err)
 			}
 		}
@@ -236,7 +265,7 @@ func hold(k Kit, t *testing.T, b backend.Backend, key string, out *lineWriter, f
 		}
 	}
 	renew := lost(func() error {
-		_, err := b.Renew(ctx, bkey, mine.Owner, mine.Token, k.TTL)
+		_, err := b.Renew(ctx, backend.RenewRequest{Key: bkey, Owner: mine.Owner, Token: mine.Token, TTL: ttl})
 		return err
 	})
 	release := lost(func() error { return b.Release(ctx, bkey, mine.Owner, mine.Token) })
@@ -277,6 +306,7 @@ func claim(b backend.Backend, job string, at time.Time, n int, out *lineWriter) 
 
 // Proc is a running helper process.
 type Proc struct {
+	test  string // the helper test it runs
 	cmd   *exec.Cmd
 	in    io.WriteCloser
 	lines chan string
@@ -304,7 +334,7 @@ func Start(t testing.TB, k Kit) *Proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &Proc{cmd: cmd, in: in, lines: make(chan string, 4096)}
+	p := &Proc{test: name, cmd: cmd, in: in, lines: make(chan string, 4096)}
 	t.Cleanup(func() {
 		_ = childproc.Signal(cmd.Process, childproc.SigCont)
 		_ = cmd.Process.Kill()
@@ -338,7 +368,7 @@ func (p *Proc) NextLine(t testing.TB, within time.Duration) string {
 	select {
 	case l, ok := <-p.lines:
 		if !ok {
-			t.Fatalf("helper process exited")
+			t.Fatalf("helper process exited without a word (has the test package a %s calling faultkit.Helper? see package faultkit)", p.test)
 		}
 		if strings.HasPrefix(l, "error") {
 			t.Fatalf("helper: %s", l)
@@ -377,7 +407,7 @@ type Holder struct {
 func StartHolder(t testing.TB, k Kit, key string) *Holder {
 	t.Helper()
 	p := Start(t, k)
-	p.Send(t, "hold "+key)
+	p.Send(t, "hold "+key+" "+k.TTL.String())
 	l := p.NextLine(t, 30*time.Second)
 	tok, ok := strings.CutPrefix(l, "acquired ")
 	n, err := strconv.ParseUint(tok, 10, 64)

@@ -1,5 +1,7 @@
-// leasehold dashboard: reads /api/v1/status and renders it. No build step,
-// no dependencies. Data is inserted with textContent only.
+// leasehold dashboard: reads /api/v1/status and renders it; runs.js shows
+// run history (filters, paging, a run's detail), axis.js the jobs' time
+// axes. No build step, no dependencies. Data is inserted with textContent
+// only.
 "use strict";
 
 const state = { token: sessionStorage.getItem("leasehold-token") || "", timer: null, colors: new Map() };
@@ -8,6 +10,7 @@ function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (k === "class") e.className = v;
+    else if (k === "style") Object.assign(e.style, v); // CSSOM: the CSP refuses style attributes
     else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v);
   }
@@ -57,8 +60,41 @@ function fill(id, rows) {
   }
 }
 
-async function act(method, path) {
-  try { await api(method, path); } catch (e) { banner(e.message); }
+// ask shows the confirmation dialog; it resolves true when confirmed.
+function ask(text, note) {
+  const d = document.getElementById("confirm");
+  document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-note").textContent = note || "";
+  d.returnValue = "";
+  return new Promise(resolve => {
+    d.addEventListener("close", () => resolve(d.returnValue === "ok"), { once: true });
+    d.showModal();
+    document.getElementById("confirm-cancel").focus();
+  });
+}
+
+// showResult says what an action did (kind: ok, bad or muted).
+function showResult(text, kind) {
+  const r = document.getElementById("result");
+  r.className = "result " + kind;
+  r.dataset.kind = kind;
+  document.getElementById("result-text").textContent = text;
+  r.hidden = false;
+}
+
+// act asks for confirmation of what, calls the API and shows the result
+// (done turns the answer into a sentence) or the error.
+async function act(what, note, method, path, done) {
+  if (!await ask(what + "?", note)) {
+    showResult("Cancelled: " + what + " — nothing was done.", "muted");
+    return;
+  }
+  try {
+    const body = await api(method, path);
+    showResult(done(body), "ok");
+  } catch (e) {
+    showResult(what + " failed: " + e.message, "bad");
+  }
   refresh();
 }
 
@@ -85,11 +121,36 @@ function render(st) {
     el("td", { class: l.self ? "self" : "" }, l.instance),
     el("td", {}, l.token),
     el("td", { title: l.since_observed ? "first seen by this server" : "elected" }, (l.since_observed ? "seen " : "") + ago(l.since, now)),
-    el("td", {}, l.self ? el("button", { onclick: () => act("POST", "/api/v1/leaders/" + encodeURIComponent(l.role) + "/resign") }, "resign") : ""))));
+    el("td", {}, l.self ? el("button", { onclick: () => act("Resign role " + l.role + " on " + l.instance,
+      "The instance gives up the role; another instance is elected and takes over the leader-mode jobs.",
+      "POST", "/api/v1/leaders/" + encodeURIComponent(l.role) + "/resign",
+      b => b.instance + " resigned " + b.role + "; another instance takes it over.") }, "resign") : ""))));
 
   fill("locks", st.locks.map(k => el("tr", {},
     el("td", {}, k.key), el("td", {}, k.instance), el("td", {}, k.token), el("td", {}, ms(k.remaining_ms)))));
 
+  // A job's state: this daemon's part (active, paused, pending, superseded,
+  // refused) and, when the job runs on no daemon, that — the same on every
+  // daemon, read from the ledger. The notes say why and what to do.
+  const jobState = j => {
+    const state = j.state || (j.version_refused ? "refused" : j.paused ? "paused" : "active");
+    const nowhere = j.cluster && !j.cluster.running && !j.paused;
+    const label = (state === "refused" ? "REFUSED (old config)" : state) + (nowhere ? " — NOT RUNNING ANYWHERE" : "");
+    const note = [j.state_note, j.cluster && j.cluster.note].filter(Boolean).join("\n\n");
+    return el("td", { class: state === "active" && !nowhere ? "ok" : nowhere ? "bad" : "warn", title: note, "data-state": state },
+      label, note && state !== "paused" ? el("div", { class: "note" }, note) : "");
+  };
+  // The job's state across the namespace (the same on every daemon):
+  // which version applies since when, one ahead, and whether any instance
+  // runs it.
+  const cluster = j => {
+    const c = j.cluster || {};
+    const since = !c.since ? "" : Date.parse(c.since) < 86400000 ? " (its first)" : " since " + short(c.since);
+    const parts = [c.version ? "version " + c.version.slice(0, 12) + since : "no version recorded yet"];
+    if (c.next_version) parts.push("→ " + c.next_version.slice(0, 12) + " from " + short(c.next_from));
+    return el("td", { class: c.running === false ? "bad" : "ok", "data-running": String(c.running !== false), title: c.note || c.schedule || "" },
+      c.running === false ? "NOT RUNNING ANYWHERE" : "running", el("div", { class: "note muted" }, parts.join(" ")));
+  };
   fill("jobs", st.jobs.map(j => {
     const p = "/api/v1/jobs/" + encodeURIComponent(j.name);
     return el("tr", { "data-job": j.name },
@@ -98,54 +159,27 @@ function render(st) {
       el("td", {}, j.mode),
       el("td", {}, short(j.next[0])),
       el("td", {}, short(j.last_claimed)),
-      j.version_refused
-        ? el("td", { class: "warn", title: "superseded by version " + j.current_version }, "REFUSED (old config)")
-        : el("td", { class: j.paused ? "warn" : "ok" }, j.paused ? "paused" : "active"),
+      jobState(j),
+      cluster(j),
       el("td", {},
-        el("button", { onclick: () => act("POST", p + "/trigger") }, "run now"),
-        j.paused ? el("button", { onclick: () => act("POST", p + "/resume") }, "resume")
-                 : el("button", { onclick: () => act("POST", p + "/pause") }, "pause")));
+        el("button", { class: "trigger", onclick: () => act("Run " + j.name + " now", "One run, claimed once across the namespace, starts at once.",
+          "POST", p + "/trigger", b => "Triggered " + b.job + ": a run at " + short(b.scheduled_at) + " UTC, token " + b.token + ", key " + b.key + ".") }, "run now"),
+        j.paused ? el("button", { class: "resume", onclick: () => act("Resume " + j.name, "Every instance of the namespace claims its occurrences again.",
+                     "POST", p + "/resume", b => "Resumed " + b.job + " on every instance.") }, "resume")
+                 : el("button", { class: "pause", onclick: () => act("Pause " + j.name, "No instance of the namespace claims its occurrences until it is resumed; running ones finish.",
+                     "POST", p + "/pause", b => "Paused " + b.job + " on every instance.") }, "pause")));
   }));
-
-  fill("runs", st.runs.map(r => el("tr", { "data-job": r.job, "data-instance": r.instance },
-    el("td", {}, short(r.scheduled_at)),
-    el("td", {}, r.job + (r.trigger ? " (run now: " + r.trigger + ")" : "")),
-    el("td", { class: { succeeded: "ok", failed: "bad", running: "run", abandoned: "warn" }[r.state] || "" }, r.state + (r.expired ? " (runner gone)" : "")),
-    el("td", {}, r.instance),
-    el("td", {}, r.token),
-    el("td", {}, r.attempt),
-    el("td", {}, r.state === "running" ? "…" : ms(r.duration_ms)),
-    el("td", { class: "err", title: r.error || "" }, (r.error || "").split("\n")[0].slice(0, 120)))));
-
-  // Timeline: per job, its occurrences oldest to newest, coloured by the
-  // instance that ran them.
-  const byJob = new Map();
-  for (const r of st.runs.slice().reverse()) {
-    if (!byJob.has(r.job)) byJob.set(r.job, []);
-    byJob.get(r.job).push(r);
-  }
-  const rows = [];
-  for (const j of st.jobs) {
-    const runs = byJob.get(j.name) || [];
-    rows.push(el("div", { class: "tl-row", "data-job": j.name },
-      el("span", { class: "tl-name" }, j.name),
-      el("span", { class: "tl-cells" }, ...runs.map(r => el("span", {
-        class: "cell " + color(r.instance) + " " + r.state,
-        "data-instance": r.instance,
-        title: short(r.scheduled_at) + " · " + r.instance + " · " + r.state + " · token " + r.token,
-      })))));
-  }
-  document.getElementById("timeline").replaceChildren(...rows);
-  document.getElementById("legend").replaceChildren(...[...state.colors.entries()].map(([name, c]) =>
-    el("span", {}, el("span", { class: "cell " + c }), name)));
+  fillChoices(st);
+  refreshAxes(st);
 }
 
 async function refresh() {
   try {
-    const st = await api("GET", "/api/v1/status?runs=100");
+    const st = await api("GET", "/api/v1/status?runs=0");
     document.getElementById("login").hidden = true;
     banner("");
     render(st);
+    await refreshRuns(false);
     document.body.dataset.loaded = "true";
   } catch (e) {
     if (e.message !== "unauthorized") banner("cannot read the API: " + e.message);
@@ -159,6 +193,9 @@ function schedule() {
 
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("auto").addEventListener("change", schedule);
+  document.getElementById("result-close").addEventListener("click", () => { document.getElementById("result").hidden = true; });
+  setupRuns();
+  setupAxes();
   document.getElementById("login-form").addEventListener("submit", ev => {
     ev.preventDefault();
     state.token = document.getElementById("token").value.trim();

@@ -70,18 +70,24 @@ type Report struct {
 	Regressions []Regression `json:"token_regressions,omitempty"`
 	Overlaps    []Overlap    `json:"overlapping_grants,omitempty"`
 
-	// LateStarts: first attempts that started later than the misfire grace
-	// (policy skip), on both the worker's scheduler clock and real time.
+	// LateStarts: first attempts that ran though their claim was sent
+	// later than the misfire grace (plus the claim tolerance) after their
+	// instant, by the host's clock (policy skip). When a starved process
+	// got to start the job function is not judged.
 	LateStarts []string `json:"late_starts,omitempty"`
 	// JumpedOverRan: occurrences a forward clock step of every worker
 	// jumped over (misfires under policy skip) that ran anyway.
 	JumpedOverRan []string `json:"jumped_over_ran,omitempty"`
 	// ExecOverlaps: two executions of one occurrence running at once, on
 	// the workers' own Start/End records; LimitExceeded: more executions
-	// of a job at once than its MaxConcurrent. Explained when a fault
-	// (pause, partition, backend restart) hit all but the allowed ones.
+	// of a job at once than its MaxConcurrent. Explained when no more than
+	// the allowed ones held unexpired leases at once and the others were
+	// stale runs told of their lost lease and fenced (see leases.go).
 	ExecOverlaps  []ExecOverlap `json:"exec_overlaps,omitempty"`
 	LimitExceeded []ExecOverlap `json:"limit_exceeded,omitempty"`
+	// LostInTime: runs' heartbeats or finishes answered "lease lost"
+	// before the lease could have ended by the run's own record.
+	LostInTime []LostInTime `json:"lost_in_time,omitempty"`
 
 	Linearizable string `json:"linearizable"` // Ok, Illegal, Unknown (timed out)
 	LeaseOps     int    `json:"lease_ops"`
@@ -165,7 +171,7 @@ func Check(dir string, opt Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &check{run: &run, events: events, r: &Report{Run: &run, Ops: map[string]map[string]int{}}}
+	c := &check{run: &run, events: events, fenced: fenced, r: &Report{Run: &run, Ops: map[string]map[string]int{}}}
 	c.ops = joinOps(events)
 	for _, op := range c.ops {
 		if c.r.Ops[op.Kind] == nil {
@@ -194,6 +200,7 @@ func Check(dir string, opt Options) (*Report, error) {
 type check struct {
 	run      *harness.Run
 	events   []history.Event
+	fenced   []history.Event // the fenced sink's record, in the order it saw the writes
 	ops      []Op
 	restarts [][2]int64
 	r        *Report

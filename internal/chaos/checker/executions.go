@@ -11,44 +11,67 @@ import (
 	"github.com/leasehold/leasehold/internal/chaos/history"
 )
 
-// lateSlack is what a start may exceed its misfire grace by: the time
-// between the scheduler's check and the job function's first line, which a
-// loaded host (a race-enabled build on two cores) can stretch. The late
-// starts this rule exists for are late by a pause or a step: seconds.
-const lateSlack = 300 * time.Millisecond
-
 // Exec is one execution of a job function: from its Start event to its
 // End event, or to its process's last event if it never returned (killed).
 type Exec struct {
-	Job     string        `json:"job"`
-	Key     string        `json:"key"`
-	Process string        `json:"proc"`
-	PID     int           `json:"pid"`
-	Token   uint64        `json:"token,string"`
-	Attempt int           `json:"attempt"`
-	Start   int64         `json:"start"`
-	End     int64         `json:"end"`
-	Late    time.Duration `json:"late"`
-	Ended   bool          `json:"ended"` // its End event was recorded
-	// Disturbed: a fault could have cost its lease while it ran (its worker
-	// paused or partitioned, every worker paused, the backend restarted, or
-	// one of its heartbeats failed or timed out), which no lock service can
-	// stop: a later execution beside it is then explained. A scheduler
-	// that stops heartbeating a run still running is not disturbed.
-	Disturbed bool `json:"disturbed"`
+	Job     string `json:"job"`
+	Key     string `json:"key"`
+	Process string `json:"proc"`
+	PID     int    `json:"pid"`
+	Token   uint64 `json:"token,string"`
+	Attempt int    `json:"attempt"`
+	Start   int64  `json:"start"`
+	End     int64  `json:"end"`
+	Ended   bool   `json:"ended"` // its End event was recorded
+	// Late is how late the job function started (Start event): the
+	// scheduler's decision was taken earlier, at the claim, so this is
+	// shown, not judged.
+	Late time.Duration `json:"late"`
+	// Owner and Claimed are the owner and first attempt's send time of the
+	// claim or reclaim that won the execution its lease (empty and 0 if
+	// none was recorded).
+	Owner   string `json:"owner,omitempty"`
+	Claimed int64  `json:"claimed,omitempty"`
+	// LeaseEnd is when the execution's lease ends by its own record: the
+	// latest send time of its grant or of a heartbeat the backend
+	// confirmed, plus the TTL granted. A correct ledger grants the
+	// occurrence to nobody else before then (it counts from when it
+	// applied the request, which is later). The End if no grant was
+	// recorded.
+	LeaseEnd int64 `json:"lease_end"`
+	// Renewing: a heartbeat was sent after the last confirmed one (or the
+	// grant) by its lease's end, give or take signalGrace: the lease ended
+	// because renewals failed or came late, not because the scheduler
+	// stopped sending them while the job ran.
+	Renewing bool `json:"renewing"`
+	// LossAt is when the worker saw the lease lost (Run.LeaseLost closed;
+	// 0: never while the job ran) and LossResult how the job's context
+	// stood then (history.Lost, Cancelled or Running).
+	LossAt     int64  `json:"loss_at,omitempty"`
+	LossResult string `json:"loss_result,omitempty"`
 }
+
+// heldUntil is when the execution stopped running on an unexpired lease:
+// at its end or its lease's end, whichever is first.
+func (x Exec) heldUntil() int64 { return min(x.End, x.LeaseEnd) }
 
 // ExecOverlap is two executions of one occurrence at once, or more
 // executions of a job at once than its MaxConcurrent.
 type ExecOverlap struct {
-	Job       string   `json:"job"`
-	Keys      []string `json:"keys"` // the executions' occurrences, with token
-	At        int64    `json:"at"`
-	Explained bool     `json:"explained"` // every execution but one was disturbed
+	Job  string   `json:"job"`
+	Keys []string `json:"keys"` // the executions' occurrences, with token
+	At   int64    `json:"at"`
+	// Explained: at most the allowed number of the executions held an
+	// unexpired lease at any instant, and every one that ran on after its
+	// lease had ended is a stale run that did what a lost lease demands
+	// (Why says what failed when not explained).
+	Explained     bool   `json:"explained"`
+	Why           string `json:"why,omitempty"`
+	AcrossRestart bool   `json:"across_restart,omitempty"`
 }
 
-// executions joins Start and End events into executions and marks those a
-// fault disturbed.
+// executions joins Start, End and Lose events into executions and gives
+// each its lease (leases).
 func (c *check) executions() []Exec {
 	type id struct {
 		pid   int
@@ -63,27 +86,18 @@ func (c *check) executions() []Exec {
 		if e.PID != 0 {
 			last[e.PID] = max(last[e.PID], e.T)
 		}
-		switch e.Kind {
-		case history.Start:
+		i, running := open[id{e.PID, e.Key, e.Token, e.Op}]
+		switch {
+		case e.Kind == history.Start:
 			job, _, _ := strings.Cut(e.Key, "@")
 			open[id{e.PID, e.Key, e.Token, e.Op}] = len(out)
 			out = append(out, Exec{Job: job, Key: e.Key, Process: e.Process, PID: e.PID, Token: e.Token, Attempt: e.Attempt,
 				Start: e.T, Late: time.Duration(e.Late)})
-		case history.End:
-			if i, ok := open[id{e.PID, e.Key, e.Token, e.Op}]; ok {
-				out[i].End, out[i].Ended = e.T, true
-				delete(open, id{e.PID, e.Key, e.Token, e.Op})
-			}
-		}
-	}
-	// Heartbeats of a run that did not succeed: the backend, not the
-	// scheduler, put its lease at risk (a slow or failed reply), and a job
-	// that does not watch its context goes on after losing it.
-	failedBeats := map[string][]int64{}
-	for _, op := range c.ops {
-		if op.Kind == history.Heartbeat && op.Result != history.OK {
-			k := op.Key + "#" + strconv.FormatUint(op.Token, 10) + "#" + strconv.Itoa(op.PID)
-			failedBeats[k] = append(failedBeats[k], op.Call)
+		case e.Kind == history.Lose && running && out[i].LossAt == 0:
+			out[i].LossAt, out[i].LossResult = e.T, e.Result
+		case e.Kind == history.End && running:
+			out[i].End, out[i].Ended = e.T, true
+			delete(open, id{e.PID, e.Key, e.Token, e.Op})
 		}
 	}
 	for i := range out {
@@ -92,49 +106,18 @@ func (c *check) executions() []Exec {
 			x.End = last[x.PID]
 		}
 		x.End = max(x.End, x.Start+1) // killed right after its start: it still ends
-		x.Disturbed = c.disturbed(*x)
-		for _, t := range failedBeats[x.Key+"#"+strconv.FormatUint(x.Token, 10)+"#"+strconv.Itoa(x.PID)] {
-			if t >= x.Start && t <= x.End {
-				x.Disturbed = true
-			}
-		}
 	}
+	c.leases(out)
 	return out
 }
 
-// disturbed reports whether a fault that can cost a running job its lease
-// hit x's worker (or every worker, or the backend) while x ran. A
-// partition's effect outlasts it by up to a TTL (a heartbeat in flight).
-func (c *check) disturbed(x Exec) bool {
-	ttl := int64(c.run.TTL)
-	for _, f := range c.run.Applied {
-		var hit bool
-		switch f.Kind {
-		case harness.FaultPause, harness.FaultPartition:
-			hit = f.Target == x.Process
-		case harness.FaultPauseAll, harness.FaultRestartBackend:
-			hit = true
-		}
-		if hit && f.From <= x.End && f.To+ttl >= x.Start {
-			return true
-		}
-	}
-	return false
-}
-
-// execRules judges the executions: starts past the misfire grace,
-// occurrences a forward clock step jumped over that ran anyway, two
+// execRules judges the executions: claims won past the misfire grace that
+// ran, occurrences a forward clock step jumped over that ran anyway, two
 // executions of one occurrence at once, and more executions of a job at
 // once than its limit.
 func (c *check) execRules() {
 	execs := c.executions()
-	grace := c.run.JobGrace
-	for _, x := range execs {
-		if grace > 0 && x.Attempt == 1 && x.Late > grace+lateSlack {
-			c.r.LateStarts = append(c.r.LateStarts, fmt.Sprintf("%s (token %d, %s) started %v late (grace %v)",
-				x.Key, x.Token, x.Process, x.Late.Round(time.Millisecond), grace))
-		}
-	}
+	c.lateClaims(execs)
 	c.jumpedOver(execs)
 	byKey := map[string][]Exec{}
 	byJob := map[string][]Exec{}
@@ -143,69 +126,61 @@ func (c *check) execRules() {
 		byJob[x.Job] = append(byJob[x.Job], x)
 	}
 	for _, xs := range byKey {
-		for _, o := range concurrent(xs, 1) {
-			c.r.ExecOverlaps = append(c.r.ExecOverlaps, o)
-		}
+		c.r.ExecOverlaps = append(c.r.ExecOverlaps, c.judgeConcurrent(xs, 1)...)
 	}
 	for job, limit := range c.run.Limits {
 		if limit > 0 {
-			c.r.LimitExceeded = append(c.r.LimitExceeded, concurrent(byJob[job], limit)...)
+			c.r.LimitExceeded = append(c.r.LimitExceeded, c.judgeConcurrent(byJob[job], limit)...)
 		}
 	}
 	sort.Slice(c.r.ExecOverlaps, func(i, j int) bool { return c.r.ExecOverlaps[i].At < c.r.ExecOverlaps[j].At })
 	sort.Slice(c.r.LimitExceeded, func(i, j int) bool { return c.r.LimitExceeded[i].At < c.r.LimitExceeded[j].At })
 }
 
-// concurrent returns each instant at which more than limit of xs ran at
-// once (one entry per excess episode). The episode is explained when at
-// most limit of the executions running then were undisturbed.
-func concurrent(xs []Exec, limit int) []ExecOverlap {
-	type edge struct {
-		t     int64
-		start bool
-		i     int
+// lateClaims finds first attempts whose claim was sent later than the
+// misfire grace (plus the claim tolerance) after the occurrence's instant,
+// by the host's clock, and ran. This is where policy skip's promise is
+// made: the ledger refuses such a claim (ErrTooLate: it applies the claim
+// after it was sent), and a claim won late is recorded failed, not run.
+// When the job function got to run is not judged: a starved process
+// starts a claim won on time late, and nothing can promise otherwise.
+func (c *check) lateClaims(execs []Exec) {
+	grace := c.run.JobGrace
+	if grace <= 0 || len(c.run.WindowMono) < 1 || c.run.WindowWall[0] == 0 {
+		return
 	}
-	var edges []edge
-	for i, x := range xs {
-		edges = append(edges, edge{x.Start, true, i}, edge{x.End, false, i})
-	}
-	sort.Slice(edges, func(a, b int) bool {
-		if edges[a].t != edges[b].t {
-			return edges[a].t < edges[b].t
-		}
-		return !edges[a].start // ends first: back to back is no overlap
-	})
-	var out []ExecOverlap
-	running := map[int]bool{}
-	inEpisode := false
-	for _, e := range edges {
-		if !e.start {
-			delete(running, e.i)
-			if len(running) <= limit {
-				inEpisode = false
-			}
+	allowed := grace + c.run.ClaimTolerance + time.Duration(slackFor(c.run.TTL))
+	for _, x := range execs {
+		if x.Attempt != 1 || x.Claimed == 0 {
 			continue
 		}
-		running[e.i] = true
-		if len(running) <= limit || inEpisode {
+		inst, ok := instant(x.Key)
+		if !ok {
 			continue
 		}
-		inEpisode = true
-		o := ExecOverlap{Job: xs[e.i].Job, At: e.t}
-		undisturbed := 0
-		for i := range running {
-			x := xs[i]
-			o.Keys = append(o.Keys, x.Key+"#"+strconv.FormatUint(x.Token, 10)+"@"+x.Process)
-			if !x.Disturbed {
-				undisturbed++
-			}
+		late := time.Duration(c.wallAtNS(x.Claimed) - inst*int64(time.Millisecond))
+		if late > allowed {
+			c.r.LateStarts = append(c.r.LateStarts, fmt.Sprintf("%s (token %d, %s) was claimed %v after its instant and ran (grace %v, claim tolerance %v)",
+				x.Key, x.Token, x.Process, late.Round(time.Millisecond), grace, c.run.ClaimTolerance))
 		}
-		sort.Strings(o.Keys)
-		o.Explained = undisturbed <= limit
-		out = append(out, o)
 	}
-	return out
 }
+
+// instant is an occurrence key's instant, in Unix ms.
+func instant(key string) (int64, bool) {
+	_, ms, ok := strings.Cut(key, "@")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	return n, err == nil
+}
+
+// lateSlack narrows the window of instants a clock step jumped over at
+// both ends: the scheduler's wake-up that sees the step comes some time
+// after it, which a loaded host (a race-enabled build on two cores) can
+// stretch.
+const lateSlack = 300 * time.Millisecond
 
 // jumpedOver finds runs of occurrences that a forward clock step made every
 // worker jump over: under misfire policy skip none of them may run (each
@@ -239,9 +214,7 @@ func (c *check) jumpedOver(execs []Exec) {
 			if x.Attempt != 1 || x.Job != harness.JobName {
 				continue
 			}
-			_, ms, _ := strings.Cut(x.Key, "@")
-			inst, err := strconv.ParseInt(ms, 10, 64)
-			if err == nil && inst > from && inst < to {
+			if inst, ok := instant(x.Key); ok && inst > from && inst < to {
 				c.r.JumpedOverRan = append(c.r.JumpedOverRan, fmt.Sprintf("%s ran (token %d, %s) though a %v clock step jumped over it", x.Key, x.Token, x.Process, step))
 			}
 		}
@@ -249,41 +222,73 @@ func (c *check) jumpedOver(execs []Exec) {
 }
 
 // wallAt maps a CLOCK_MONOTONIC instant to Unix ms, by the workload
-// window's two readings.
-func (c *check) wallAt(mono int64) int64 {
-	return c.run.WindowWall[0] + (mono-c.run.WindowMono[0])/int64(time.Millisecond)
+// window's first readings.
+func (c *check) wallAt(mono int64) int64 { return c.wallAtNS(mono) / int64(time.Millisecond) }
+
+// wallAtNS maps a CLOCK_MONOTONIC instant to Unix ns.
+func (c *check) wallAtNS(mono int64) int64 {
+	return c.run.WindowWall[0]*int64(time.Millisecond) + mono - c.run.WindowMono[0]
 }
 
-// execVerdict adds the execution rules' failures. Starts past the grace and
-// jumped-over runs are the scheduler's own decisions: they fail on every
-// backend. Executions beside each other that no fault explains (a restart
-// of the backend explains them) fail where the backend declares safe
-// leases.
+// execVerdict adds the execution rules' failures. Claims won past the
+// grace that ran and jumped-over runs are the scheduler's own decisions:
+// they fail on every backend. Executions beside each other that held
+// unexpired leases at once, stale runs that were not told of their loss or
+// whose effect fencing let through, and leases lost while their holder was
+// renewing in time fail where the backend declares safe leases (predicted
+// across a restart of a backend without durable fencing).
 func (c *check) execVerdict(fail, pred func(string, ...any)) {
 	r, caps := c.r, c.run.Capabilities
+	predictedRestart := len(c.restarts) > 0 && !caps.DurableFencing
 	if n := len(r.LateStarts); n > 0 {
-		fail("%d occurrences started later than their misfire grace %v under policy skip (first: %s)", n, c.run.JobGrace, r.LateStarts[0])
+		fail("%d occurrences ran whose claim was sent later than their misfire grace %v (+ claim tolerance %v) under policy skip (first: %s)",
+			n, c.run.JobGrace, c.run.ClaimTolerance, r.LateStarts[0])
 	}
 	if n := len(r.JumpedOverRan); n > 0 {
 		fail("%d occurrences ran that a forward clock step jumped over (misfires under policy skip; first: %s)", n, r.JumpedOverRan[0])
 	}
 	judge := func(what string, os []ExecOverlap) {
-		var un []ExecOverlap
+		var un, unRestart []ExecOverlap
 		for _, o := range os {
-			if !o.Explained {
+			switch {
+			case o.Explained:
+			case o.AcrossRestart && predictedRestart:
+				unRestart = append(unRestart, o)
+			default:
 				un = append(un, o)
 			}
 		}
-		if len(un) == 0 {
-			return
+		if len(un) > 0 {
+			msg := fmt.Sprintf("%d times %s that a lost lease does not explain (first: %s: %s)", len(un), what, strings.Join(un[0].Keys, ", "), un[0].Why)
+			if caps.SafeFencing {
+				fail("%s", msg)
+			} else {
+				pred("%s (backend declares SafeFencing=%v DurableFencing=%v)", msg, caps.SafeFencing, caps.DurableFencing)
+			}
 		}
-		msg := fmt.Sprintf("%d times %s with no fault to explain it (first: %s)", len(un), what, strings.Join(un[0].Keys, ", "))
-		if caps.SafeFencing {
-			fail("%s", msg)
-		} else {
-			pred("%s (backend declares SafeFencing=%v DurableFencing=%v)", msg, caps.SafeFencing, caps.DurableFencing)
+		if len(unRestart) > 0 {
+			pred("%d times %s across a restart of a backend that declares DurableFencing=false", len(unRestart), what)
 		}
 	}
 	judge("two executions of one occurrence ran at once", r.ExecOverlaps)
 	judge("a job ran more executions at once than its max_concurrent", r.LimitExceeded)
+	var lost, lostRestart []LostInTime
+	for _, l := range r.LostInTime {
+		if l.AcrossRestart && predictedRestart {
+			lostRestart = append(lostRestart, l)
+		} else {
+			lost = append(lost, l)
+		}
+	}
+	if len(lost) > 0 {
+		msg := fmt.Sprintf("%d runs' leases were answered lost while their holder renewed them in time (first: %s)", len(lost), lost[0])
+		if caps.SafeFencing {
+			fail("%s", msg)
+		} else {
+			pred("%s (backend declares SafeFencing=false)", msg)
+		}
+	}
+	if len(lostRestart) > 0 {
+		pred("%d runs' leases were lost in time across a restart of a backend that declares DurableFencing=false", len(lostRestart))
+	}
 }

@@ -56,8 +56,8 @@ func (r *Report) Summary() string {
 	fmt.Fprintf(&b, "  unfenced log: %d occurrences took effect more than once; for %d of them the fenced sink kept one\n",
 		r.UnfencedDuplicates, r.CaughtByFencing)
 	fmt.Fprintf(&b, "  token regressions: %d; overlapping lease grants: %d\n", len(r.Regressions), len(r.Overlaps))
-	fmt.Fprintf(&b, "  executions: %d started past the misfire grace %v, %d ran though a clock step jumped over them; %d times one occurrence ran twice at once (%d explained by a fault), %d times a job exceeded its max_concurrent (%d explained)\n",
-		len(r.LateStarts), run.JobGrace, len(r.JumpedOverRan), len(r.ExecOverlaps), explained(r.ExecOverlaps), len(r.LimitExceeded), explained(r.LimitExceeded))
+	fmt.Fprintf(&b, "  executions: %d ran though claimed past the misfire grace %v, %d ran though a clock step jumped over them; %d times one occurrence ran twice at once (%d explained: a stale run after a lost lease), %d times a job exceeded its max_concurrent (%d explained); %d leases answered lost while renewed in time\n",
+		len(r.LateStarts), run.JobGrace, len(r.JumpedOverRan), len(r.ExecOverlaps), explained(r.ExecOverlaps), len(r.LimitExceeded), explained(r.LimitExceeded), len(r.LostInTime))
 	fmt.Fprintf(&b, "  linearizability (porcupine, expiry-aware lease model, %d lease ops): %s\n", r.LeaseOps, r.Linearizable)
 	if r.StraddlingRestart > 0 {
 		fmt.Fprintf(&b, "    each span between restarts of the non-durable backend checked from an empty state; %d ops overlapping a restart taken as indeterminate on both sides\n", r.StraddlingRestart)
@@ -127,7 +127,7 @@ func (c *check) write(dir string, info porcupine.LinearizationInfo) error {
 	if err != nil {
 		return err
 	}
-	if err := porcupine.Visualize(leaseModel(slackFor(c.run.TTL)), info, f); err != nil {
+	if err := porcupine.Visualize(c.leaseModel(), info, f); err != nil {
 		f.Close()
 		return err
 	}

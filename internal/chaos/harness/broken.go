@@ -40,12 +40,12 @@ func (b *broken) holder(ctx context.Context, key string) (backend.Owner, uint64,
 	return l.Owner, l.Token, err == nil
 }
 
-func (b *broken) Renew(ctx context.Context, key string, o backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	if ho, ht, ok := b.holder(ctx, key); ok {
-		o, token = ho, ht // owner check off
+func (b *broken) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
+	if ho, ht, ok := b.holder(ctx, req.Key); ok {
+		req.Owner, req.Token = ho, ht // owner check off
 	}
-	g, err := b.Backend.Renew(ctx, key, o, token, ttl)
-	return b.sub(key, g), err
+	g, err := b.Backend.Renew(ctx, req)
+	return b.sub(req.Key, g), err
 }
 
 func (b *broken) Release(ctx context.Context, key string, o backend.Owner, token uint64) error {

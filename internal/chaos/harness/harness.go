@@ -10,8 +10,8 @@
 // unfenced log. Package checker judges the result.
 //
 // A worker is the same program as the harness, started again with
-// EnvWorker set: tests call WorkerFromEnv in TestMain, the leasehold command
-// has a hidden "chaos worker" subcommand.
+// EnvWorker set: tests call WorkerFromEnv in TestMain, the lab command
+// (cmd/leasehold-lab) has a hidden "chaos worker" subcommand.
 package harness
 
 import (
@@ -41,6 +41,11 @@ import (
 // jobGrace is both jobs' misfire grace: an occurrence that would start
 // later than this after its instant is skipped (policy skip).
 const jobGrace = 500 * time.Millisecond
+
+// claimTolerance is the workers' schedule.WithClaimTolerance: how early a
+// claim may be by the ledger's clock, and how much later than the misfire
+// grace the ledger still accepts an on-time claim (its MaxLate).
+const claimTolerance = 100 * time.Millisecond
 
 // Fault names.
 const (
@@ -118,6 +123,10 @@ type Run struct {
 	JobWork      time.Duration        `json:"job_work"`
 	JobGrace     time.Duration        `json:"job_grace"`   // misfire grace (policy skip) of both jobs
 	JobTimeout   time.Duration        `json:"job_timeout"` // timeout of both jobs
+	// ClaimTolerance is the workers' claim tolerance: an on-time claim
+	// under policy skip is refused by the ledger when it arrives later
+	// than JobGrace + ClaimTolerance after its instant.
+	ClaimTolerance time.Duration `json:"claim_tolerance"`
 	// Limits is each job's MaxConcurrent (0: none).
 	Limits map[string]int `json:"limits"`
 	TTL    time.Duration  `json:"ttl"`
@@ -240,7 +249,7 @@ func execute(ctx context.Context, cfg Config, tb testserver.TB) (*Run, error) {
 	}
 	run := &Run{Backend: redact(cfg.Backend), Capabilities: caps, Broken: cfg.Broken, Instances: cfg.Instances,
 		Duration: cfg.Duration, Seed: cfg.Seed, JobEvery: cfg.JobEvery, JobWork: cfg.JobWork, TTL: ttl,
-		JobGrace: jobGrace, JobTimeout: 3 * cfg.JobWork, Limits: map[string]int{JobName: 0, LimitedJob: LimitedMax}}
+		JobGrace: jobGrace, JobTimeout: 3 * cfg.JobWork, ClaimTolerance: claimTolerance, Limits: map[string]int{JobName: 0, LimitedJob: LimitedMax}}
 	for _, f := range cfg.Faults {
 		switch {
 		case f == FaultRestartBackend && srv.server == nil:

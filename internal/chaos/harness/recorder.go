@@ -68,7 +68,7 @@ func classify(err error) string {
 	case errors.Is(err, backend.ErrClaimed):
 		return history.Claimed
 	case errors.Is(err, backend.ErrNotExpired), errors.Is(err, backend.ErrTooEarly), errors.Is(err, backend.ErrTooLate), errors.Is(err, backend.ErrOverlap),
-		errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrNotFound):
+		errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrNotFound), errors.Is(err, backend.ErrExhausted):
 		return history.Refused
 	default:
 		return history.Indeterminate
@@ -82,10 +82,10 @@ func (r *recorder) Acquire(ctx context.Context, key string, o backend.Owner, ttl
 	return g, err
 }
 
-func (r *recorder) Renew(ctx context.Context, key string, o backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
-	id := r.call(history.Renew, key, o, token, ttl)
-	g, err := r.Backend.Renew(ctx, key, o, token, ttl)
-	r.ret(id, history.Renew, key, o, token, g.TTL, 0, err)
+func (r *recorder) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
+	id := r.call(history.Renew, req.Key, req.Owner, req.Token, req.TTL)
+	g, err := r.Backend.Renew(ctx, req)
+	r.ret(id, history.Renew, req.Key, req.Owner, req.Token, g.TTL, 0, err)
 	return g, err
 }
 
@@ -112,19 +112,19 @@ func (r *recorder) Reclaim(ctx context.Context, req backend.ClaimRequest) (backe
 	return g, run, err
 }
 
-func (r *recorder) Heartbeat(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, ttl time.Duration) error {
-	key := OccurrenceKey(job, at)
-	id := r.call(history.Heartbeat, key, o, token, ttl)
-	err := r.Backend.Heartbeat(ctx, job, at, o, token, ttl)
-	r.ret(id, history.Heartbeat, key, o, token, ttl, 0, err)
+func (r *recorder) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
+	key := OccurrenceKey(req.Job, req.ScheduledAt)
+	id := r.call(history.Heartbeat, key, req.Owner, req.Token, req.TTL)
+	err := r.Backend.Heartbeat(ctx, req)
+	r.ret(id, history.Heartbeat, key, req.Owner, req.Token, req.TTL, 0, err)
 	return err
 }
 
-func (r *recorder) Finish(ctx context.Context, job string, at time.Time, o backend.Owner, token uint64, out backend.Outcome) error {
-	key := OccurrenceKey(job, at)
-	id := r.call(history.Finish, key, o, token, 0)
-	err := r.Backend.Finish(ctx, job, at, o, token, out)
-	r.ret(id, history.Finish, key, o, token, 0, 0, err)
+func (r *recorder) Finish(ctx context.Context, req backend.FinishRequest) error {
+	key := OccurrenceKey(req.Job, req.ScheduledAt)
+	id := r.call(history.Finish, key, req.Owner, req.Token, 0)
+	err := r.Backend.Finish(ctx, req)
+	r.ret(id, history.Finish, key, req.Owner, req.Token, 0, 0, err)
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/leasehold/leasehold/backend/open"
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 
@@ -24,42 +25,74 @@ type serverKind struct {
 	start func(t testserver.TB, dir string) backendServer
 }
 
-// serverKinds is the harness's table, one row per backend of
-// backend/open.Backends (a test holds the two tables to each other).
+// starters is how to start each backend of backend/open.Backends, by its
+// name; the name and aliases fields are filled in by serverKinds. Adding a
+// backend adds its row here (CheckTable, which a test runs, fails until it
+// does).
+var starters = map[string]serverKind{
+	"memory": {start: func(testserver.TB, string) backendServer { return backendServer{url: "memory://"} }},
+	"sqlite": {chaos: true, start: func(_ testserver.TB, dir string) backendServer {
+		return backendServer{url: "sqlite://" + filepath.Join(dir, "chaos.db")}
+	}},
+	"postgres": {chaos: true, start: func(t testserver.TB, _ string) backendServer {
+		s := testserver.Postgres(t)
+		return backendServer{url: testserver.PostgresServerURL(s), server: s, addr: s.Addr()}
+	}},
+	"mysql": {aliases: []string{"mariadb"}, chaos: true, start: func(t testserver.TB, _ string) backendServer {
+		s := testserver.MariaDB(t)
+		return backendServer{url: testserver.MariaDBURL(s), server: s, addr: s.Addr()}
+	}},
+	"redis": {chaos: true, start: func(t testserver.TB, _ string) backendServer {
+		s := testserver.Redis(t)
+		return backendServer{url: "redis://" + s.Addr() + "/0", server: s, addr: s.Addr()}
+	}},
+	"redlock": {start: func(t testserver.TB, _ string) backendServer {
+		var hosts []string
+		for range 3 {
+			hosts = append(hosts, testserver.Redis(t).Addr())
+		}
+		return backendServer{url: "redlock://" + strings.Join(hosts, ",") + "/0"}
+	}},
+	"etcd": {chaos: true, start: func(t testserver.TB, _ string) backendServer {
+		s := testserver.Etcd(t)
+		return backendServer{url: "etcd://" + s.Addr() + "/chaos", server: s, addr: s.Addr()}
+	}},
+	"zookeeper": {aliases: []string{"zk"}, chaos: true, start: func(t testserver.TB, _ string) backendServer {
+		s := testserver.ZooKeeper(t)
+		return backendServer{url: "zk://" + s.Addr() + "/chaos?session_timeout=2s", server: s, addr: s.Addr()}
+	}},
+}
+
+// serverKinds is the harness's table: one row per backend of
+// backend/open.Backends that has a starter, in that table's order.
 func serverKinds() []serverKind {
-	return []serverKind{
-		{name: "memory", start: func(testserver.TB, string) backendServer { return backendServer{url: "memory://"} }},
-		{name: "sqlite", chaos: true, start: func(_ testserver.TB, dir string) backendServer {
-			return backendServer{url: "sqlite://" + filepath.Join(dir, "chaos.db")}
-		}},
-		{name: "postgres", chaos: true, start: func(t testserver.TB, _ string) backendServer {
-			s := testserver.Postgres(t)
-			return backendServer{url: testserver.PostgresServerURL(s), server: s, addr: s.Addr()}
-		}},
-		{name: "mysql", aliases: []string{"mariadb"}, chaos: true, start: func(t testserver.TB, _ string) backendServer {
-			s := testserver.MariaDB(t)
-			return backendServer{url: testserver.MariaDBURL(s), server: s, addr: s.Addr()}
-		}},
-		{name: "redis", chaos: true, start: func(t testserver.TB, _ string) backendServer {
-			s := testserver.Redis(t)
-			return backendServer{url: "redis://" + s.Addr() + "/0", server: s, addr: s.Addr()}
-		}},
-		{name: "redlock", start: func(t testserver.TB, _ string) backendServer {
-			var hosts []string
-			for range 3 {
-				hosts = append(hosts, testserver.Redis(t).Addr())
-			}
-			return backendServer{url: "redlock://" + strings.Join(hosts, ",") + "/0"}
-		}},
-		{name: "etcd", chaos: true, start: func(t testserver.TB, _ string) backendServer {
-			s := testserver.Etcd(t)
-			return backendServer{url: "etcd://" + s.Addr() + "/chaos", server: s, addr: s.Addr()}
-		}},
-		{name: "zookeeper", aliases: []string{"zk"}, chaos: true, start: func(t testserver.TB, _ string) backendServer {
-			s := testserver.ZooKeeper(t)
-			return backendServer{url: "zk://" + s.Addr() + "/chaos?session_timeout=2s", server: s, addr: s.Addr()}
-		}},
+	var ks []serverKind
+	for _, d := range open.Backends() {
+		if k, ok := starters[d.Name]; ok {
+			k.name = d.Name
+			ks = append(ks, k)
+		}
 	}
+	return ks
+}
+
+// CheckTable reports a backend of backend/open's table that has no starter
+// here, or a starter named after no backend of that table.
+func CheckTable() error {
+	var errs []error
+	names := map[string]bool{}
+	for _, d := range open.Backends() {
+		names[d.Name] = true
+		if _, ok := starters[d.Name]; !ok {
+			errs = append(errs, fmt.Errorf("backend %q of backend/open's table has no starter in internal/chaos/harness (servers.go)", d.Name))
+		}
+	}
+	for name := range starters {
+		if !names[name] {
+			errs = append(errs, fmt.Errorf("the harness has a starter for %q, which backend/open's table does not have", name))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // kindNamed returns the row called name (or one of its aliases).
@@ -213,7 +246,7 @@ func guard(f func() error) (err error) {
 }
 
 // Server is a backend server (or SQLite file) started for a measurement
-// outside tests, such as "leasehold bench matrix".
+// outside tests, such as "leasehold-lab bench matrix".
 type Server struct {
 	URL string
 	bs  backendServer

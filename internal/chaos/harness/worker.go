@@ -88,7 +88,7 @@ func WorkerFromEnv() (int, bool) {
 // catches between its last check and its write, the case only fencing
 // catches.
 func RunWorker(cfg WorkerConfig) int {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})).With("worker", cfg.Name)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("worker", cfg.Name)
 	rates := make(chan os.Signal, 1)
 	signal.Notify(rates, childproc.SigUsr1) // first: SIGUSR1's default action is to exit
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -183,7 +183,7 @@ func RunWorker(cfg WorkerConfig) int {
 
 	sched, err = schedule.New(b, schedule.WithInstance(cfg.Name), schedule.WithNamespace(cfg.Namespace),
 		schedule.WithClock(clock), schedule.WithLogger(log), schedule.WithSweepEvery(100*time.Millisecond),
-		schedule.WithClaimTolerance(100*time.Millisecond), schedule.WithVersionSettle(time.Second), schedule.WithGrace(2*time.Second))
+		schedule.WithClaimTolerance(claimTolerance), schedule.WithVersionSettle(time.Second), schedule.WithGrace(2*time.Second))
 	if err != nil {
 		log.Error("scheduler", "err", err)
 		return 2
@@ -211,8 +211,10 @@ func RunWorker(cfg WorkerConfig) int {
 			key := OccurrenceKey(r.Job, r.ScheduledAt)
 			owner := cfg.Name + "/" + strconv.Itoa(os.Getpid())
 			op := startEvent(r, key)
+			stop := watchLease(ctx, r, key, op, h)
 			work(cfg.JobWork)
 			effect(key, uint64(r.Token), owner, r.Attempt)
+			stop()
 			h.Write(history.Event{Phase: history.Point, Kind: history.End, Op: op, Key: key, Token: uint64(r.Token), Attempt: r.Attempt})
 			return nil
 		}})
@@ -222,7 +224,9 @@ func RunWorker(cfg WorkerConfig) int {
 			Func: func(ctx context.Context, r schedule.Run) error {
 				key := OccurrenceKey(r.Job, r.ScheduledAt)
 				op := startEvent(r, key)
+				stop := watchLease(ctx, r, key, op, h)
 				work(LimitedWork)
+				stop()
 				h.Write(history.Event{Phase: history.Point, Kind: history.End, Op: op, Key: key, Token: uint64(r.Token), Attempt: r.Attempt})
 				return nil
 			}})
@@ -256,6 +260,43 @@ func RunWorker(cfg WorkerConfig) int {
 	defer cancel()
 	_ = sched.Shutdown(sctx)
 	return 0
+}
+
+// watchLease records, for the execution op of the occurrence key, that
+// its lease was lost (Run.LeaseLost closed) as a Lose event whose Result
+// says how its context ended then: Lost (cancelled with ErrLeaseLost),
+// Cancelled (cancelled earlier, by its timeout: Detail says why) or
+// Running (not cancelled a second later: the scheduler broke its
+// promise). The jobs here
+// ignore their context on purpose — the stale runner fencing must catch —
+// so the checker learns from this event that the loss was signalled. stop
+// ends the watch once the job's work is done and returns after the event,
+// if there is one, was written: a loss signalled before the job's End is
+// recorded before it.
+func watchLease(ctx context.Context, r schedule.Run, key string, op uint64, h *history.Writer) (stop func()) {
+	done, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-done:
+			return
+		case <-r.LeaseLost():
+		}
+		e := history.Event{Phase: history.Point, Kind: history.Lose, Op: op, Key: key, Token: uint64(r.Token), Attempt: r.Attempt}
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		select {
+		case <-ctx.Done(): // the scheduler cancels it right after closing LeaseLost
+			e.Result, e.Detail = history.Cancelled, context.Cause(ctx).Error()
+			if errors.Is(context.Cause(ctx), leasehold.ErrLeaseLost) {
+				e.Result = history.Lost
+			}
+		case <-t.C:
+			e.Result, e.Detail = history.Running, "lease lost, context not cancelled a second later"
+		}
+		h.Write(e)
+	}()
+	return func() { close(done); <-watched }
 }
 
 // triggerBurst triggers LimitedJob n times at once, as an operator's

@@ -34,7 +34,7 @@ const (
 	Finish    = "finish"
 	// Workload events (Phase "event").
 	Hold     = "hold"     // the lock workload got a lock (Token)
-	Lose     = "lose"     // a held lock's context was cancelled by loss (Token)
+	Lose     = "lose"     // a held lock's context was cancelled by loss (Token), or a run's lease was lost (Key, Token, Op of its Start; Result: how its context ended)
 	Start    = "start"    // a job occurrence started (Key, Token, Attempt)
 	End      = "end"      // a job occurrence's function returned
 	Effect   = "effect"   // a side effect was written: Sink says where, Result whether accepted
@@ -59,6 +59,11 @@ const (
 	Indeterminate = "indeterminate" // the outcome cannot be known
 	Accepted      = "accepted"      // effect at the fenced sink
 	Rejected      = "rejected"      // effect refused by the fenced sink (stale token)
+	// How a run's context stood when its lease was lost (a Lose event):
+	// Lost is cancelled with ErrLeaseLost, Cancelled is cancelled before,
+	// for another cause (its timeout; Detail), Running is not cancelled.
+	Cancelled = "cancelled"
+	Running   = "running"
 )
 
 // Event is one line of a history.

@@ -1,0 +1,129 @@
+package open_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold/backend/open"
+	"github.com/leasehold/leasehold/internal/chaos/harness"
+)
+
+// notBackends are the packages under backend/ that are not backends.
+var notBackends = []string{"conformance", "open"}
+
+// TestAddingABackend holds "Adding a backend" (backend/backend.go) true
+// without starting a server: every package under backend/ is a row of the
+// table and has a conformance_test.go calling conformance.Run, every row is
+// such a package, the harness can start every row, and the README and the
+// config reference name every backend.
+func TestAddingABackend(t *testing.T) {
+	entries, err := os.ReadDir("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]open.Descriptor{}
+	for _, d := range open.Backends() {
+		rows[d.Name] = d
+	}
+	pkgs := map[string]bool{}
+	for _, e := range entries {
+		if !e.IsDir() || slices.Contains(notBackends, e.Name()) {
+			continue
+		}
+		name := e.Name()
+		pkgs[name] = true
+		if _, ok := rows[name]; !ok {
+			t.Errorf("backend/%s has no row in backend/open's table (Backends)", name)
+		}
+		if !callsConformanceRun(t, filepath.Join("..", name, "conformance_test.go")) {
+			t.Errorf("backend/%s: no conformance_test.go calling conformance.Run", name)
+		}
+	}
+	for name := range rows {
+		if !pkgs[name] {
+			t.Errorf("backend/open's table has %q, but there is no package backend/%s", name, name)
+		}
+	}
+	if err := harness.CheckTable(); err != nil {
+		t.Error(err)
+	}
+
+	// The README's table of backends (prose, written by hand) has a row
+	// per backend, and its layout names every package.
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tableRows, layout string
+	for _, line := range strings.Split(string(readme), "\n") {
+		switch {
+		case strings.HasPrefix(line, "| "):
+			tableRows += line + "\n"
+		case strings.HasPrefix(line, "backend/{"):
+			layout = line
+		}
+	}
+	for name := range rows {
+		if !strings.Contains(tableRows, "| `backend/"+name+"` |") {
+			t.Errorf("README.md: the table of backends has no row for `backend/%s`", name)
+		}
+		if !strings.Contains(layout, name) {
+			t.Errorf("README.md: the layout line %q does not name %s", layout, name)
+		}
+	}
+
+	// The config reference's backend field (daemon/configdocs.go, which
+	// cannot import this package without linking every backend into the
+	// daemon) lists a URL of every backend the daemon can use.
+	ref, err := os.ReadFile("../../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var field string
+	for _, line := range strings.Split(string(ref), "\n") {
+		if strings.HasPrefix(line, "| `backend` |") {
+			field = line
+		}
+	}
+	if field == "" {
+		t.Fatal("docs/config.md has no row for the field backend")
+	}
+	for _, d := range open.Backends() {
+		if d.Ledger && !strings.Contains(field, d.Schemes[0]+"://") {
+			t.Errorf("docs/config.md: the backend field does not name %s (%s://…): add it in daemon/configdocs.go and run go run ./internal/configdoc", d.Name, d.Schemes[0])
+		}
+	}
+}
+
+// callsConformanceRun reports whether the Go file at path exists and calls
+// conformance.Run.
+func callsConformanceRun(t *testing.T, path string) bool {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if os.IsNotExist(err) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	ast.Inspect(f, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return !found
+		}
+		if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Run" {
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == "conformance" {
+				found = true
+			}
+		}
+		return !found
+	})
+	return found
+}

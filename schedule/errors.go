@@ -1,0 +1,57 @@
+package schedule
+
+import "errors"
+
+// Errors returned by this package, named Err<Where><What> (gocron v2's
+// style). Test with errors.Is. Invalid options and jobs wrap
+// leasehold.ErrInvalid (a job's invalid field is a *FieldError).
+var (
+	// ErrJobAlreadyRegistered: Register was called with a name already
+	// registered.
+	ErrJobAlreadyRegistered = errors.New("leasehold/schedule: job already registered")
+	// ErrJobNotFound: the named job is not registered.
+	ErrJobNotFound = errors.New("leasehold/schedule: no such job")
+	// ErrJobPaused: Trigger was refused because the job is paused (see
+	// Pause); nothing was run or recorded.
+	ErrJobPaused = errors.New("leasehold/schedule: job is paused")
+	// ErrJobTimeout is the cause of a run's context when the job's Timeout
+	// passed (wrapped with the timeout: "job timed out after 30s"). A run
+	// that returns an error after it is recorded as failed with an error
+	// that wraps it; a run that returns nil after it did its work, late, and
+	// is recorded as succeeded.
+	ErrJobTimeout = errors.New("leasehold/schedule: job timed out")
+	// ErrSchedulerShutdown is the cause of a running job's context when
+	// Shutdown's grace period ran out.
+	ErrSchedulerShutdown = errors.New("leasehold/schedule: shut down")
+	// ErrSpecInvalid: a schedule spec or time zone could not be parsed.
+	ErrSpecInvalid = errors.New("leasehold/schedule: invalid schedule")
+)
+
+// Former names, kept so that existing callers and their errors.Is tests go
+// on working: each is the same error value as its new name.
+var (
+	// ErrDuplicateJob is ErrJobAlreadyRegistered.
+	//
+	// Deprecated: use ErrJobAlreadyRegistered.
+	ErrDuplicateJob = ErrJobAlreadyRegistered
+	// ErrUnknownJob is ErrJobNotFound.
+	//
+	// Deprecated: use ErrJobNotFound.
+	ErrUnknownJob = ErrJobNotFound
+	// ErrPaused is ErrJobPaused.
+	//
+	// Deprecated: use ErrJobPaused.
+	ErrPaused = ErrJobPaused
+	// ErrTimeout is ErrJobTimeout.
+	//
+	// Deprecated: use ErrJobTimeout.
+	ErrTimeout = ErrJobTimeout
+	// ErrShutdown is ErrSchedulerShutdown.
+	//
+	// Deprecated: use ErrSchedulerShutdown.
+	ErrShutdown = ErrSchedulerShutdown
+	// ErrInvalidSpec is ErrSpecInvalid.
+	//
+	// Deprecated: use ErrSpecInvalid.
+	ErrInvalidSpec = ErrSpecInvalid
+)
