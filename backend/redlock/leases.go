@@ -33,21 +33,25 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	for i, c := range b.onAll(ctx, b.nodeTimeout, acquireLua, keys, args...) {
 		rs[i] = acquireReply(c)
 	}
-	var (
-		granted []int
-		top     uint64
-	)
+	var granted []int
 	for i, r := range rs {
 		if r.ok && r.err == nil {
 			granted = append(granted, i)
-			top = max(top, r.token)
 		}
 	}
 	validity := time.Duration(px)*time.Millisecond - time.Since(start) - drift(ttl)
-	if len(granted) >= b.quorum && validity > 0 && b.raise(ctx, key, owner, att, top, granted, rs) {
-		return backend.Grant{Token: top, TTL: ttl}, nil
-	}
 	failed := fmt.Sprintf("redlock: acquire %q: %d of %d nodes granted, quorum %d", key, len(granted), len(b.nodes), b.quorum)
+	if len(granted) >= b.quorum && validity > 0 {
+		top, known := grantToken(rs, granted, b.quorum)
+		if !known {
+			// Left as it is: no raise (it could re-tag the holder's
+			// quorum) and no undo (it would delete the holder's lease).
+			return backend.Grant{}, fmt.Errorf("%s: outcome unknown: the owner's lease was already on nodes %v under tokens that differ, and no quorum names one", failed, yoursNodes(rs))
+		}
+		if b.raise(ctx, key, owner, att, top, granted, rs) {
+			return backend.Grant{Token: top, TTL: ttl}, nil
+		}
+	}
 	if !slices.ContainsFunc(rs, func(r nodeReply) bool { return !r.notSent }) {
 		// Sent to no node: nothing of it exists anywhere. The only
 		// failure that may say so (backend.ErrNotApplied).
@@ -109,6 +113,47 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		}
 	}
 	return backend.Grant{}, fmt.Errorf("%s, validity left %v", failed, validity)
+}
+
+// grantToken is the token a quorum grant (granted: the nodes that
+// granted) answers. Where nodes answered "yours", the owner's lease was
+// already there and this call repeats a grant the owner may have been
+// answered: it must answer that grant's token and keep it, not raise the
+// quorum to another (the holder's Renew and Release name its token). The
+// holder's quorum carries one token and meets every granting set, so when
+// the "yours" answers name one token it is that one (a node that answered
+// "fresh" lost the owner's lease: it expired there); when they name
+// several (a node whose reply to the grant was lost holds it under its own
+// token), the one a quorum names, if any; else it cannot be told, and
+// known is false. With no "yours", a new grant: the largest token.
+func grantToken(rs []nodeReply, granted []int, quorum int) (top uint64, known bool) {
+	votes := map[uint64]int{}
+	for _, i := range granted {
+		if rs[i].yours {
+			votes[rs[i].token]++
+		}
+		top = max(top, rs[i].token)
+	}
+	if len(votes) == 0 {
+		return top, true
+	}
+	for t, n := range votes {
+		if len(votes) == 1 || n >= quorum {
+			return t, true
+		}
+	}
+	return 0, false
+}
+
+// yoursNodes lists the nodes that answered "yours".
+func yoursNodes(rs []nodeReply) []int {
+	var out []int
+	for i, r := range rs {
+		if r.yours {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // sent is err, a node's error, as part of a request that was sent to some

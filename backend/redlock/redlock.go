@@ -64,6 +64,17 @@
 // nobody holds, which keeps the key on that node until its TTL runs out:
 // a wait for others, never a second holder.
 //
+// An Acquire with the holder's own nonce while its lease lives (a retry,
+// or a copy of a call made late as a call of its own) answers the
+// holder's token and keeps it: the nodes say "yours" with the token their
+// copy of the lease carries, and the grant answers the one token they
+// name, or the one a quorum names; nodes that granted afresh are re-tagged
+// with it. When the "yours" nodes name several tokens and no quorum names
+// one (a node whose reply to the grant was lost holds the lease under its
+// own token, and a node of the holder's quorum is unreachable), the
+// outcome is unknown and nothing is re-tagged or undone
+// (TestRetryOfTheHolderKeepsItsToken).
+//
 // A failed Acquire says backend.ErrNotApplied only when the request was
 // sent to no node. When a quorum of nodes may still hold its grant (sent
 // with no reply, or granted, and no confirmed undo) its outcome is unknown,

@@ -27,8 +27,9 @@ import (
 // undo it stays until its expiry, to refuse older attempts that land late.
 
 // acquireScript: KEYS lease, counter, attempt; ARGV owner
-// ("nonce:instance"), px, attempt seq. {1, token} granted, or retried by
-// the same owner (expiry moved to px); {0, value, pttl} held by another;
+// ("nonce:instance"), px, attempt seq. {1, token} granted; {3, token} the
+// owner's lease was already there ("yours": expiry moved to px, token
+// kept); {0, value, pttl} held by another;
 // {2} refused: an attempt of this owner at least as new was already
 // applied here (a grant, "yours" or an undo), so this one is a late copy
 // whose caller has moved on — it changes nothing (no re-tag, no expiry).
@@ -42,7 +43,7 @@ if v then
     if mine and string.sub(r, 1, 20) > ARGV[3] then return {2} end
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     redis.call('SET', KEYS[3], ARGV[3] .. ':' .. ARGV[1], 'PX', ARGV[2])
-    return {1, string.sub(v, 1, i - 1)}
+    return {3, string.sub(v, 1, i - 1)}
   end
   return {0, v, redis.call('PTTL', KEYS[1])}
 end
@@ -170,8 +171,11 @@ func remaining(pttl time.Duration) time.Duration {
 }
 
 type nodeReply struct {
-	ok     bool
-	token  uint64
+	ok    bool
+	token uint64
+	// yours: the owner's lease was already on the node (ok is set too);
+	// token is the token it carries.
+	yours  bool
 	holder string // value held by another owner
 	pttl   time.Duration
 	err    error
@@ -245,7 +249,7 @@ func acquireReply(c *goredis.Cmd) nodeReply {
 		r.err = err
 		r.notSent = errors.Is(err, backend.ErrNotApplied)
 	case len(res) == 2:
-		r.ok = true
+		r.ok, r.yours = true, toInt(res[0]) == 3
 		r.token, r.err = strconv.ParseUint(fmt.Sprint(res[1]), 10, 64)
 	case len(res) == 3:
 		r.holder = fmt.Sprint(res[1])
