@@ -80,12 +80,28 @@ func TestGetDoesNotSeeExpiryARenewCovers(t *testing.T) {
 		l, err := b.Get(ctx, "k")
 		reads <- read{l, err}
 	}()
-	// Let the Get answer or wait on the renewal's row lock, then open.
+	// Let the Get answer, or wait on the renewal's row lock (its locking
+	// re-read is at the server: an InnoDB lock wait, or the statement
+	// seen in "Statistics"), then open.
 	var first *read
-	select {
-	case r := <-reads:
-		first = &r
-	case <-time.After(2 * time.Second):
+	for end := time.Now().Add(10 * time.Second); first == nil; {
+		select {
+		case r := <-reads:
+			first = &r
+			continue
+		case <-time.After(5 * time.Millisecond):
+		}
+		var waiting bool
+		if err := ctl.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT')
+			+ (SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE '%LOCK IN SHARE MODE%') > 0`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("Get neither answered nor waited on the renewal's row lock within 10 s")
+		}
 	}
 	if _, err := ctl.ExecContext(ctx, `DO RELEASE_LOCK(?)`, gate); err != nil {
 		t.Fatal(err)
