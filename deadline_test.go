@@ -52,7 +52,7 @@ func TestAcquireAtDeadlineIsNotAcquired(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	_, err = waiter.Acquire(ctx, "jobs/x")
-	if !errors.Is(err, leasehold.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, leasehold.ErrIndeterminate) {
+	if !errors.Is(err, leasehold.ErrLockNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
 		t.Fatalf("Acquire at its deadline: %v, want ErrNotAcquired wrapping DeadlineExceeded", err)
 	}
 	want := `acquire "jobs/x": held by holder-a (token ` + l.Token().String() + `)`
@@ -86,7 +86,7 @@ func TestAcquireWaitsOutADeadlineItCannotBeat(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
 	_, err = waiter.Acquire(ctx, "jobs/x")
-	if !errors.Is(err, leasehold.ErrNotAcquired) || errors.Is(err, leasehold.ErrIndeterminate) || !strings.Contains(err.Error(), "held by holder-a") {
+	if !errors.Is(err, leasehold.ErrLockNotAcquired) || errors.Is(err, leasehold.ErrOutcomeIndeterminate) || !strings.Contains(err.Error(), "held by holder-a") {
 		t.Fatalf("Acquire near its deadline: %v, want ErrNotAcquired naming holder-a, not indeterminate", err)
 	}
 }

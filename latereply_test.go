@@ -57,9 +57,9 @@ func TestLateReplyNeverReturnsDeadLock(t *testing.T) {
 		refusal error
 	}{
 		{"TryAcquire", func(b backend.Backend, d time.Duration) backend.Backend { return &slowAcquireReply{b, d} },
-			(*leasehold.Locker).TryAcquire, leasehold.ErrIndeterminate},
+			(*leasehold.Locker).TryAcquire, leasehold.ErrOutcomeIndeterminate},
 		{"queued Acquire", func(b backend.Backend, d time.Duration) backend.Backend { return &slowQueuedReply{b, d} },
-			(*leasehold.Locker).Acquire, leasehold.ErrNotAcquired},
+			(*leasehold.Locker).Acquire, leasehold.ErrLockNotAcquired},
 	} {
 		for _, late := range []bool{true, false} {
 			delay := ttl / 10

@@ -102,7 +102,7 @@ func acquireResult(ctx context.Context, err error) string {
 	switch {
 	case err == nil:
 		return ResultOK
-	case errors.Is(err, backend.ErrHeld):
+	case errors.Is(err, backend.ErrLeaseHeld):
 		return ResultHeld
 	case errors.Is(err, ErrOutcomeIndeterminate):
 		return ResultIndeterminate

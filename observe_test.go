@@ -65,7 +65,7 @@ func TestObserverLockEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lk.TryAcquire(ctx, "jobs/a"); !errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := lk.TryAcquire(ctx, "jobs/a"); !errors.Is(err, leasehold.ErrLockNotAcquired) {
 		t.Fatalf("second TryAcquire: %v, want ErrNotAcquired", err)
 	}
 	acq := log.find(leasehold.EventAcquire)

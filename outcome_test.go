@@ -46,7 +46,7 @@ func TestAcquireUnknownOutcome(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err = lk.Acquire(ctx, "k")
-	if !errors.Is(err, leasehold.ErrIndeterminate) {
+	if !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
 		t.Fatalf("Acquire with a lost reply: %v, want ErrIndeterminate", err)
 	}
 	bkey := leasehold.LockKey(leasehold.DefaultNamespace, "k")
@@ -76,7 +76,7 @@ func TestAcquireNotSent(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		_, err := acquire(ctx, "k")
 		cancel()
-		if !errors.Is(err, leasehold.ErrNotAcquired) || errors.Is(err, leasehold.ErrIndeterminate) ||
+		if !errors.Is(err, leasehold.ErrLockNotAcquired) || errors.Is(err, leasehold.ErrOutcomeIndeterminate) ||
 			!errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("%s of a request never sent: %v, want ErrNotAcquired wrapping DeadlineExceeded", name, err)
 		}

@@ -86,14 +86,14 @@ func TestAcquireQueueContext(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	_, err = lk.Acquire(short, "q")
-	if !errors.Is(err, leasehold.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, leasehold.ErrLockNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire behind a local holder: %v, want ErrNotAcquired wrapping DeadlineExceeded", err)
 	}
 	if got := b.n.Load(); got != 1 {
 		t.Fatalf("%d Acquire requests reached the backend, want 1 (the holder's)", got)
 	}
 	// TryAcquire does not queue: it asks and is told who holds the key.
-	if _, err := lk.TryAcquire(ctx, "q"); !errors.Is(err, backend.ErrHeld) {
+	if _, err := lk.TryAcquire(ctx, "q"); !errors.Is(err, backend.ErrLeaseHeld) {
 		t.Fatalf("TryAcquire of a held key: %v, want ErrHeld", err)
 	}
 }

@@ -114,7 +114,7 @@ func leaseholdClaims(bes []backend.Ledger, maxLate time.Duration) claimFunc {
 		switch {
 		case err == nil:
 			return true, nil
-		case errors.Is(err, backend.ErrClaimed):
+		case errors.Is(err, backend.ErrOccurrenceClaimed):
 			return false, nil
 		}
 		return false, err

@@ -101,7 +101,7 @@ func TestHTTPJobStalledBodyEnds(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, schedule.ErrTimeout) || !strings.Contains(err.Error(), "body stalled") {
+		if !errors.Is(err, schedule.ErrJobTimeout) || !strings.Contains(err.Error(), "body stalled") {
 			t.Fatalf("err = %v, want a failure wrapping schedule.ErrTimeout that says the body stalled", err)
 		}
 	case <-time.After(20 * time.Second):

@@ -236,15 +236,15 @@ func httpFunc(j *JobConfig, client *http.Client, scrub *redact.Scrubber, bound t
 		client = redirectClient(client, h)
 	}
 	return func(ctx context.Context, r schedule.Run) error {
-		ctx, cancel := context.WithTimeoutCause(ctx, bound, fmt.Errorf("%w after %v", schedule.ErrTimeout, bound))
+		ctx, cancel := context.WithTimeoutCause(ctx, bound, fmt.Errorf("%w after %v", schedule.ErrJobTimeout, bound))
 		defer cancel()
 		// noAnswer names the bound when it is what stopped the request.
 		noAnswer := func(err error) error {
 			cause := context.Cause(ctx)
 			switch {
-			case ctx.Err() == nil || !errors.Is(cause, schedule.ErrTimeout):
+			case ctx.Err() == nil || !errors.Is(cause, schedule.ErrJobTimeout):
 				return err
-			case errors.Is(err, schedule.ErrTimeout): // net/http reports the cause
+			case errors.Is(err, schedule.ErrJobTimeout):
 				return fmt.Errorf("no answer: %w", err)
 			}
 			return fmt.Errorf("no answer: %w: %w", cause, err)

@@ -144,7 +144,7 @@ func TestLockMetricsSQLite(t *testing.T) {
 		}
 		held = append(held, l)
 	}
-	if _, err := lk.TryAcquire(ctx, "k0"); !errors.Is(err, leasehold.ErrNotAcquired) {
+	if _, err := lk.TryAcquire(ctx, "k0"); !errors.Is(err, leasehold.ErrLockNotAcquired) {
 		t.Fatalf("TryAcquire of a held key: %v", err)
 	}
 	srv.waitMetric(t, `leasehold_renewals_total{backend="sqlite",kind="lock",namespace="m"}`, func(v float64) bool { return v >= 6 })

@@ -154,13 +154,13 @@ func claimGrant(ctx context.Context, lease leaseTiming, b backend.Ledger, req ba
 		return backend.Grant{}, time.Time{}, e.Err // the answer, as it is
 	case e.Unconfirmed:
 		return backend.Grant{}, time.Time{}, fmt.Errorf("%w: claim %s@%s: won after an attempt whose outcome was unknown, and not confirmed in time",
-			leasehold.ErrIndeterminate, req.Job, req.ScheduledAt.Format(time.RFC3339Nano))
+			leasehold.ErrOutcomeIndeterminate, req.Job, req.ScheduledAt.Format(time.RFC3339Nano))
 	}
 	// A refusal (too early, overlap) or another failure does not undo an
 	// earlier attempt that may still be applied: the claim may be ours,
 	// held by nobody, until its lease expires.
 	return backend.Grant{}, time.Time{}, fmt.Errorf("%w: claim %s@%s: an attempt's outcome is unknown: %w",
-		leasehold.ErrIndeterminate, req.Job, req.ScheduledAt.Format(time.RFC3339Nano), e.Err)
+		leasehold.ErrOutcomeIndeterminate, req.Job, req.ScheduledAt.Format(time.RFC3339Nano), e.Err)
 }
 
 // claimAttempt is what every claim of req (Claim, Reclaim) shares in the
@@ -187,15 +187,15 @@ func claimAttempt[G any](l backend.Ledger, lease leaseTiming, req backend.ClaimR
 // instant is due by the ledger's clock says NotApplied).
 func judgeClaim(err error, early attempt.Verdict) attempt.Verdict {
 	switch {
-	case errors.Is(err, backend.ErrClaimed):
+	case errors.Is(err, backend.ErrOccurrenceClaimed):
 		// Another owner's claim: a retry of an attempt of ours that was
 		// applied would have answered "yours".
 		return attempt.Settled
-	case errors.Is(err, backend.ErrTooEarly):
+	case errors.Is(err, backend.ErrOccurrenceTooEarly):
 		return early
-	case errors.Is(err, backend.ErrOverlap), errors.Is(err, backend.ErrTooLate), errors.Is(err, backend.ErrInvalid),
-		errors.Is(err, backend.ErrClosed), errors.Is(err, backend.ErrNotExpired), errors.Is(err, backend.ErrNotFound),
-		errors.Is(err, backend.ErrExhausted):
+	case errors.Is(err, backend.ErrOccurrenceOverlap), errors.Is(err, backend.ErrOccurrenceTooLate), errors.Is(err, backend.ErrInvalid),
+		errors.Is(err, backend.ErrClosed), errors.Is(err, backend.ErrLeaseNotExpired), errors.Is(err, backend.ErrNotFound),
+		errors.Is(err, backend.ErrOccurrenceExhausted):
 		return attempt.Refused
 	case errors.Is(err, backend.ErrNotApplied):
 		return attempt.NotApplied

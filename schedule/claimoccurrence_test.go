@@ -36,7 +36,7 @@ func (b *unknownThenEarly) Claim(ctx context.Context, req backend.ClaimRequest) 
 	case 1:
 		return backend.Grant{}, errors.New("injected: connection reset")
 	case 2:
-		return backend.Grant{}, fmt.Errorf("injected: %w", backend.ErrTooEarly)
+		return backend.Grant{}, fmt.Errorf("injected: %w", backend.ErrOccurrenceTooEarly)
 	}
 	return b.Backend.Claim(ctx, req)
 }
@@ -68,7 +68,7 @@ func TestClaimOccurrenceUnknownThenTooEarly(t *testing.T) {
 	if err := b.applyFirst(ctx); err != nil {
 		t.Fatalf("applying attempt 1 late: %v", err)
 	}
-	if !errors.Is(err, leasehold.ErrIndeterminate) {
+	if !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
 		r, _ := mem.GetRun(ctx, "job", backend.Instant(at))
 		t.Fatalf("ClaimOccurrence = %v, want ErrIndeterminate: an earlier attempt's outcome was unknown, and it was applied (run state %s, owner %s)",
 			err, r.State, r.Owner.Instance)

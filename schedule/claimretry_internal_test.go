@@ -47,7 +47,7 @@ func (b *lateClaim) Claim(ctx context.Context, req backend.ClaimRequest) (backen
 			return backend.Grant{}, fmt.Errorf("applying attempt 1 late: %w", err)
 		}
 		time.Sleep(b.delay) // the scenario: the refusal arrives late
-		return backend.Grant{}, fmt.Errorf("injected: %w", backend.ErrTooEarly)
+		return backend.Grant{}, fmt.Errorf("injected: %w", backend.ErrOccurrenceTooEarly)
 	}
 	return b.Backend.Claim(ctx, req)
 }
@@ -125,7 +125,7 @@ func TestLateAppliedClaimNeverOutlivesLease(t *testing.T) {
 			<-done
 			return
 		}
-		if !errors.Is(err, backend.ErrNotExpired) {
+		if !errors.Is(err, backend.ErrLeaseNotExpired) {
 			t.Fatalf("Reclaim: %v", err)
 		}
 		if time.Now().After(deadline) {

@@ -41,7 +41,7 @@ func (b *unknownThenLongEarly) Claim(ctx context.Context, req backend.ClaimReque
 	case n == 1:
 		return backend.Grant{}, errors.New("injected: connection reset")
 	case time.Since(first) < b.span:
-		return backend.Grant{}, fmt.Errorf("injected: %w", backend.ErrTooEarly)
+		return backend.Grant{}, fmt.Errorf("injected: %w", backend.ErrOccurrenceTooEarly)
 	}
 	return b.Backend.Claim(ctx, req)
 }

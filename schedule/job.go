@@ -203,7 +203,7 @@ func (j Job) withDefaults(retention time.Duration) (Job, *Spec, error) {
 	specZone := j.Zone
 	if j.Zone != "" {
 		if _, err := loadZone(j.Zone); err != nil {
-			field("Zone", fmt.Errorf("job %q: %w: %v", j.Name, ErrInvalidSpec, err))
+			field("Zone", fmt.Errorf("job %q: %w: %v", j.Name, ErrSpecInvalid, err))
 			specZone = "" // still check the schedule itself
 		}
 	}

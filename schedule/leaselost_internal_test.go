@@ -49,7 +49,7 @@ func TestLeaseLostAfterTimeout(t *testing.T) {
 	at := backend.Instant(time.Now())
 	go s.occur(s.loopCtx, s.jobs["stopping"], at)
 	g := <-got
-	if !errors.Is(g.cause, ErrTimeout) || !g.lost {
+	if !errors.Is(g.cause, ErrJobTimeout) || !g.lost {
 		t.Fatalf("context ended by %v, lease lost seen: %v; want the timeout, then LeaseLost closed", g.cause, g.lost)
 	}
 	if g.lostLate >= 0 {

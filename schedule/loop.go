@@ -202,7 +202,7 @@ func (s *Scheduler) claimWaiting(ctx context.Context, e *entry, w *waiting) {
 	a.Retry = s.claimRetry(e, req, log, &earlyWait)
 	r, err := attempt.Run(ctx, a)
 	var claimed *backend.ClaimedError
-	if err == nil || errors.As(err, &claimed) || errors.Is(err, backend.ErrOverlap) || errors.Is(err, backend.ErrTooLate) ||
+	if err == nil || errors.As(err, &claimed) || errors.Is(err, backend.ErrOccurrenceOverlap) || errors.Is(err, backend.ErrOccurrenceTooLate) ||
 		errors.Is(err, backend.ErrInvalid) || errors.Is(err, backend.ErrClosed) {
 		settle() // an answer: before a run, which may outlive the job's registration
 	}
@@ -221,10 +221,10 @@ func (s *Scheduler) claimWaiting(ctx context.Context, e *entry, w *waiting) {
 		if claimed.Run.State == backend.Running && claimed.Run.Expired {
 			s.recoverRun(ctx, e, claimed.Run)
 		}
-	case errors.Is(err, backend.ErrOverlap):
+	case errors.Is(err, backend.ErrOccurrenceOverlap):
 		s.emit(Event{Kind: EventClaim, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Result: ClaimOverlap, CatchUp: isCatchUp(ctx), Err: err})
 		log.Info("occurrence skipped: the job is already running at its concurrency limit", "err", err)
-	case errors.Is(err, backend.ErrTooLate):
+	case errors.Is(err, backend.ErrOccurrenceTooLate):
 		log.Warn("occurrence misfired: by the backend's clock it is later than the misfire grace (skip) or window; not claimed", "err", err)
 		s.emit(Event{Kind: EventMisfire, Job: e.job.Name, ScheduledAt: req.ScheduledAt, Count: 1, Result: string(e.job.Misfire), Err: err})
 	case errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed):
@@ -252,7 +252,7 @@ func (s *Scheduler) claimRetry(e *entry, req backend.ClaimRequest, log *slog.Log
 		if ctx.Err() != nil {
 			return ctx.Err() // stopping: unclaimed occurrences are left to the misfire policy
 		}
-		wait, early := backoff, errors.Is(f.Err, backend.ErrTooEarly)
+		wait, early := backoff, errors.Is(f.Err, backend.ErrOccurrenceTooEarly)
 		if early && *earlyWait < maxEarlyWait {
 			// Not an attempt spent: the instant is not due yet by the
 			// backend's clock (this host's clock is ahead, or stepped

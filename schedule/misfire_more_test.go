@@ -160,7 +160,7 @@ func jitterBeyondMisfireWindowStillRuns(t *testing.T) {
 	var tooLate atomic.Int64
 	var ran atomic.Int64
 	s := newScheduler(t, memory.New(), "a", schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
-		if ev.Kind == schedule.EventMisfire && errors.Is(ev.Err, backend.ErrTooLate) {
+		if ev.Kind == schedule.EventMisfire && errors.Is(ev.Err, backend.ErrOccurrenceTooLate) {
 			tooLate.Add(1)
 		}
 	})))

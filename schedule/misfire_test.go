@@ -331,7 +331,7 @@ func ledgerRefusesClaimOlderThanMisfireWindow(t *testing.T) {
 	var misfires atomic.Int64
 	s := newScheduler(t, &stalledSend{Backend: mem, hold: 1500 * time.Millisecond, released: make(chan struct{})}, "a",
 		schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
-			if ev.Kind == schedule.EventMisfire && errors.Is(ev.Err, backend.ErrTooLate) {
+			if ev.Kind == schedule.EventMisfire && errors.Is(ev.Err, backend.ErrOccurrenceTooLate) {
 				misfires.Add(1)
 			}
 		})))
@@ -388,7 +388,7 @@ func clockBehindSkipsByTheLedgersClock(t *testing.T) {
 	var refused []time.Time // instants the ledger refused as too late
 	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock),
 		schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
-			if ev.Kind == schedule.EventMisfire && errors.Is(ev.Err, backend.ErrTooLate) {
+			if ev.Kind == schedule.EventMisfire && errors.Is(ev.Err, backend.ErrOccurrenceTooLate) {
 				mu.Lock()
 				refused = append(refused, ev.ScheduledAt)
 				mu.Unlock()

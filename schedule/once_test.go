@@ -159,7 +159,7 @@ func ExampleRunOnce() {
 	}
 	fmt.Println(deliver("user-7"))
 	err := deliver("user-7") // the queue redelivers it
-	fmt.Println("redelivery skipped:", errors.Is(err, backend.ErrClaimed))
+	fmt.Println("redelivery skipped:", errors.Is(err, backend.ErrOccurrenceClaimed))
 	// Output:
 	// sending the welcome mail for user-7
 	// <nil>
@@ -190,7 +190,7 @@ func TestOnceAbandonsAKeyWhoseHolderDied(t *testing.T) {
 			deadline := time.Now().Add(30 * time.Second)
 			for {
 				err = schedule.RunOnce(ctx, b, "dead", func(context.Context, leasehold.Token) error { ran = true; return nil }, schedule.OnceOptions{})
-				if !errors.Is(err, backend.ErrClaimed) || time.Now().After(deadline) {
+				if !errors.Is(err, backend.ErrOccurrenceClaimed) || time.Now().After(deadline) {
 					break
 				}
 				time.Sleep(20 * time.Millisecond) // the lease (50 ms by the backend's clock) runs out

@@ -53,7 +53,7 @@ func (s *Scheduler) Resume(ctx context.Context, job string) error {
 // backend says now.
 func (s *Scheduler) Paused(ctx context.Context, job string) (bool, error) {
 	if !s.registered(job) {
-		return false, fmt.Errorf("%w: %q", ErrUnknownJob, job)
+		return false, fmt.Errorf("%w: %q", ErrJobNotFound, job)
 	}
 	return s.readPaused(ctx, job)
 }
@@ -82,7 +82,7 @@ func (s *Scheduler) startsPaused(job string) bool {
 
 func (s *Scheduler) setPaused(ctx context.Context, job string, paused bool) error {
 	if !s.registered(job) {
-		return fmt.Errorf("%w: %q", ErrUnknownJob, job)
+		return fmt.Errorf("%w: %q", ErrJobNotFound, job)
 	}
 	key, state := s.pauseKey(job), stateResumed
 	if paused {

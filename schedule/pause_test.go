@@ -61,7 +61,7 @@ func TestPauseIsClusterWide(t *testing.T) {
 	if p, err := scheds[0].Paused(ctx, "tick"); err != nil || p {
 		t.Fatalf("Paused after Resume = %v, %v; want false", p, err)
 	}
-	if err := scheds[0].Pause(ctx, "nope"); !errors.Is(err, schedule.ErrUnknownJob) {
+	if err := scheds[0].Pause(ctx, "nope"); !errors.Is(err, schedule.ErrJobNotFound) {
 		t.Fatalf("Pause(unknown) = %v; want ErrUnknownJob", err)
 	}
 }

@@ -218,7 +218,7 @@ func TestTriggerBurstInOneMillisecond(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
 	for i := range 12 {
-		if _, err := s.TriggerRun(context.Background(), "j", "key-"+string(rune('a'+i))); err != nil && (i < 10 || !errors.Is(err, backend.ErrOverlap)) {
+		if _, err := s.TriggerRun(context.Background(), "j", "key-"+string(rune('a'+i))); err != nil && (i < 10 || !errors.Is(err, backend.ErrOccurrenceOverlap)) {
 			t.Fatalf("trigger %d of an unlimited job, with its own key, in one millisecond: %v", i+1, err)
 		}
 	}
@@ -314,7 +314,7 @@ func TestRefusedTriggerKeepsKeyOnSlowClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.TriggerRun(context.Background(), "j", "second")
-	if !errors.Is(err, backend.ErrOverlap) {
+	if !errors.Is(err, backend.ErrOccurrenceOverlap) {
 		t.Fatalf("trigger at the limit: %v, want ErrOverlap", err)
 	}
 	once.Do(func() { close(release) })

@@ -56,7 +56,7 @@ func (t leaseTiming) check(ttl time.Duration) error {
 func (s *Scheduler) runContext(e *entry) (context.Context, context.CancelCauseFunc) {
 	ctx, cancel := context.WithCancelCause(s.jobCtx)
 	if e.job.Timeout > 0 {
-		cause := fmt.Errorf("%w after %v", ErrTimeout, e.job.Timeout)
+		cause := fmt.Errorf("%w after %v", ErrJobTimeout, e.job.Timeout)
 		t := time.AfterFunc(e.job.Timeout, func() { cancel(cause) })
 		context.AfterFunc(ctx, func() { t.Stop() })
 	}
@@ -69,7 +69,7 @@ func (s *Scheduler) runContext(e *entry) (context.Context, context.CancelCauseFu
 // canceled"). A nil err stays nil: the job did its work, late.
 func stoppedError(ctx context.Context, err error) error {
 	cause := context.Cause(ctx)
-	if err == nil || ctx.Err() == nil || !(errors.Is(cause, ErrTimeout) || errors.Is(cause, ErrShutdown)) || errors.Is(err, cause) {
+	if err == nil || ctx.Err() == nil || !(errors.Is(cause, ErrJobTimeout) || errors.Is(cause, ErrSchedulerShutdown)) || errors.Is(err, cause) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", cause, err)
@@ -234,14 +234,14 @@ func finishRun(ctx context.Context, l backend.Ledger, job string, at time.Time, 
 		case errors.Is(err, backend.ErrLeaseLost), errors.Is(err, backend.ErrInvalid):
 			return err
 		case errors.Is(err, backend.ErrClosed) && unknown:
-			return fmt.Errorf("%w: %s: an earlier attempt may have recorded it: %w", leasehold.ErrIndeterminate, what, err)
+			return fmt.Errorf("%w: %s: an earlier attempt may have recorded it: %w", leasehold.ErrOutcomeIndeterminate, what, err)
 		case errors.Is(err, backend.ErrClosed):
 			return err
 		}
 		unknown = unknown || !errors.Is(err, backend.ErrNotApplied)
 		if sleep(ctx, backoff) != nil {
 			if unknown {
-				return fmt.Errorf("%w: %s: %w", leasehold.ErrIndeterminate, what, err)
+				return fmt.Errorf("%w: %s: %w", leasehold.ErrOutcomeIndeterminate, what, err)
 			}
 			return fmt.Errorf("%s: %w", what, err)
 		}
@@ -265,7 +265,7 @@ func finishedByUs(ctx context.Context, l backend.Ledger, job string, at time.Tim
 		}
 		if errors.Is(err, backend.ErrClosed) || sleep(ctx, backoff) != nil {
 			return fmt.Errorf("%w: %s: refused as lost after an attempt whose outcome is unknown, and the ledger could not be read: %w",
-				leasehold.ErrIndeterminate, what, err)
+				leasehold.ErrOutcomeIndeterminate, what, err)
 		}
 		backoff = min(backoff*2, 200*time.Millisecond)
 	}
@@ -376,11 +376,11 @@ func (s *Scheduler) recover(ctx context.Context, e *entry, r backend.Run, retry 
 	}
 	res, err := attempt.Run(ctx, a)
 	switch {
-	case retry && (errors.Is(err, backend.ErrOverlap) || errors.Is(err, backend.ErrNotExpired)):
+	case retry && (errors.Is(err, backend.ErrOccurrenceOverlap) || errors.Is(err, backend.ErrLeaseNotExpired)):
 		return err // retryWhenDue tries again
-	case errors.Is(err, backend.ErrOverlap): // not applied: a retry of an applied attempt answers "yours" first
+	case errors.Is(err, backend.ErrOccurrenceOverlap):
 		log.Info("not reclaimed yet: the job is running at its concurrency limit; a later sweep tries again", "err", err)
-	case errors.Is(err, backend.ErrExhausted): // the listing was stale: the occurrence ran its last attempt
+	case errors.Is(err, backend.ErrOccurrenceExhausted):
 		s.abandon(ctx, e, r, log)
 	}
 	if err != nil {

@@ -344,7 +344,7 @@ func (s *Scheduler) put(j Job, replace bool) error {
 	defer s.mu.Unlock()
 	old := s.jobs[j.Name]
 	if old != nil && !replace {
-		return fmt.Errorf("%w: %q", ErrDuplicateJob, j.Name)
+		return fmt.Errorf("%w: %q", ErrJobAlreadyRegistered, j.Name)
 	}
 	if old != nil {
 		s.stopEntry(old)
@@ -373,7 +373,7 @@ func (s *Scheduler) Remove(name string) error {
 	defer s.mu.Unlock()
 	e := s.jobs[name]
 	if e == nil {
-		return fmt.Errorf("%w: %q", ErrUnknownJob, name)
+		return fmt.Errorf("%w: %q", ErrJobNotFound, name)
 	}
 	s.stopEntry(e)
 	delete(s.jobs, name)
@@ -516,7 +516,7 @@ func (s *Scheduler) Shutdown(ctx context.Context) error {
 	case <-s.cfg.clock.After(s.cfg.grace):
 	case <-deadline:
 	}
-	s.kill(ErrShutdown)
+	s.kill(ErrSchedulerShutdown)
 	if !cut {
 		stopped := s.cfg.clock.After(s.cfg.grace)
 		select {

@@ -89,14 +89,14 @@ func TestRegistry(t *testing.T) {
 	if err := s.Register(job); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Register(job); !errors.Is(err, schedule.ErrDuplicateJob) {
+	if err := s.Register(job); !errors.Is(err, schedule.ErrJobAlreadyRegistered) {
 		t.Fatalf("second Register = %v, want ErrDuplicateJob", err)
 	}
 	job.Schedule = "@hourly"
 	if err := s.Replace(job); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Remove("nope"); !errors.Is(err, schedule.ErrUnknownJob) {
+	if err := s.Remove("nope"); !errors.Is(err, schedule.ErrJobNotFound) {
 		t.Fatalf("Remove unknown = %v", err)
 	}
 	bad := []struct {
@@ -352,7 +352,7 @@ func TestShutdownGraceThenCancel(t *testing.T) {
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(cause, schedule.ErrShutdown) {
+	if !errors.Is(cause, schedule.ErrSchedulerShutdown) {
 		t.Fatalf("job's cause = %v, want ErrShutdown", cause)
 	}
 	runs, _ := b.ListRuns(context.Background(), backend.RunFilter{Job: "slow", State: backend.Failed})
@@ -417,13 +417,13 @@ func TestTriggerIsIdempotentPerKey(t *testing.T) {
 	if err := scheds[0].Trigger(ctx, "report", "deploy-42"); err != nil {
 		t.Fatal(err)
 	}
-	if err := scheds[1].Trigger(ctx, "report", "deploy-42"); !errors.Is(err, backend.ErrClaimed) {
+	if err := scheds[1].Trigger(ctx, "report", "deploy-42"); !errors.Is(err, backend.ErrOccurrenceClaimed) {
 		t.Fatalf("second trigger with the same key = %v, want ErrClaimed", err)
 	}
 	if err := scheds[1].Trigger(ctx, "report", "deploy-43"); err != nil {
 		t.Fatal(err)
 	}
-	if err := scheds[1].Trigger(ctx, "nope", "k"); !errors.Is(err, schedule.ErrUnknownJob) {
+	if err := scheds[1].Trigger(ctx, "nope", "k"); !errors.Is(err, schedule.ErrJobNotFound) {
 		t.Fatalf("trigger of an unknown job = %v", err)
 	}
 	waitFor(t, 5*time.Second, "two triggered runs", func() bool { return totalRuns(fx) == 2 })

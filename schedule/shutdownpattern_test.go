@@ -105,7 +105,7 @@ func TestShutdownDeadlineCutsGrace(t *testing.T) {
 		if d := time.Since(t0); d != 2*time.Second {
 			t.Errorf("Shutdown took %v, want the context's 2s (not the 1m grace)", d)
 		}
-		if c := <-cause; !errors.Is(c, schedule.ErrShutdown) {
+		if c := <-cause; !errors.Is(c, schedule.ErrSchedulerShutdown) {
 			t.Errorf("job's cause = %v, want ErrShutdown", c)
 		}
 	})

@@ -72,7 +72,7 @@ func TestSlowClaimReplyNeverRunsExpired(t *testing.T) {
 		c, err := ClaimOccurrence(ctx, &slowClaimReply{Backend: mem, delay: 2 * ttl}, "slow", at, ClaimOptions{Instance: "a", TTL: ttl})
 		// The claim expired before the reply: the confirming heartbeat finds
 		// it lost, so the only right answer is a refusal.
-		if !errors.Is(err, leasehold.ErrIndeterminate) {
+		if !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
 			if c != nil {
 				c.Finish(ctx, nil)
 			}

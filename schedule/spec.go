@@ -47,28 +47,28 @@ type Spec struct {
 func Parse(spec, zone string) (*Spec, error) {
 	s := strings.TrimSpace(spec)
 	if s == "" {
-		return nil, fmt.Errorf("%w: schedule is empty", ErrInvalidSpec)
+		return nil, fmt.Errorf("%w: schedule is empty", ErrSpecInvalid)
 	}
 	if len(s) > 256 {
-		return nil, fmt.Errorf("%w: schedule %.40q… is longer than 256 bytes", ErrInvalidSpec, s)
+		return nil, fmt.Errorf("%w: schedule %.40q… is longer than 256 bytes", ErrSpecInvalid, s)
 	}
 	for _, p := range []string{"CRON_TZ=", "TZ="} {
 		if rest, ok := strings.CutPrefix(s, p); ok {
 			name, tail, _ := strings.Cut(rest, " ")
 			if zone != "" && zone != name {
-				return nil, fmt.Errorf("%w: schedule %q names zone %q but the job's zone is %q", ErrInvalidSpec, spec, name, zone)
+				return nil, fmt.Errorf("%w: schedule %q names zone %q but the job's zone is %q", ErrSpecInvalid, spec, name, zone)
 			}
 			zone, s = name, strings.TrimSpace(tail)
 		}
 	}
 	if strings.HasPrefix(s, "CRON_TZ=") || strings.HasPrefix(s, "TZ=") {
-		return nil, fmt.Errorf("%w: schedule %q names a zone twice", ErrInvalidSpec, spec)
+		return nil, fmt.Errorf("%w: schedule %q names a zone twice", ErrSpecInvalid, spec)
 	}
 	loc := time.UTC
 	if zone != "" {
 		l, err := loadZone(zone)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidSpec, err)
+			return nil, fmt.Errorf("%w: %v", ErrSpecInvalid, err)
 		}
 		loc = l
 	}
@@ -82,24 +82,24 @@ func Parse(spec, zone string) (*Spec, error) {
 		d, err := time.ParseDuration(strings.TrimSpace(rest))
 		switch {
 		case err != nil:
-			return nil, fmt.Errorf("%w: schedule %q: %v", ErrInvalidSpec, spec, err)
+			return nil, fmt.Errorf("%w: schedule %q: %v", ErrSpecInvalid, spec, err)
 		case d < MinEvery:
-			return nil, fmt.Errorf("%w: schedule %q: interval %v is shorter than %v", ErrInvalidSpec, spec, d, MinEvery)
+			return nil, fmt.Errorf("%w: schedule %q: interval %v is shorter than %v", ErrSpecInvalid, spec, d, MinEvery)
 		case d%time.Millisecond != 0:
-			return nil, fmt.Errorf("%w: schedule %q: interval %v is not a whole number of milliseconds", ErrInvalidSpec, spec, d)
+			return nil, fmt.Errorf("%w: schedule %q: interval %v is not a whole number of milliseconds", ErrSpecInvalid, spec, d)
 		case d > 366*24*time.Hour:
-			return nil, fmt.Errorf("%w: schedule %q: interval %v is longer than a year", ErrInvalidSpec, spec, d)
+			return nil, fmt.Errorf("%w: schedule %q: interval %v is longer than a year", ErrSpecInvalid, spec, d)
 		}
 		out.every = d
 		out.canon = fmt.Sprintf("every %d", d.Milliseconds())
 	} else {
 		sched, err := parser.Parse(s)
 		if err != nil {
-			return nil, fmt.Errorf("%w: schedule %q: %v", ErrInvalidSpec, spec, err)
+			return nil, fmt.Errorf("%w: schedule %q: %v", ErrSpecInvalid, spec, err)
 		}
 		cs, ok := sched.(*cron.SpecSchedule)
 		if !ok {
-			return nil, fmt.Errorf("%w: schedule %q is not a cron spec", ErrInvalidSpec, spec)
+			return nil, fmt.Errorf("%w: schedule %q is not a cron spec", ErrSpecInvalid, spec)
 		}
 		c := *cs
 		c.Location = time.UTC // we iterate civil (wall-clock) times; see Next
@@ -111,7 +111,7 @@ func Parse(spec, zone string) (*Spec, error) {
 		// how day of month and day of week combine.
 		out.canon = fmt.Sprintf("cron %x %x %x %x %x %x", c.Second, c.Minute, c.Hour, c.Dom, c.Month, c.Dow)
 		if c.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
-			return nil, fmt.Errorf("%w: schedule %q never fires", ErrInvalidSpec, spec)
+			return nil, fmt.Errorf("%w: schedule %q never fires", ErrSpecInvalid, spec)
 		}
 	}
 	zoneName := loc.String()

@@ -123,7 +123,7 @@ func TestParseErrorsNameTheValue(t *testing.T) {
 	}
 	for in, want := range cases {
 		_, err := Parse(in[0], in[1])
-		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), want) {
+		if !errors.Is(err, ErrSpecInvalid) || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse(%.30q, %q) = %v, want ErrInvalidSpec containing %q", in[0], in[1], err, want)
 		}
 	}
@@ -146,7 +146,7 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, spec, zone string) {
 		s, err := Parse(spec, zone)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidSpec) {
+			if !errors.Is(err, ErrSpecInvalid) {
 				t.Fatalf("Parse(%q, %q) error %v does not wrap ErrInvalidSpec", spec, zone, err)
 			}
 			return

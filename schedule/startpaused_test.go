@@ -26,7 +26,7 @@ func TestStartPausedIsThePauseState(t *testing.T) {
 	if p, err := s.Paused(ctx, "tick"); err != nil || !p {
 		t.Fatalf("Paused = %v, %v; want true before any Resume", p, err)
 	}
-	if err := s.Trigger(ctx, "tick", "k1"); !errors.Is(err, schedule.ErrPaused) {
+	if err := s.Trigger(ctx, "tick", "k1"); !errors.Is(err, schedule.ErrJobPaused) {
 		t.Fatalf("Trigger of a job paused at start = %v, want ErrPaused", err)
 	}
 	if err := s.Resume(ctx, "tick"); err != nil {

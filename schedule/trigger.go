@@ -91,7 +91,7 @@ func (s *Scheduler) TriggerRun(ctx context.Context, job, key string) (Run, error
 	started := s.started
 	s.mu.Unlock()
 	if e == nil {
-		return Run{}, fmt.Errorf("%w: %q", ErrUnknownJob, job)
+		return Run{}, fmt.Errorf("%w: %q", ErrJobNotFound, job)
 	}
 	if !started {
 		return Run{}, fmt.Errorf("%w: scheduler not started", leasehold.ErrInvalid)
@@ -107,7 +107,7 @@ func (s *Scheduler) TriggerRun(ctx context.Context, job, key string) (Run, error
 	if paused, err := s.readPaused(ctx, job); err != nil {
 		return Run{}, fmt.Errorf("%s: %w", what, err)
 	} else if paused {
-		return Run{}, fmt.Errorf("%w: %s refused: the job is paused in namespace %q", ErrPaused, what, s.cfg.namespace)
+		return Run{}, fmt.Errorf("%w: %s refused: the job is paused in namespace %q", ErrJobPaused, what, s.cfg.namespace)
 	}
 	marker, err := s.claimTriggerKey(ctx, e, key, what)
 	if err != nil {
@@ -118,11 +118,11 @@ func (s *Scheduler) TriggerRun(ctx context.Context, job, key string) (Run, error
 		// A refusal frees the key; an unknown outcome does not (the claim
 		// may stand, and the sweeper then runs it).
 		out := backend.Outcome{State: backend.Failed, Error: "refused: " + err.Error()}
-		if errors.Is(err, leasehold.ErrIndeterminate) {
+		if errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
 			out = backend.Outcome{State: backend.Succeeded, Result: "claim outcome unknown: " + err.Error()}
 		}
 		marker.finish(ctx, s, out)
-		if errors.Is(err, backend.ErrOverlap) {
+		if errors.Is(err, backend.ErrOccurrenceOverlap) {
 			s.emit(Event{Kind: EventClaim, Job: job, ScheduledAt: r.ScheduledAt, Result: ClaimOverlap, Err: err})
 		}
 		return Run{}, fmt.Errorf("%s: %w", what, err)
@@ -217,7 +217,7 @@ func (s *Scheduler) claimTriggered(ctx context.Context, e *entry, key string) (R
 		}
 		return Run{Job: e.job.Name, ScheduledAt: at, Attempt: 1, Instance: s.cfg.instance}, owner, g, sent, nil
 	}
-	return Run{}, backend.Owner{}, backend.Grant{}, time.Time{}, fmt.Errorf("%w: no free instant near %s (too many triggers in one millisecond)", backend.ErrOverlap, at.Format(time.RFC3339Nano))
+	return Run{}, backend.Owner{}, backend.Grant{}, time.Time{}, fmt.Errorf("%w: no free instant near %s (too many triggers in one millisecond)", backend.ErrOccurrenceOverlap, at.Format(time.RFC3339Nano))
 }
 
 // lastScheduled returns, for catch-up, the instant of the job's latest run

@@ -85,7 +85,7 @@ func TestTriggerOfPausedJobRunsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, err := range triggerAll(s, "job", 30) {
-			if !errors.Is(err, schedule.ErrPaused) {
+			if !errors.Is(err, schedule.ErrJobPaused) {
 				t.Fatalf("trigger k%d of a paused job = %v, want ErrPaused", i, err)
 			}
 		}
@@ -123,7 +123,7 @@ func TestTriggerHonoursMaxConcurrent(t *testing.T) {
 				won = i
 			case err == nil:
 				t.Fatalf("triggers k%d and k%d both ran with MaxConcurrent 1", won, i)
-			case !errors.Is(err, backend.ErrOverlap):
+			case !errors.Is(err, backend.ErrOccurrenceOverlap):
 				t.Fatalf("trigger k%d = %v, want nil or ErrOverlap", i, err)
 			}
 		}
@@ -142,7 +142,7 @@ func TestTriggerHonoursMaxConcurrent(t *testing.T) {
 		if err := s.Trigger(ctx, "job", refused); err != nil {
 			t.Fatalf("retry of refused key %s after the run finished: %v", refused, err)
 		}
-		if err := s.Trigger(ctx, "job", fmt.Sprint("k", won)); !errors.Is(err, backend.ErrClaimed) {
+		if err := s.Trigger(ctx, "job", fmt.Sprint("k", won)); !errors.Is(err, backend.ErrOccurrenceClaimed) {
 			t.Fatalf("trigger with the key that ran = %v, want ErrClaimed", err)
 		}
 		waitFor(t, 10*time.Second, "the retried key runs", func() bool { return g.ran.get() == 2 })
@@ -231,7 +231,7 @@ func TestTriggerBadInputChangesNothing(t *testing.T) {
 			t.Errorf("Trigger(%q, %.20q) = %v, want ErrInvalid naming %.50q", c.job, c.key, err, c.want)
 		}
 	}
-	if err := s.Trigger(context.Background(), "nope", "k"); !errors.Is(err, schedule.ErrUnknownJob) || !strings.Contains(err.Error(), `"nope"`) {
+	if err := s.Trigger(context.Background(), "nope", "k"); !errors.Is(err, schedule.ErrJobNotFound) || !strings.Contains(err.Error(), `"nope"`) {
 		t.Errorf("Trigger of an unknown job = %v, want ErrUnknownJob naming it", err)
 	}
 	runs, err := b.ListRuns(context.Background(), backend.RunFilter{})

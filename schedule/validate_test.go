@@ -22,7 +22,7 @@ func TestValidateNamesEveryField(t *testing.T) {
 		if !errors.As(e, &fe) {
 			t.Fatalf("%v is not a FieldError", e)
 		}
-		if !errors.Is(e, leasehold.ErrInvalid) && !errors.Is(e, ErrInvalidSpec) {
+		if !errors.Is(e, leasehold.ErrInvalid) && !errors.Is(e, ErrSpecInvalid) {
 			t.Errorf("%v wraps neither ErrInvalid nor ErrInvalidSpec", e)
 		}
 		got[fe.Field] = e.Error()

@@ -266,7 +266,7 @@ func (s *Scheduler) markVersions(ctx context.Context, e *entry, versions []strin
 		if err == nil {
 			err = s.l.Finish(ctx, backend.FinishRequest{Job: req.Job, ScheduledAt: from, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: "superseded by " + by}})
 		}
-		if err != nil && !errors.Is(err, backend.ErrClaimed) { // claimed: marked before
+		if err != nil && !errors.Is(err, backend.ErrOccurrenceClaimed) { // claimed: marked before
 			s.cfg.logger.Warn("marking the replaced schedule version as superseded failed; the version history still shows it until it is pruned",
 				"job", e.job.Name, "version", v, "err", err)
 			continue

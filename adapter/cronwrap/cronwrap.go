@@ -137,7 +137,7 @@ func (w *wrapped) Run() {
 		return
 	}
 	cl, err := schedule.ClaimOccurrence(ctx, w.l, w.job, at, w.o.Claim)
-	if errors.Is(err, backend.ErrClaimed) {
+	if errors.Is(err, backend.ErrOccurrenceClaimed) {
 		return // another instance runs it
 	}
 	if err != nil {

@@ -350,7 +350,7 @@ func (l *Locker) claim(ctx context.Context, key string, now time.Time) (gocron.L
 	c, err := schedule.ClaimOccurrence(ctx, l.b, "gocron/"+key, at,
 		schedule.ClaimOptions{Instance: l.instance, MaxEarly: early + time.Second})
 	if err != nil {
-		if !errors.Is(err, backend.ErrClaimed) {
+		if !errors.Is(err, backend.ErrOccurrenceClaimed) {
 			l.cfg.logger.Error("gocronlock: occurrence not run here: its claim failed, so it may run nowhere", "job", key, "at", at, "namespace", l.cfg.namespace, "instance", l.instance, "err", err)
 		}
 		return nil, err

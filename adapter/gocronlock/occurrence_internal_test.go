@@ -17,7 +17,7 @@ import (
 func lockAt(t *testing.T, l *Locker, now time.Time) bool {
 	t.Helper()
 	lk, err := l.claim(context.Background(), "report", now) // past the job check: no scheduler here
-	if errors.Is(err, backend.ErrClaimed) {
+	if errors.Is(err, backend.ErrOccurrenceClaimed) {
 		return false
 	}
 	if err != nil {

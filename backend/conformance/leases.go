@@ -69,7 +69,7 @@ func checkAcquireHeldGet(t T, e *env) {
 	}
 	_, err = b.Acquire(ctx, "ns/lock/k1", c, ttl)
 	var held *backend.HeldError
-	if !errors.As(err, &held) || !errors.Is(err, backend.ErrHeld) {
+	if !errors.As(err, &held) || !errors.Is(err, backend.ErrLeaseHeld) {
 		t.Fatalf("second Acquire: got %v, want *HeldError", err)
 	}
 	if held.Holder.Owner != a || held.Holder.Token != g.Token || held.Holder.Key != "ns/lock/k1" {
@@ -209,7 +209,7 @@ func checkSameName(t T, e *env) {
 	g, err := b.Acquire(ctx, "twin/k", first, ttl)
 	mustNil(t, err, "Acquire")
 	_, err = b.Acquire(ctx, "twin/k", second, ttl)
-	mustIs(t, err, backend.ErrHeld, "Acquire by the same instance name with another nonce (not re-entrant)")
+	mustIs(t, err, backend.ErrLeaseHeld, "Acquire by the same instance name with another nonce (not re-entrant)")
 	_, err = b.Renew(ctx, backend.RenewRequest{Key: "twin/k", Owner: second, Token: g.Token, TTL: ttl})
 	mustIs(t, err, backend.ErrLeaseLost, "Renew by the same instance name with another nonce")
 	mustIs(t, b.Release(ctx, "twin/k", second, g.Token), backend.ErrLeaseLost, "Release by the same instance name with another nonce")
@@ -276,7 +276,7 @@ func checkRetryRenews(t T, e *env) {
 	time.Sleep(time.Until(t0.Add(ttl + ttl/8)))
 	if time.Since(s1) < ttl*7/8 {
 		_, err = b.Acquire(ctx, "retryrenew/k", owner("b"), ttl)
-		mustIs(t, err, backend.ErrHeld, "another owner's Acquire after the first grant's TTL but within the renewed one")
+		mustIs(t, err, backend.ErrLeaseHeld, "another owner's Acquire after the first grant's TTL but within the renewed one")
 	} else {
 		t.Logf("machine too slow to probe between the two expiries (%v since the retry)", time.Since(s1))
 	}
@@ -331,7 +331,7 @@ func checkExclusion64(t T, e *env) {
 					if err == nil {
 						break
 					}
-					if !errors.Is(err, backend.ErrHeld) {
+					if !errors.Is(err, backend.ErrLeaseHeld) {
 						errs <- err
 						return
 					}

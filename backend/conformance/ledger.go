@@ -114,7 +114,7 @@ func checkFinishedNeverAgain(t T, e *env) {
 		}
 	}
 	_, _, err = b.Reclaim(ctx, req)
-	mustIs(t, err, backend.ErrClaimed, "Reclaim of a finished occurrence")
+	mustIs(t, err, backend.ErrOccurrenceClaimed, "Reclaim of a finished occurrence")
 	r, err := b.GetRun(ctx, "job", at)
 	mustNil(t, err, "GetRun")
 	if r.State != backend.Succeeded || r.Result != "ok" || r.Duration != time.Millisecond || r.FinishedAt.IsZero() {
@@ -165,7 +165,7 @@ func checkReclaim(t T, e *env) {
 		t.Fatalf("Reclaim succeeded while the runner's lease (TTL %v) was live", short)
 	}
 	if err != nil {
-		mustIs(t, err, backend.ErrNotExpired, "Reclaim while the runner's lease is live")
+		mustIs(t, err, backend.ErrLeaseNotExpired, "Reclaim while the runner's lease is live")
 	}
 	eventually(t, 10*time.Second+short, "Reclaim after the runner's lease expired", func() bool {
 		g2, r, err = b.Reclaim(ctx, req)
@@ -203,9 +203,9 @@ func checkAbandon(t T, e *env) {
 		t.Fatalf("Abandon = %+v", r)
 	}
 	_, err = b.Claim(ctx, claimReq("job", at, owner("b"), short))
-	mustIs(t, err, backend.ErrClaimed, "Claim of an abandoned occurrence")
+	mustIs(t, err, backend.ErrOccurrenceClaimed, "Claim of an abandoned occurrence")
 	_, _, err = b.Reclaim(ctx, claimReq("job", at, owner("b"), short))
-	mustIs(t, err, backend.ErrClaimed, "Reclaim of an abandoned occurrence")
+	mustIs(t, err, backend.ErrOccurrenceClaimed, "Reclaim of an abandoned occurrence")
 }
 
 func checkClaimLimits(t T, e *env) {
@@ -213,7 +213,7 @@ func checkClaimLimits(t T, e *env) {
 	ttl := e.ttl(30 * time.Second)
 	future := backend.Instant(time.Now().Add(time.Hour))
 	_, err := b.Claim(ctx, claimReq("job", future, owner("a"), ttl))
-	mustIs(t, err, backend.ErrTooEarly, "Claim an hour early")
+	mustIs(t, err, backend.ErrOccurrenceTooEarly, "Claim an hour early")
 	_, err = b.GetRun(ctx, "job", future)
 	mustIs(t, err, backend.ErrNotFound, "GetRun after a refused claim")
 	req := claimReq("job", future, owner("a"), ttl)
@@ -228,7 +228,7 @@ func checkClaimLimits(t T, e *env) {
 	second := claimReq("serial", past(time.Second), owner("b"), ttl)
 	second.MaxRunning = 1
 	_, err = b.Claim(ctx, second)
-	mustIs(t, err, backend.ErrOverlap, "second claim while the first runs with MaxRunning 1")
+	mustIs(t, err, backend.ErrOccurrenceOverlap, "second claim while the first runs with MaxRunning 1")
 	second.MaxRunning = 2
 	_, err = b.Claim(ctx, claimReq("serial", past(1500*time.Millisecond), owner("c"), ttl))
 	mustNil(t, err, "claim without a limit")

@@ -41,7 +41,7 @@ func checkClaimTooLate(t T, e *env) {
 
 	late := lateReq("job", past(10*time.Second), owner("b"), ttl, 2*time.Second)
 	_, err = b.Claim(ctx, late)
-	mustIs(t, err, backend.ErrTooLate, "Claim 10 s late with MaxLate 2s")
+	mustIs(t, err, backend.ErrOccurrenceTooLate, "Claim 10 s late with MaxLate 2s")
 	if at := late.ScheduledAt.Format(time.RFC3339Nano); !strings.Contains(err.Error(), at) || !strings.Contains(err.Error(), "2s") {
 		t.Errorf("ErrTooLate message %q does not name the occurrence %s and the bound 2s", err, at)
 	}
@@ -56,10 +56,10 @@ func checkClaimTooLate(t T, e *env) {
 	// job at its limit of 1 (base runs), the late claim is still a misfire.
 	late.MaxRunning = 5
 	_, err = b.Claim(ctx, late)
-	mustIs(t, err, backend.ErrTooLate, "Claim 10 s late with MaxLate 2s, MaxRunning 5")
+	mustIs(t, err, backend.ErrOccurrenceTooLate, "Claim 10 s late with MaxLate 2s, MaxRunning 5")
 	late.MaxRunning = 1
 	_, err = b.Claim(ctx, late)
-	mustIs(t, err, backend.ErrTooLate, "Claim 10 s late with MaxLate 2s while the job is at MaxRunning 1")
+	mustIs(t, err, backend.ErrOccurrenceTooLate, "Claim 10 s late with MaxLate 2s while the job is at MaxRunning 1")
 	_, err = b.GetRun(ctx, "job", late.ScheduledAt)
 	mustIs(t, err, backend.ErrNotFound, "GetRun of an occurrence refused as too late with MaxRunning")
 	runs, err := b.ListRuns(ctx, backend.RunFilter{})
@@ -91,17 +91,17 @@ func checkClaimTooLateRetry(t T, e *env) {
 	}
 	// The bound is live at this age: a fresh occurrence as old is refused.
 	_, err = b.Claim(ctx, lateReq("other", at, owner("c"), ttl, 500*time.Millisecond))
-	mustIs(t, err, backend.ErrTooLate, "Claim of an unclaimed occurrence 5 s late with MaxLate 500ms")
+	mustIs(t, err, backend.ErrOccurrenceTooLate, "Claim of an unclaimed occurrence 5 s late with MaxLate 500ms")
 
 	// Another owner is told who holds it, not that it is late.
 	_, err = b.Claim(ctx, lateReq("job", at, owner("b"), ttl, 500*time.Millisecond))
 	var ce *backend.ClaimedError
-	if !errors.As(err, &ce) || ce.Run.Owner != a || errors.Is(err, backend.ErrTooLate) {
+	if !errors.As(err, &ce) || ce.Run.Owner != a || errors.Is(err, backend.ErrOccurrenceTooLate) {
 		t.Fatalf("late Claim by another owner of a running occurrence: got %v, want *ClaimedError naming a (not ErrTooLate)", err)
 	}
 	mustNil(t, b.Finish(ctx, backend.FinishRequest{Job: "job", ScheduledAt: at, Owner: a, Token: g1.Token, Outcome: backend.Outcome{State: backend.Succeeded}}), "Finish")
 	_, err = b.Claim(ctx, lateReq("job", at, a, ttl, 500*time.Millisecond))
-	if !errors.As(err, &ce) || ce.Run.State != backend.Succeeded || errors.Is(err, backend.ErrTooLate) {
+	if !errors.As(err, &ce) || ce.Run.State != backend.Succeeded || errors.Is(err, backend.ErrOccurrenceTooLate) {
 		t.Fatalf("late Claim of a finished occurrence: got %v, want *ClaimedError in state succeeded (not ErrTooLate)", err)
 	}
 }
@@ -115,5 +115,5 @@ func checkClaimTooLateZero(t T, e *env) {
 	_, err = b.Claim(ctx, lateReq("wide", day, owner("a"), ttl, 48*time.Hour))
 	mustNil(t, err, "Claim a day late with MaxLate 48h")
 	_, err = b.Claim(ctx, lateReq("narrow", day, owner("a"), ttl, time.Hour))
-	mustIs(t, err, backend.ErrTooLate, "Claim a day late with MaxLate 1h")
+	mustIs(t, err, backend.ErrOccurrenceTooLate, "Claim a day late with MaxLate 1h")
 }

@@ -35,7 +35,7 @@ func checkReclaimLimit(t T, e *env) {
 		return err == nil
 	})
 	_, _, err = b.Reclaim(ctx, limited(c, 1))
-	mustIs(t, err, backend.ErrOverlap, "Reclaim with MaxRunning 1 while another occurrence of the job runs")
+	mustIs(t, err, backend.ErrOccurrenceOverlap, "Reclaim with MaxRunning 1 while another occurrence of the job runs")
 	r, err := b.GetRun(ctx, "serial", dead)
 	mustNil(t, err, "GetRun after a refused Reclaim")
 	if r.Owner != a || r.Token != g1.Token || r.Attempt != 1 || r.State != backend.Running {
@@ -96,9 +96,9 @@ func checkReclaimLimitRace(t T, e *env) {
 		case r.reclaim == nil && r.claim == nil:
 			t.Fatalf("job %s: a Reclaim and a Claim both won with MaxRunning 1", job(i))
 		case r.reclaim == nil:
-			mustIs(t, r.claim, backend.ErrOverlap, "Claim that lost to a Reclaim under MaxRunning 1")
+			mustIs(t, r.claim, backend.ErrOccurrenceOverlap, "Claim that lost to a Reclaim under MaxRunning 1")
 		case r.claim == nil:
-			mustIs(t, r.reclaim, backend.ErrOverlap, "Reclaim that lost to a Claim under MaxRunning 1")
+			mustIs(t, r.reclaim, backend.ErrOccurrenceOverlap, "Reclaim that lost to a Claim under MaxRunning 1")
 		default:
 			t.Fatalf("job %s: neither won: reclaim %v, claim %v", job(i), r.reclaim, r.claim)
 		}

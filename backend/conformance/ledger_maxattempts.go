@@ -58,7 +58,7 @@ func checkReclaimMaxAttempts(t T, e *env) {
 		return err == nil && r.Expired
 	})
 	_, r3, err := b.Reclaim(ctx, maxAttemptsReq("bounded", at, d, short, 2))
-	mustIs(t, err, backend.ErrExhausted, fmt.Sprintf("Reclaim with MaxAttempts 2 of an occurrence at attempt 2 (answered %+v)", r3))
+	mustIs(t, err, backend.ErrOccurrenceExhausted, fmt.Sprintf("Reclaim with MaxAttempts 2 of an occurrence at attempt 2 (answered %+v)", r3))
 	r, err := b.GetRun(ctx, "bounded", at)
 	mustNil(t, err, "GetRun after a Reclaim refused as exhausted")
 	if r.Owner != c || r.Token != g2.Token || r.Attempt != 2 || r.State != backend.Running {
@@ -76,7 +76,7 @@ func checkReclaimMaxAttempts(t T, e *env) {
 		return err == nil && r.Expired
 	})
 	_, _, err = b.Reclaim(ctx, maxAttemptsReq("bounded", at, c, short, 3))
-	mustIs(t, err, backend.ErrExhausted, "Reclaim with MaxAttempts 3 of an occurrence at attempt 3")
+	mustIs(t, err, backend.ErrOccurrenceExhausted, "Reclaim with MaxAttempts 3 of an occurrence at attempt 3")
 	ab, err := b.Abandon(ctx, "bounded", at)
 	mustNil(t, err, "Abandon of the exhausted occurrence")
 	if ab.State != backend.Abandoned || ab.Attempt != 3 {
@@ -127,9 +127,9 @@ func checkReclaimMaxAttemptsRace(t T, e *env) {
 						mu.Unlock()
 					case err == nil:
 						failure = fmt.Errorf("job %s: Reclaim with MaxAttempts %d won attempt %d", job(i), maxAttempts, r.Attempt)
-					case errors.Is(err, backend.ErrExhausted):
+					case errors.Is(err, backend.ErrOccurrenceExhausted):
 						return
-					case !errors.Is(err, backend.ErrNotExpired):
+					case !errors.Is(err, backend.ErrLeaseNotExpired):
 						failure = fmt.Errorf("job %s: Reclaim: %w", job(i), err)
 					case time.Now().After(deadline):
 						failure = fmt.Errorf("job %s: a reclaimer was not refused as exhausted by %v", job(i), deadline)

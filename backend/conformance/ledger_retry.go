@@ -26,7 +26,7 @@ func checkClaimRetryRenews(t T, e *env) {
 			return
 		}
 		_, _, err := b.Reclaim(ctx, claimReq("job", at, o, ttl))
-		mustIs(t, err, backend.ErrNotExpired, what+": Reclaim by another owner after the first grant's TTL but within the renewed one")
+		mustIs(t, err, backend.ErrLeaseNotExpired, what+": Reclaim by another owner after the first grant's TTL but within the renewed one")
 	}
 
 	t0 := time.Now()

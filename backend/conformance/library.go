@@ -50,11 +50,11 @@ func checkTryAcquireHeld(t T, e *env) {
 	defer l.Release(ctx)
 	_, err = e.locker(t, b, "b").TryAcquire(ctx, "svc/res")
 	var held *backend.HeldError
-	if !errors.Is(err, leasehold.ErrNotAcquired) || !errors.As(err, &held) || held.Holder.Owner.Instance != "a" {
+	if !errors.Is(err, leasehold.ErrLockNotAcquired) || !errors.As(err, &held) || held.Holder.Owner.Instance != "a" {
 		t.Fatalf("TryAcquire of a held key: got %v, want ErrNotAcquired naming holder a", err)
 	}
 	_, err = e.locker(t, b, "a").TryAcquire(ctx, "svc/res")
-	mustIs(t, err, leasehold.ErrNotAcquired, "TryAcquire by the same instance name (not re-entrant)")
+	mustIs(t, err, leasehold.ErrLockNotAcquired, "TryAcquire by the same instance name (not re-entrant)")
 }
 
 func checkWatchdog(t T, e *env) {
@@ -74,7 +74,7 @@ func checkWatchdog(t T, e *env) {
 		t.Fatalf("backend token %d, lock token %d", got.Token, l.Token())
 	}
 	mustNil(t, l.Release(ctx), "Release")
-	if !errors.Is(context.Cause(l.Context()), leasehold.ErrReleased) {
+	if !errors.Is(context.Cause(l.Context()), leasehold.ErrLockReleased) {
 		t.Errorf("cause after Release = %v, want ErrReleased", context.Cause(l.Context()))
 	}
 	mustNil(t, l.Release(ctx), "second Release")
@@ -155,7 +155,7 @@ func checkIndeterminate(t T, e *env) {
 	ctx := e.ctx()
 	f.loseAcquireAcks(1000) // every reply is lost after the write was applied
 	_, err := e.locker(t, f, "a").TryAcquire(ctx, "svc/unknown")
-	mustIs(t, err, leasehold.ErrIndeterminate, "TryAcquire whose replies are all lost")
+	mustIs(t, err, leasehold.ErrOutcomeIndeterminate, "TryAcquire whose replies are all lost")
 	// Acquire returns when it gives up; the search for the orphaned grant
 	// runs after it, bounded by 2 s.
 	eventually(t, 5*time.Second, "the applied grant released, not orphaned, after the library gave up", func() bool {

@@ -25,7 +25,7 @@ type lateFirst struct{ backend.Backend }
 
 func (b lateFirst) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
 	if at := backend.Instant(req.ScheduledAt); req.MaxLate > 0 && at.Before(time.Now().Add(-req.MaxLate)) {
-		return backend.Grant{}, fmt.Errorf("%w: job %q at %s", backend.ErrTooLate, req.Job, at.Format(time.RFC3339Nano))
+		return backend.Grant{}, fmt.Errorf("%w: job %q at %s", backend.ErrOccurrenceTooLate, req.Job, at.Format(time.RFC3339Nano))
 	}
 	return b.Backend.Claim(ctx, req)
 }

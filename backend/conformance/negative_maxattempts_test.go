@@ -27,7 +27,7 @@ type attemptsFirst struct{ backend.Backend }
 
 func (b attemptsFirst) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
 	if r, err := b.GetRun(ctx, req.Job, req.ScheduledAt); err == nil && req.MaxAttempts > 0 && r.Attempt >= req.MaxAttempts {
-		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s ran %d attempts", backend.ErrExhausted, req.Job, r.Attempt)
+		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s ran %d attempts", backend.ErrOccurrenceExhausted, req.Job, r.Attempt)
 	}
 	return b.Backend.Reclaim(ctx, req)
 }

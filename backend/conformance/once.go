@@ -39,7 +39,7 @@ func checkOnceEachKey(t T, e *env) {
 		t.Fatalf("RunOnce: the key ran %d times among 6 concurrent calls (errors %v)", n, errs)
 	}
 	for _, err := range errs {
-		if err != nil && !errors.Is(err, backend.ErrClaimed) {
+		if err != nil && !errors.Is(err, backend.ErrOccurrenceClaimed) {
 			t.Fatalf("RunOnce = %v, want nil or ErrClaimed", err)
 		}
 	}

@@ -276,20 +276,20 @@ func (c *client) result(what string, err error) string {
 		return model.OK
 	case errors.Is(err, backend.ErrNotApplied):
 		return model.Refused
-	case errors.Is(err, backend.ErrHeld):
+	case errors.Is(err, backend.ErrLeaseHeld):
 		return model.Held
 	case errors.Is(err, backend.ErrLeaseLost):
 		return model.Lost
-	case errors.Is(err, backend.ErrClaimed):
+	case errors.Is(err, backend.ErrOccurrenceClaimed):
 		return model.Claimed
 	case errors.Is(err, backend.ErrNotFound):
 		return model.NotFound
-	case errors.Is(err, backend.ErrNotExpired):
+	case errors.Is(err, backend.ErrLeaseNotExpired):
 		return model.NotExpired
-	case errors.Is(err, backend.ErrOverlap):
+	case errors.Is(err, backend.ErrOccurrenceOverlap):
 		return model.Overlap
 	case errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrClosed),
-		errors.Is(err, backend.ErrTooEarly), errors.Is(err, backend.ErrTooLate):
+		errors.Is(err, backend.ErrOccurrenceTooEarly), errors.Is(err, backend.ErrOccurrenceTooLate):
 		c.problem("%s: unexpected answer: %v", what, err)
 		return model.Refused
 	}

@@ -102,7 +102,7 @@ func freedForAnother(t T, e *wireEnv, ctx context.Context, key string, a backend
 			heldByA++
 			time.Sleep(50 * time.Millisecond)
 			return false
-		case errors.Is(err, backend.ErrHeld) && !errors.As(err, &held):
+		case errors.Is(err, backend.ErrLeaseHeld) && !errors.As(err, &held):
 			// Held, the holder gone before it was named (A's lease
 			// ending as B looked): try again.
 			return false

@@ -53,7 +53,7 @@ func TestCloseDuringAcquireIsIndeterminate(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("TryAcquire did not return after the backend was closed")
 	}
-	if !errors.Is(err, leasehold.ErrIndeterminate) {
+	if !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
 		t.Fatalf("TryAcquire closed in flight: %v, want ErrIndeterminate", err)
 	}
 }
@@ -100,7 +100,7 @@ func TestCloseDuringFinish(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("Finish did not return after the backend was closed")
 	}
-	if err != nil && !errors.Is(err, leasehold.ErrIndeterminate) {
+	if err != nil && !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
 		t.Fatalf("Finish closed in flight, its outcome recorded by etcd: %v, want nil or ErrIndeterminate", err)
 	}
 }

@@ -125,11 +125,11 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		now := time.Now()
 		if at.After(now.Add(req.MaxEarly)) {
 			return backend.Grant{}, fmt.Errorf("%w: %s, clock %s, max early %v",
-				backend.ErrTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
+				backend.ErrOccurrenceTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
 		}
 		if req.MaxLate > 0 && at.Before(now.Add(-req.MaxLate)) {
 			return backend.Grant{}, fmt.Errorf("%w: %s, clock %s, max late %v",
-				backend.ErrTooLate, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
+				backend.ErrOccurrenceTooLate, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
 		}
 		if req.MaxRunning > 0 {
 			cr, err := b.c.Get(ctx, b.prefix+"a/"+escJob(req.Job)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(s.rev))
@@ -137,7 +137,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 				return backend.Grant{}, b.wrap(err, "count running occurrences of job "+req.Job)
 			}
 			if int(cr.Count) >= req.MaxRunning {
-				return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, cr.Count, req.MaxRunning)
+				return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOccurrenceOverlap, req.Job, cr.Count, req.MaxRunning)
 			}
 		}
 		j, err := decodeJob(valueOf(s.job))
@@ -290,12 +290,12 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		case backend.RunState(r.State).Finished():
 			return backend.Grant{}, backend.Run{}, &backend.ClaimedError{Run: r.view(s.alive != nil)}
 		case s.alive != nil:
-			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(req.Job, at), r.Instance)
+			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrLeaseNotExpired, occurrence(req.Job, at), r.Instance)
 		case req.MaxAttempts > 0 && r.Attempt >= req.MaxAttempts:
 			// Attempts only grow, and the Txn below compares the run's
 			// revision: the bound is judged on the record it replaces.
 			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s ran %d attempts, max %d",
-				backend.ErrExhausted, occurrence(req.Job, at), r.Attempt, req.MaxAttempts)
+				backend.ErrOccurrenceExhausted, occurrence(req.Job, at), r.Attempt, req.MaxAttempts)
 		}
 		if req.MaxRunning > 0 {
 			// As in Claim: the job's live runner keys (this one's is gone);
@@ -307,7 +307,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 			}
 			if int(cr.Count) >= req.MaxRunning {
 				return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: reclaim %s: the job has %d other running, max %d",
-					backend.ErrOverlap, occurrence(req.Job, at), cr.Count, req.MaxRunning)
+					backend.ErrOccurrenceOverlap, occurrence(req.Job, at), cr.Count, req.MaxRunning)
 			}
 		}
 		j, err := decodeJob(valueOf(s.job))
@@ -367,7 +367,7 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 			return backend.Run{}, &backend.ClaimedError{Run: r.view(s.alive != nil)}
 		}
 		if s.alive != nil {
-			return backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(job, at), r.Instance)
+			return backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrLeaseNotExpired, occurrence(job, at), r.Instance)
 		}
 		now := time.Now()
 		r.State, r.Finished = string(backend.Abandoned), now.UnixNano()

@@ -57,15 +57,15 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	}
 	if at.After(now.Add(req.MaxEarly)) {
 		return backend.Grant{}, fmt.Errorf("%w: job %q at %s, backend clock %s, max early %v",
-			backend.ErrTooEarly, req.Job, at.Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
+			backend.ErrOccurrenceTooEarly, req.Job, at.Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
 	}
 	if req.MaxLate > 0 && at.Before(now.Add(-req.MaxLate)) {
 		return backend.Grant{}, fmt.Errorf("%w: job %q at %s, backend clock %s, max late %v",
-			backend.ErrTooLate, req.Job, at.Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
+			backend.ErrOccurrenceTooLate, req.Job, at.Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
 	}
 	if req.MaxRunning > 0 {
 		if n := b.runningLocked(req.Job, now); n >= req.MaxRunning {
-			return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, n, req.MaxRunning)
+			return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOccurrenceOverlap, req.Job, n, req.MaxRunning)
 		}
 	}
 	j := b.jobLocked(req.Job)
@@ -153,15 +153,15 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	case r.rec.State.Finished():
 		return backend.Grant{}, backend.Run{}, &backend.ClaimedError{Run: b.view(r, now)}
 	case now.Before(r.expires):
-		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrNotExpired, req.Job, at.Format(time.RFC3339Nano), r.rec.Owner.Instance)
+		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrLeaseNotExpired, req.Job, at.Format(time.RFC3339Nano), r.rec.Owner.Instance)
 	case req.MaxAttempts > 0 && r.rec.Attempt >= req.MaxAttempts:
 		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s ran %d attempts, max %d",
-			backend.ErrExhausted, req.Job, at.Format(time.RFC3339Nano), r.rec.Attempt, req.MaxAttempts)
+			backend.ErrOccurrenceExhausted, req.Job, at.Format(time.RFC3339Nano), r.rec.Attempt, req.MaxAttempts)
 	}
 	if req.MaxRunning > 0 { // r's lease expired: it does not count itself
 		if n := b.runningLocked(req.Job, now); n >= req.MaxRunning {
 			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: reclaim of job %q at %s: the job has %d other running, max %d",
-				backend.ErrOverlap, req.Job, at.Format(time.RFC3339Nano), n, req.MaxRunning)
+				backend.ErrOccurrenceOverlap, req.Job, at.Format(time.RFC3339Nano), n, req.MaxRunning)
 		}
 	}
 	j := b.jobLocked(req.Job)
@@ -193,7 +193,7 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 	case r.rec.State.Finished():
 		return backend.Run{}, &backend.ClaimedError{Run: b.view(r, now)}
 	case now.Before(r.expires):
-		return backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrNotExpired, job, at.Format(time.RFC3339Nano), r.rec.Owner.Instance)
+		return backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrLeaseNotExpired, job, at.Format(time.RFC3339Nano), r.rec.Owner.Instance)
 	}
 	r.rec.State, r.rec.FinishedAt = backend.Abandoned, now.UTC().Round(0)
 	return b.view(r, now), nil

@@ -91,12 +91,12 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		}
 		return backend.Grant{}, &backend.ClaimedError{Run: r}
 	case 3:
-		return backend.Grant{}, fmt.Errorf("%w: job %q at %s, backend clock %s, max early %v", backend.ErrTooEarly,
+		return backend.Grant{}, fmt.Errorf("%w: job %q at %s, backend clock %s, max early %v", backend.ErrOccurrenceTooEarly,
 			req.Job, at.Format(time.RFC3339Nano), usTime(toInt(res[1])).Format(time.RFC3339Nano), req.MaxEarly)
 	case 4:
-		return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, toInt(res[1]), req.MaxRunning)
+		return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOccurrenceOverlap, req.Job, toInt(res[1]), req.MaxRunning)
 	case 5:
-		return backend.Grant{}, fmt.Errorf("%w: job %q at %s, backend clock %s, max late %v", backend.ErrTooLate,
+		return backend.Grant{}, fmt.Errorf("%w: job %q at %s, backend clock %s, max late %v", backend.ErrOccurrenceTooLate,
 			req.Job, at.Format(time.RFC3339Nano), usTime(toInt(res[1])).Format(time.RFC3339Nano), req.MaxLate)
 	}
 	return backend.Grant{}, fmt.Errorf("redis: claim %q: unexpected reply %v", req.Job, res)
@@ -181,13 +181,13 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		}
 		return backend.Grant{}, backend.Run{}, &backend.ClaimedError{Run: r}
 	case 3:
-		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrNotExpired, req.Job, at.Format(time.RFC3339Nano), res[1])
+		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrLeaseNotExpired, req.Job, at.Format(time.RFC3339Nano), res[1])
 	case 4:
 		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: reclaim of job %q at %s: the job has %d other running, max %d",
-			backend.ErrOverlap, req.Job, at.Format(time.RFC3339Nano), toInt(res[1]), req.MaxRunning)
+			backend.ErrOccurrenceOverlap, req.Job, at.Format(time.RFC3339Nano), toInt(res[1]), req.MaxRunning)
 	case 5:
 		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s ran %d attempts, max %d",
-			backend.ErrExhausted, req.Job, at.Format(time.RFC3339Nano), toInt(res[1]), req.MaxAttempts)
+			backend.ErrOccurrenceExhausted, req.Job, at.Format(time.RFC3339Nano), toInt(res[1]), req.MaxAttempts)
 	}
 	return backend.Grant{}, backend.Run{}, fmt.Errorf("redis: reclaim %q: unexpected reply %v", req.Job, res)
 }
@@ -220,7 +220,7 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 		}
 		return backend.Run{}, &backend.ClaimedError{Run: r}
 	case 3:
-		return backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrNotExpired, job, at.Format(time.RFC3339Nano), res[1])
+		return backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrLeaseNotExpired, job, at.Format(time.RFC3339Nano), res[1])
 	}
 	return backend.Run{}, fmt.Errorf("redis: abandon %q: unexpected reply %v", job, res)
 }

@@ -152,7 +152,7 @@ func TestQueuedIsNotApplied(t *testing.T) {
 	short, cancel = context.WithTimeout(ctx, 20*time.Millisecond)
 	_, err = lk.Acquire(short, "k")
 	cancel()
-	if !errors.Is(err, leasehold.ErrNotAcquired) || errors.Is(err, leasehold.ErrIndeterminate) {
+	if !errors.Is(err, leasehold.ErrLockNotAcquired) || errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
 		t.Fatalf("Locker.Acquire with every lane busy: %v, want ErrNotAcquired (and not ErrIndeterminate)", err)
 	}
 	release()
@@ -234,7 +234,7 @@ func TestCancelMidBatchLocker(t *testing.T) {
 	}
 	_, err = lk.TryAcquire(cctx, "k")
 	close(returned)
-	if !errors.Is(err, leasehold.ErrIndeterminate) {
+	if !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
 		t.Fatalf("TryAcquire cancelled mid-batch: %v, want ErrIndeterminate", err)
 	}
 	waitFor(t, "the orphaned grant to be released", func() bool {

@@ -52,7 +52,7 @@ func TestNoPermIsRefused(t *testing.T) {
 		actx, cancel := context.WithTimeout(ctx, time.Minute)
 		_, err := acquire(actx, "jobs/x")
 		cancel()
-		if !errors.Is(err, leasehold.ErrRefused) || errors.Is(err, leasehold.ErrIndeterminate) || errors.Is(err, leasehold.ErrNotAcquired) ||
+		if !errors.Is(err, leasehold.ErrRefused) || errors.Is(err, leasehold.ErrOutcomeIndeterminate) || errors.Is(err, leasehold.ErrLockNotAcquired) ||
 			errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("%s refused by ACL: %v, want ErrRefused only (not indeterminate, not held, not at its deadline)", name, err)
 		} else if !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), `"jobs/x"`) {
@@ -78,7 +78,7 @@ func TestScriptRefusalIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = lk.TryAcquire(ctx, "jobs/x")
-	if !errors.Is(err, leasehold.ErrRefused) || !errors.Is(err, leasehold.ErrIndeterminate) {
+	if !errors.Is(err, leasehold.ErrRefused) || !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
 		t.Fatalf("TryAcquire whose script the ACL refuses midway: %v, want ErrRefused and ErrIndeterminate", err)
 	}
 }

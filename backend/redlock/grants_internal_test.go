@@ -156,7 +156,7 @@ func TestLateAttemptAndUndoLeaveTheRetrysGrant(t *testing.T) {
 		}
 		t.Fatalf("B was granted %q; A's lock was lost: %v", key, context.Cause(a.Context()))
 	}
-	if !errors.Is(err, leasehold.ErrNotAcquired) || !errors.Is(err, backend.ErrHeld) {
+	if !errors.Is(err, leasehold.ErrLockNotAcquired) || !errors.Is(err, backend.ErrLeaseHeld) {
 		t.Fatalf("B's TryAcquire: %v, want ErrNotAcquired (held by A)", err)
 	}
 	if err := a.Context().Err(); err != nil {
@@ -247,7 +247,7 @@ func TestSentSomewhereIsNotNotApplied(t *testing.T) {
 			t.Fatalf("node %d holds %v, want A's lease (the grant applied, its reply and undo lost)", i, o)
 		}
 	}
-	if errors.Is(err, backend.ErrNotApplied) || errors.Is(err, leasehold.ErrNotAcquired) || !errors.Is(err, leasehold.ErrIndeterminate) {
+	if errors.Is(err, backend.ErrNotApplied) || errors.Is(err, leasehold.ErrLockNotAcquired) || !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
 		t.Fatalf("TryAcquire = %v; nodes 1 and 2 hold A's grant (a quorum): want ErrIndeterminate, not ErrNotAcquired/ErrNotApplied", err)
 	}
 }

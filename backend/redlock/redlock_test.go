@@ -196,9 +196,9 @@ func TestQuorumMatrix(t *testing.T) {
 					return
 				}
 				switch downs := bits.OnesCount(uint(down)); {
-				case downs >= 3 && (errors.Is(err, backend.ErrHeld) || errors.Is(err, backend.ErrNotApplied)):
+				case downs >= 3 && (errors.Is(err, backend.ErrLeaseHeld) || errors.Is(err, backend.ErrNotApplied)):
 					t.Errorf("down %05b clogged %05b: %v; %d unreachable nodes may hold the grant, want an unknown outcome", down, clog, err, downs)
-				case downs < 3 && clog != 0 && !errors.Is(err, backend.ErrHeld):
+				case downs < 3 && clog != 0 && !errors.Is(err, backend.ErrLeaseHeld):
 					t.Errorf("down %05b clogged %05b: %v, want ErrHeld", down, clog, err)
 				}
 				for i := range n {

@@ -173,7 +173,7 @@ func (b *Backend) acquire(key string, owner backend.Owner, g time.Duration, sent
 				return backend.Grant{}, &backend.HeldError{Holder: l}
 			}
 		}
-		return backend.Grant{}, fmt.Errorf("zookeeper: acquire key %q: the queue changed, try again: %w", key, backend.ErrHeld)
+		return backend.Grant{}, fmt.Errorf("zookeeper: acquire key %q: the queue changed, try again: %w", key, backend.ErrLeaseHeld)
 	}
 	// Ours is the lowest: granted. The session was alive when the create
 	// (and the reads) arrived, after this call's send time, so the session

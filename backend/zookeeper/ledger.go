@@ -64,11 +64,11 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		now := time.Now()
 		if at.After(now.Add(req.MaxEarly)) {
 			return backend.Grant{}, fmt.Errorf("%w: %s, clock %s, max early %v",
-				backend.ErrTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
+				backend.ErrOccurrenceTooEarly, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxEarly)
 		}
 		if req.MaxLate > 0 && at.Before(now.Add(-req.MaxLate)) {
 			return backend.Grant{}, fmt.Errorf("%w: %s, clock %s, max late %v",
-				backend.ErrTooLate, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
+				backend.ErrOccurrenceTooLate, occurrence(req.Job, at), now.UTC().Format(time.RFC3339Nano), req.MaxLate)
 		}
 		j, ver, err := b.readJob(req.Job)
 		if err != nil {
@@ -99,7 +99,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 				if !ok {
 					continue
 				}
-				return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOverlap, req.Job, n, req.MaxRunning)
+				return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOccurrenceOverlap, req.Job, n, req.MaxRunning)
 			}
 		}
 		j.Counter++
@@ -255,12 +255,12 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		case backend.RunState(o.run.State).Finished():
 			return backend.Grant{}, backend.Run{}, &backend.ClaimedError{Run: o.run.view(o.alive != nil)}
 		case o.alive != nil:
-			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(req.Job, at), o.run.Instance)
+			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrLeaseNotExpired, occurrence(req.Job, at), o.run.Instance)
 		case req.MaxAttempts > 0 && o.run.Attempt >= req.MaxAttempts:
 			// Attempts only grow, and the multi below writes the run at
 			// the version read: the bound is judged on the record it replaces.
 			return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %s ran %d attempts, max %d",
-				backend.ErrExhausted, occurrence(req.Job, at), o.run.Attempt, req.MaxAttempts)
+				backend.ErrOccurrenceExhausted, occurrence(req.Job, at), o.run.Attempt, req.MaxAttempts)
 		}
 		j, ver, err := b.readJob(req.Job)
 		if err != nil {
@@ -286,7 +286,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 					continue
 				}
 				return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: reclaim %s: the job has %d other running, max %d",
-					backend.ErrOverlap, occurrence(req.Job, at), len(names), req.MaxRunning)
+					backend.ErrOccurrenceOverlap, occurrence(req.Job, at), len(names), req.MaxRunning)
 			}
 		}
 		j.Counter++
@@ -333,7 +333,7 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 		case backend.RunState(o.run.State).Finished():
 			return backend.Run{}, &backend.ClaimedError{Run: o.run.view(o.alive != nil)}
 		case o.alive != nil:
-			return backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrNotExpired, occurrence(job, at), o.run.Instance)
+			return backend.Run{}, fmt.Errorf("%w: %s held by %s", backend.ErrLeaseNotExpired, occurrence(job, at), o.run.Instance)
 		}
 		now := time.Now()
 		r := *o.run

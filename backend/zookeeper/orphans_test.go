@@ -189,7 +189,7 @@ func TestRetriedClaimIsYours(t *testing.T) {
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		g, err = runner.Claim(ctx, req)
-		if err == nil || errors.Is(err, backend.ErrLeaseLost) || errors.Is(err, backend.ErrClaimed) || time.Now().After(deadline) {
+		if err == nil || errors.Is(err, backend.ErrLeaseLost) || errors.Is(err, backend.ErrOccurrenceClaimed) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond) // reconnecting
@@ -275,7 +275,7 @@ func closeDuringAcquire(t *testing.T, blocking bool) {
 		t.Fatal(err)
 	}
 	err = <-got
-	if !errors.Is(err, leasehold.ErrIndeterminate) {
+	if !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
 		t.Fatalf("%v closed in flight: want ErrIndeterminate", err)
 	}
 	// The closed session's ephemeral node is gone: the key is free.

@@ -224,7 +224,7 @@ func (a *app) acquire(ctx context.Context, lk *leasehold.Locker, o lockOptions, 
 			key, held.Holder.Owner.Instance, held.Holder.Token)}
 	case o.wait > 0 && errors.Is(wctx.Err(), context.DeadlineExceeded) && actx.Err() == nil:
 		msg := fmt.Errorf("key %q not acquired within --wait %v", key, o.wait)
-		if errors.Is(r.err, leasehold.ErrIndeterminate) {
+		if errors.Is(r.err, leasehold.ErrOutcomeIndeterminate) {
 			msg = fmt.Errorf("%w (the last attempt's outcome is unknown: a grant it made expires within --ttl %v)", msg, o.ttl)
 		}
 		return nil, &exitError{code: ExitNotAcquired, err: msg}

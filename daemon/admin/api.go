@@ -333,16 +333,16 @@ func (s *Server) postTrigger(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	run, err := s.sched.TriggerRun(ctx, job, key)
 	switch {
-	case errors.Is(err, backend.ErrClaimed):
+	case errors.Is(err, backend.ErrOccurrenceClaimed):
 		writeError(w, http.StatusConflict, "key", fmt.Sprintf("trigger key %q of job %q was used before: it runs once", key, job))
 		return
-	case errors.Is(err, schedule.ErrPaused):
+	case errors.Is(err, schedule.ErrJobPaused):
 		writeError(w, http.StatusConflict, "job", fmt.Sprintf("job %q is paused: trigger %q refused, nothing run (the key stays free)", job, key))
 		return
-	case errors.Is(err, backend.ErrOverlap):
+	case errors.Is(err, backend.ErrOccurrenceOverlap):
 		writeError(w, http.StatusConflict, "job", fmt.Sprintf("job %q is running at its concurrency limit: trigger %q refused, nothing run (the key stays free)", job, key))
 		return
-	case errors.Is(err, schedule.ErrUnknownJob):
+	case errors.Is(err, schedule.ErrJobNotFound):
 		s.unknownJob(w, job)
 		return
 	case err != nil:
@@ -375,7 +375,7 @@ func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, paused bool) 
 		set = s.sched.Pause
 	}
 	if err := set(ctx, job); err != nil {
-		if errors.Is(err, schedule.ErrUnknownJob) {
+		if errors.Is(err, schedule.ErrJobNotFound) {
 			s.unknownJob(w, job)
 			return
 		}

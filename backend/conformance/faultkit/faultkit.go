@@ -293,7 +293,7 @@ func claim(b backend.Backend, job string, at time.Time, n int, out *lineWriter) 
 			switch {
 			case err == nil:
 				out.println("win " + o.Instance)
-			case errors.Is(err, backend.ErrClaimed):
+			case errors.Is(err, backend.ErrOccurrenceClaimed):
 				out.println("lost")
 			default:
 				out.println("error " + strings.ReplaceAll(err.Error(), "\n", " "))

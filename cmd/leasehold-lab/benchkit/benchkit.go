@@ -143,12 +143,12 @@ func Crowd(ctx context.Context, lk *leasehold.Locker, n, keys int, wait time.Dur
 			switch {
 			case err == nil:
 				r.Acquired++
-			case errors.Is(err, leasehold.ErrIndeterminate):
+			case errors.Is(err, leasehold.ErrOutcomeIndeterminate):
 				r.Indeterminate++
 			case errors.Is(err, backend.ErrNotApplied):
 				r.NotAcquired++
 				r.NotSent++
-			case errors.Is(err, leasehold.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded):
+			case errors.Is(err, leasehold.ErrLockNotAcquired), errors.Is(err, context.DeadlineExceeded):
 				r.NotAcquired++
 			default:
 				r.Errors++

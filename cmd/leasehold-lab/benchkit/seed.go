@@ -137,9 +137,9 @@ func LockerTry(lk *leasehold.Locker) Try {
 		switch {
 		case err == nil:
 			return func() { _ = l.Release(context.Background()) }, Acquired, nil
-		case errors.Is(err, leasehold.ErrIndeterminate):
+		case errors.Is(err, leasehold.ErrOutcomeIndeterminate):
 			return nil, Indeterminate, err
-		case errors.Is(err, leasehold.ErrNotAcquired):
+		case errors.Is(err, leasehold.ErrLockNotAcquired):
 			return nil, NotAcquired, err
 		}
 		return nil, Errored, err

@@ -61,14 +61,14 @@ func classify(err error) string {
 		// Never sent (it may wrap the cause, such as ErrLeaseLost of the
 		// lock's context): nothing was asked of the backend.
 		return history.Refused
-	case errors.Is(err, backend.ErrHeld):
+	case errors.Is(err, backend.ErrLeaseHeld):
 		return history.Held
 	case errors.Is(err, backend.ErrLeaseLost):
 		return history.Lost
-	case errors.Is(err, backend.ErrClaimed):
+	case errors.Is(err, backend.ErrOccurrenceClaimed):
 		return history.Claimed
-	case errors.Is(err, backend.ErrNotExpired), errors.Is(err, backend.ErrTooEarly), errors.Is(err, backend.ErrTooLate), errors.Is(err, backend.ErrOverlap),
-		errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrNotFound), errors.Is(err, backend.ErrExhausted):
+	case errors.Is(err, backend.ErrLeaseNotExpired), errors.Is(err, backend.ErrOccurrenceTooEarly), errors.Is(err, backend.ErrOccurrenceTooLate), errors.Is(err, backend.ErrOccurrenceOverlap),
+		errors.Is(err, backend.ErrInvalid), errors.Is(err, backend.ErrNotFound), errors.Is(err, backend.ErrOccurrenceExhausted):
 		return history.Refused
 	default:
 		return history.Indeterminate
