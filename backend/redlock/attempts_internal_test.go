@@ -93,7 +93,7 @@ func (s *scriptNode) play(t *testing.T, e event) bool {
 		keys, args := s.b.undoCall(s.key, s.owner, s.pxOf(a), s.at[a])
 		c = s.n.p.Do(ctx, undoLua, keys, args...)
 	case r1:
-		keys, args := s.b.raiseCall(s.key, s.owner, lateRaiseTop, s.at[a1])
+		keys, args := s.b.raiseCall(s.key, s.owner, lateRaiseTop, s.pxOf(a1), s.at[a1])
 		c = s.n.p.Do(ctx, raiseLua, keys, args...)
 	case renew:
 		keys, args := s.b.renewCall(s.key, s.owner, s.token, s.pxOf(e))

@@ -63,7 +63,7 @@ func TestLateRaiseDoesNotRetagRetry(t *testing.T) {
 	}
 	// a2's quorum agreed on t2 (no raise): the holder has t2. Now a1's
 	// held raise lands.
-	keys, args := b.raiseCall(s.key, s.owner, top1, s.at[a1])
+	keys, args := b.raiseCall(s.key, s.owner, top1, s.pxOf(a1), s.at[a1])
 	late, err := s.n.p.Do(ctx, raiseLua, keys, args...).Int()
 	if err != nil {
 		t.Fatal(err)

@@ -41,14 +41,14 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	}
 	validity := time.Duration(px)*time.Millisecond - time.Since(start) - drift(ttl)
 	failed := fmt.Sprintf("redlock: acquire %q: %d of %d nodes granted, quorum %d", key, len(granted), len(b.nodes), b.quorum)
+	held := holderTokens(rs, b.quorum)
 	if len(granted) >= b.quorum && validity > 0 {
-		top, known := grantToken(rs, granted, b.quorum)
+		top, known := grantToken(rs, granted, held, b.quorum)
 		if !known {
-			// Left as it is: no raise (it could re-tag the holder's
-			// quorum) and no undo (it would delete the holder's lease).
-			return backend.Grant{}, fmt.Errorf("%s: outcome unknown: the owner's lease was already on nodes %v under tokens that differ, and no quorum names one", failed, yoursNodes(rs))
-		}
-		if b.raise(ctx, key, owner, att, top, granted, rs) {
+			// No raise (it could re-tag the holder's quorum); only this
+			// call's own fresh grants are undone below.
+			failed += fmt.Sprintf(": the owner's lease was already on nodes %v under tokens %v that a live holder may carry, and no quorum names one", yoursNodes(rs), held)
+		} else if b.raise(ctx, key, owner, att, top, px, granted, rs) {
 			return backend.Grant{Token: top, TTL: ttl}, nil
 		}
 	}
@@ -57,28 +57,43 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		// failure that may say so (backend.ErrNotApplied).
 		return backend.Grant{}, fmt.Errorf("redlock: acquire %q: sent to none of %d nodes: %w", key, len(b.nodes), rs[0].err)
 	}
-	undone, err := b.undo(ctx, key, owner, px, att, rs)
+	// What to undo: where a live holder may carry the owner's lease (held
+	// is not empty), only the leases this call made afresh — a node that
+	// said "yours", or gave no answer, may hold the holder's lease. Else
+	// every node that may hold the owner's lease: it is a stray of an
+	// earlier attempt whose outcome was unknown, or this call's.
+	undoable := mayHold
+	if len(held) > 0 {
+		undoable = madeHere
+	}
+	undone, err := b.undo(ctx, key, owner, px, att, rs, undoable)
 	if err != nil {
 		return backend.Grant{}, fmt.Errorf("%s: %w", failed, err)
 	}
-	// Nodes that may still hold this attempt's grant: applied, or sent
-	// with no reply, and no confirmed undo (a confirmed undo also refuses
-	// the attempt if it lands later). With a quorum of them the owner may
-	// hold the key: the outcome is unknown, whatever else was seen.
+	// Nodes that may still hold the owner's lease: applied, or sent with
+	// no reply, and not undone (a confirmed undo also refuses the attempt
+	// if it lands later). With a quorum of them the owner may hold the
+	// key: the outcome is unknown, whatever else was seen.
 	var maybe []int
 	for i, r := range rs {
-		if mayHold(r) && undone[i] != nil {
+		if mayHold(r) && (!undoable(r) || undone[i] != nil) {
 			maybe = append(maybe, i)
 		}
 	}
 	if len(maybe) >= b.quorum {
-		i := maybe[0]
-		cause := rs[i].err
-		if cause == nil {
-			cause = fmt.Errorf("its undo: %w", undone[i])
+		cause := errors.New("the owner's lease was there before the call and is kept")
+		for _, i := range maybe {
+			if rs[i].err != nil {
+				cause = fmt.Errorf("node %d: %w", i, sent(rs[i].err))
+				break
+			}
+			if undone[i] != nil {
+				cause = fmt.Errorf("node %d: its undo: %w", i, sent(undone[i]))
+				break
+			}
 		}
-		return backend.Grant{}, fmt.Errorf("%s: outcome unknown: nodes %v may hold the grant (no reply, or no confirmed undo): node %d: %w",
-			failed, maybe, i, sent(cause))
+		return backend.Grant{}, fmt.Errorf("%s: outcome unknown: nodes %v may hold the owner's lease (no reply, no confirmed undo, or there before the call): %w",
+			failed, maybe, cause)
 	}
 	// Report the holder seen on most nodes, if any.
 	votes := map[string]int{}
@@ -115,32 +130,60 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	return backend.Grant{}, fmt.Errorf("%s, validity left %v", failed, validity)
 }
 
-// grantToken is the token a quorum grant (granted: the nodes that
-// granted) answers. Where nodes answered "yours", the owner's lease was
-// already there and this call repeats a grant the owner may have been
-// answered: it must answer that grant's token and keep it, not raise the
-// quorum to another (the holder's Renew and Release name its token). The
-// holder's quorum carries one token and meets every granting set, so when
-// the "yours" answers name one token it is that one (a node that answered
-// "fresh" lost the owner's lease: it expired there); when they name
-// several (a node whose reply to the grant was lost holds it under its own
-// token), the one a quorum names, if any; else it cannot be told, and
-// known is false. With no "yours", a new grant: the largest token.
-func grantToken(rs []nodeReply, granted []int, quorum int) (top uint64, known bool) {
+// holderTokens lists the tokens a live holder of the owner's nonce may
+// carry, as seen by this call: a token some node answered "yours" with,
+// and that those nodes plus the nodes that gave no answer (no reply, or
+// not sent) could make a quorum of. A holder's quorum carries one token,
+// and each of its nodes answers "yours" with it or no answer (one that
+// answered "fresh" lost the lease: it expired there; "held by another" or
+// "stale" cannot come from it while it lives, save for calls of one nonce
+// made concurrently, which are not ordered). A token outside the list is
+// a stray: a lease of an earlier attempt whose outcome was unknown, which
+// no quorum holds.
+func holderTokens(rs []nodeReply, quorum int) []uint64 {
 	votes := map[uint64]int{}
-	for _, i := range granted {
-		if rs[i].yours {
-			votes[rs[i].token]++
+	silent := 0
+	for _, r := range rs {
+		switch {
+		case r.yours && r.err == nil:
+			votes[r.token]++
+		case r.err != nil && !r.stale:
+			silent++
 		}
-		top = max(top, rs[i].token)
 	}
-	if len(votes) == 0 {
-		return top, true
-	}
+	var out []uint64
 	for t, n := range votes {
-		if len(votes) == 1 || n >= quorum {
-			return t, true
+		if n+silent >= quorum {
+			out = append(out, t)
 		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// grantToken is the token a quorum grant (granted: the nodes that
+// granted; held: holderTokens) answers. With no token a live holder may
+// carry, a new grant: the largest token granted (raise then re-tags every
+// granting node, a stray "yours" too). With one, named by a quorum of
+// "yours" answers: the holder's grant, repeated — its token is answered
+// and kept (the holder's Renew and Release name it), and raise re-tags the
+// nodes that granted afresh. Otherwise a live holder may carry a token
+// that no quorum here names: it cannot be told, and known is false.
+func grantToken(rs []nodeReply, granted []int, held []uint64, quorum int) (top uint64, known bool) {
+	switch len(held) {
+	case 0:
+		for _, i := range granted {
+			top = max(top, rs[i].token)
+		}
+		return top, true
+	case 1:
+		n := 0
+		for _, i := range granted {
+			if rs[i].yours && rs[i].token == held[0] {
+				n++
+			}
+		}
+		return held[0], n >= quorum
 	}
 	return 0, false
 }
@@ -172,12 +215,13 @@ func sent(err error) error {
 }
 
 // raise makes the granting quorum agree on token top (lease values and
-// counters) when their counters differed. It reports whether a quorum now
-// carries top.
-func (b *Backend) raise(ctx context.Context, key string, owner backend.Owner, a attempt, top uint64, granted []int, rs []nodeReply) bool {
+// counters) when their counters differed, and extends the copies that
+// answered "yours" (the acquire script leaves their expiry as it was). It
+// reports whether a quorum now carries top.
+func (b *Backend) raise(ctx context.Context, key string, owner backend.Owner, a attempt, top uint64, px int64, granted []int, rs []nodeReply) bool {
 	var fix []int
 	for _, i := range granted {
-		if rs[i].token != top {
+		if rs[i].token != top || rs[i].yours {
 			fix = append(fix, i)
 		}
 	}
@@ -186,7 +230,7 @@ func (b *Backend) raise(ctx context.Context, key string, owner backend.Owner, a 
 	}
 	var mu sync.Mutex
 	at := len(granted) - len(fix)
-	keys, args := b.raiseCall(key, owner, top, a)
+	keys, args := b.raiseCall(key, owner, top, px, a)
 	b.each(ctx, b.nodeTimeout, func(ctx context.Context, i int, n *node) {
 		if !slices.Contains(fix, i) {
 			return
@@ -201,8 +245,8 @@ func (b *Backend) raise(ctx context.Context, key string, owner backend.Owner, a 
 	return at >= b.quorum
 }
 
-// undo deletes owner's lease on every node where the acquire (attempt a)
-// may have been applied (granted, or no reply), unless a later attempt of
+// undo deletes owner's lease on every node undoable says (of those where
+// the acquire, attempt a, may have been applied), unless a later attempt of
 // owner was applied there since, and marks there that a is undone, so
 // that a landing later is refused (undoScript); it does so even when the
 // caller's ctx has ended. A node that answered "held by another" or
@@ -211,9 +255,9 @@ func (b *Backend) raise(ctx context.Context, key string, owner backend.Owner, a 
 // error (the acquire's outcome is unknown) and the deletions go on in the
 // background. Else it returns, per node, nil where the undo was confirmed
 // or not needed, and the undo's error where it was not confirmed.
-func (b *Backend) undo(ctx context.Context, key string, owner backend.Owner, px int64, a attempt, rs []nodeReply) ([]error, error) {
+func (b *Backend) undo(ctx context.Context, key string, owner backend.Owner, px int64, a attempt, rs []nodeReply, undoable func(nodeReply) bool) ([]error, error) {
 	undone := make([]error, len(rs))
-	if !slices.ContainsFunc(rs, func(r nodeReply) bool { return mayHold(r) }) {
+	if !slices.ContainsFunc(rs, undoable) {
 		return undone, nil
 	}
 	keys, args := b.undoCall(key, owner, px, a)
@@ -221,7 +265,7 @@ func (b *Backend) undo(ctx context.Context, key string, owner backend.Owner, px 
 	go func() {
 		defer close(done)
 		b.each(context.Background(), b.nodeTimeout, func(ctx context.Context, i int, n *node) {
-			if mayHold(rs[i]) {
+			if undoable(rs[i]) {
 				undone[i] = n.p.Do(ctx, undoLua, keys, args...).Err()
 			}
 		})
@@ -239,6 +283,10 @@ func (b *Backend) undo(ctx context.Context, key string, owner backend.Owner, px 
 func mayHold(r nodeReply) bool {
 	return r.ok || (r.err != nil && !r.notSent && !r.stale)
 }
+
+// madeHere: the node granted the acquire afresh: the lease there is this
+// call's own.
+func madeHere(r nodeReply) bool { return r.ok && !r.yours && r.err == nil }
 
 // Renew implements backend.Leases: extends on every node, succeeds on a
 // quorum within the validity.

@@ -6,7 +6,8 @@
 // counter) to every node in parallel, each bounded by a node timeout. With a
 // quorum of grants, and validity = TTL' − elapsed − drift still positive
 // (drift = 1% of the TTL + 2 ms), the lease is granted; otherwise it is
-// undone on every node that may hold it (granted, or sent with no reply).
+// undone where it may hold (see "A retry of the holder" below for what
+// is kept).
 // Nodes are asked for PX = TTL' = TTL + drift, so that
 // counted from the send time — which is how the library counts the holder's
 // deadline — the lease is valid for at least the TTL it was granted. Renew
@@ -17,9 +18,10 @@
 //
 // # Fencing is not safe (SafeFencing=false)
 //
-// The token of a grant is the largest of the per-node counters in the
-// granting quorum, and when they differ the quorum's leases and counters
-// are raised to it in a second round trip, so that any two quorums share a
+// The token of a new grant is the largest of the per-node counters in the
+// granting quorum (a repeated grant keeps its token: below), and when
+// they differ the quorum's leases and counters are raised to it in a
+// second round trip, so that any two quorums share a
 // node whose counter already passed the earlier token. That makes tokens
 // increase in ordinary operation, but Redlock cannot promise it, nor even
 // mutual exclusion:
@@ -64,16 +66,28 @@
 // nobody holds, which keeps the key on that node until its TTL runs out:
 // a wait for others, never a second holder.
 //
+// # A retry of the holder
+//
 // An Acquire with the holder's own nonce while its lease lives (a retry,
 // or a copy of a call made late as a call of its own) answers the
-// holder's token and keeps it: the nodes say "yours" with the token their
-// copy of the lease carries, and the grant answers the one token they
-// name, or the one a quorum names; nodes that granted afresh are re-tagged
-// with it. When the "yours" nodes name several tokens and no quorum names
-// one (a node whose reply to the grant was lost holds the lease under its
-// own token, and a node of the holder's quorum is unreachable), the
-// outcome is unknown and nothing is re-tagged or undone
-// (TestRetryOfTheHolderKeepsItsToken).
+// holder's token and keeps it. Nodes that had the owner's lease answer
+// "yours" with the token their copy carries, and leave its expiry as it
+// was; a token that those nodes and the nodes that gave no answer could
+// make a quorum of may be a live holder's. With none, the call is a new
+// grant (the largest token; a stray copy of an earlier attempt whose
+// outcome was unknown is re-tagged with it, so tokens do not go back).
+// With one that a quorum of "yours" names, the call answers it and
+// re-tags the nodes that granted afresh. Either way the second round trip
+// (the raise) then extends every copy to the new TTL. Otherwise (a node
+// of the holder's quorum unreachable, say) the outcome is unknown: no
+// copy is re-tagged or extended, and only the call's own fresh grants are
+// undone (TestRetryOfTheHolderKeepsItsToken); strays then run out at
+// their own expiry, so the Locker's retries do not keep them alive. A
+// call that fails short of a quorum while a live holder may hold the
+// lease likewise undoes only its fresh grants, never a copy a node had
+// before the call nor one on a node that gave no answer
+// (TestFailedRetryOfTheHolderKeepsItsLease); when no holder can, it
+// undoes every copy of the owner's lease it may have touched.
 //
 // A failed Acquire says backend.ErrNotApplied only when the request was
 // sent to no node. When a quorum of nodes may still hold its grant (sent

@@ -28,8 +28,10 @@ import (
 
 // acquireScript: KEYS lease, counter, attempt; ARGV owner
 // ("nonce:instance"), px, attempt seq. {1, token} granted; {3, token} the
-// owner's lease was already there ("yours": expiry moved to px, token
-// kept); {0, value, pttl} held by another;
+// owner's lease was already there ("yours": token and expiry kept — the
+// raise round extends it once the call is decided a grant, so that a call
+// that fails does not keep a stray copy alive); {0, value, pttl} held by
+// another;
 // {2} refused: an attempt of this owner at least as new was already
 // applied here (a grant, "yours" or an undo), so this one is a late copy
 // whose caller has moved on — it changes nothing (no re-tag, no expiry).
@@ -41,8 +43,7 @@ if v then
   local i = string.find(v, ':', 1, true)
   if string.sub(v, i + 1) == ARGV[1] then
     if mine and string.sub(r, 1, 20) > ARGV[3] then return {2} end
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    redis.call('SET', KEYS[3], ARGV[3] .. ':' .. ARGV[1], 'PX', ARGV[2])
+    redis.call('SET', KEYS[3], ARGV[3] .. ':' .. ARGV[1], 'PX', math.max(tonumber(ARGV[2]), redis.call('PTTL', KEYS[1])))
     return {3, string.sub(v, 1, i - 1)}
   end
   return {0, v, redis.call('PTTL', KEYS[1])}
@@ -81,13 +82,16 @@ return 0
 `
 
 // raiseScript: KEYS lease, counter, attempt; ARGV owner, token, attempt
-// seq. Raises the counter to at least token, and rewrites the owner's
-// lease to carry token (expiry kept) if the latest attempt of the owner
-// applied here is this raise's own: a raise is its attempt's second round
-// trip and can land as late as the attempt, after the attempt was undone
-// and a retry granted here under another token — it must not re-tag the
-// retry's lease (its holder's renewals would then fail here). 1 if the
-// owner's lease was rewritten.
+// seq, px. Raises the counter to at least token, and rewrites the owner's
+// lease to carry token with expiry px (and the record to live as long) if
+// the latest attempt of the owner applied here is this raise's own: a
+// raise is its attempt's second round trip, sent once the attempt is
+// decided a grant, to the nodes whose token differs from the grant's or
+// that answered "yours" (their expiry is extended only now). It can land
+// as late as the attempt, after the attempt was undone and a retry
+// granted here under another token — it must not re-tag the retry's lease
+// (its holder's renewals would then fail here). 1 if the owner's lease
+// was rewritten.
 const raiseScript = `
 local c = tonumber(redis.call('GET', KEYS[2]) or '0')
 if c < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
@@ -96,7 +100,8 @@ local v = redis.call('GET', KEYS[1])
 if v then
   local i = string.find(v, ':', 1, true)
   if string.sub(v, i + 1) == ARGV[1] then
-    redis.call('SET', KEYS[1], ARGV[2] .. ':' .. ARGV[1], 'KEEPTTL')
+    redis.call('SET', KEYS[1], ARGV[2] .. ':' .. ARGV[1], 'PX', ARGV[4])
+    redis.call('PEXPIRE', KEYS[3], ARGV[4])
     return 1
   end
 end
@@ -226,8 +231,8 @@ func (b *Backend) undoCall(key string, owner backend.Owner, px int64, a attempt)
 }
 
 // raiseCall is raiseScript's keys and arguments.
-func (b *Backend) raiseCall(key string, owner backend.Owner, top uint64, a attempt) ([]string, []any) {
-	return []string{b.leaseKey(key), b.tokenKey(key), b.attemptKey(key)}, []any{ownerArg(owner), top, a.String()}
+func (b *Backend) raiseCall(key string, owner backend.Owner, top uint64, px int64, a attempt) ([]string, []any) {
+	return []string{b.leaseKey(key), b.tokenKey(key), b.attemptKey(key)}, []any{ownerArg(owner), top, a.String(), px}
 }
 
 // renewCall is renewScript's keys and arguments.
