@@ -72,11 +72,13 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	}
 	// Nodes that may still hold the owner's lease: applied, or sent with
 	// no reply, and not undone (a confirmed undo also refuses the attempt
-	// if it lands later). With a quorum of them the owner may hold the
-	// key: the outcome is unknown, whatever else was seen.
+	// if it lands later); and, while a live holder may hold it, a node
+	// that was not sent the call (it may hold the holder's copy). With a
+	// quorum of them the owner may hold the key: the outcome is unknown,
+	// whatever else was seen.
 	var maybe []int
 	for i, r := range rs {
-		if mayHold(r) && (!undoable(r) || undone[i] != nil) {
+		if mayHold(r) && (!undoable(r) || undone[i] != nil) || len(held) > 0 && r.notSent {
 			maybe = append(maybe, i)
 		}
 	}

@@ -82,7 +82,12 @@
 // of the holder's quorum unreachable, say) the outcome is unknown: no
 // copy is re-tagged or extended, and only the call's own fresh grants are
 // undone (TestRetryOfTheHolderKeepsItsToken); strays then run out at
-// their own expiry, so the Locker's retries do not keep them alive. A
+// their own expiry, so the Locker's retries do not keep them alive (a
+// call decided a grant whose raise then reaches fewer than a quorum fails
+// having extended the copies it reached: bounded by one TTL, as any call
+// whose outcome is unknown). Nor is such a call answered "held by
+// another" while a node it could not reach may hold the holder's copy
+// (TestRetryOfTheHolderIsNotAnsweredHeld). A
 // call that fails short of a quorum while a live holder may hold the
 // lease likewise undoes only its fresh grants, never a copy a node had
 // before the call nor one on a node that gave no answer

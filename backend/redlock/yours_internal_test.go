@@ -195,3 +195,47 @@ func TestFailedRetryOfTheHolderKeepsItsLease(t *testing.T) {
 		t.Errorf("the holder's Renew with token 1: %v", err)
 	}
 }
+
+// TestRetryOfTheHolderIsNotAnsweredHeld: the holder's lease (token 1) is on
+// nodes 0 and 1, another owner's stray (its release there was lost) on
+// node 2, and node 1 cannot be sent the call (its pipe is closed). A call
+// with the holder's nonce must not answer that the other owner holds the
+// key: node 1 may hold the holder's copy, so the outcome is unknown (the
+// third hostile review found it answered Held).
+func TestRetryOfTheHolderIsNotAnsweredHeld(t *testing.T) {
+	_, ps, ds := proxied(t, 3)
+	var cs []goredis.UniversalClient
+	for _, p := range ps {
+		c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		cs = append(cs, c)
+	}
+	b, err := New(cs, WithNodeTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	const key = "yours/held"
+	h := backend.Owner{Instance: "h", Nonce: backend.NewNonce()}
+	y := backend.Owner{Instance: "y", Nonce: backend.NewNonce()}
+	for i, d := range ds {
+		if err := d.Set(ctx, b.tokenKey(key), 7, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		v := "1:" + ownerArg(h)
+		if i == 2 {
+			v = "7:" + ownerArg(y)
+		}
+		if err := d.Set(ctx, b.leaseKey(key), v, 10*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.nodes[1].p.Close()
+	_, err = b.Acquire(ctx, key, h, 10*time.Second)
+	var he *backend.HeldError
+	if errors.As(err, &he) || errors.Is(err, backend.ErrNotApplied) || err == nil {
+		t.Fatalf("Acquire with the holder's nonce: %v; want an unknown outcome (node 1 may hold the holder's copy)", err)
+	}
+	t.Logf("Acquire: %v", err)
+}
