@@ -27,6 +27,7 @@ type jobStateCollector struct {
 	log       *slog.Logger
 	state     *prometheus.Desc
 	running   *prometheus.Desc
+	refused   *prometheus.Desc
 	health    healthDescs
 
 	mu     sync.Mutex
@@ -49,12 +50,16 @@ func newJobStateCollector(srv *admin.Server, l backend.Ledger, namespace string,
 		running: prometheus.NewDesc("leasehold_job_running_anywhere",
 			"0 when the job runs on no daemon of the namespace (paused, or no claim under the schedule version that applies since it applies), else 1; the same on every daemon.",
 			[]string{"namespace", "job"}, nil),
+		refused: prometheus.NewDesc("leasehold_job_refused_instances",
+			"How many daemons of the namespace refuse their own schedule version of the job (a replaced spec still deployed there; they claim nothing), as said within the last few minutes; the same on every daemon. The jobs API's cluster.refused_on names them.",
+			[]string{"namespace", "job"}, nil),
 	}
 }
 
 func (c *jobStateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.state
 	ch <- c.running
+	ch <- c.refused
 	c.health.describe(ch)
 }
 
@@ -88,6 +93,11 @@ func (c *jobStateCollector) Collect(ch chan<- prometheus.Metric) {
 			running = 0
 		}
 		ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, running, c.namespace, j.Name)
+		refused := 0.0
+		if j.Cluster != nil {
+			refused = float64(len(j.Cluster.RefusedOn))
+		}
+		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.GaugeValue, refused, c.namespace, j.Name)
 	}
 }
 

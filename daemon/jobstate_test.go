@@ -23,7 +23,8 @@ import (
 // the job then runs nowhere: the replaced version is the others', the
 // applying one nobody's. Every daemon must say so — in its jobs API, and
 // its metrics — not just the refused one's log, and the refused one must
-// say exactly what to do: set `revision:` in its config file.
+// say exactly what to do: set `revision:` in its config file. Every daemon
+// names where the revert is refused (web-1), in the API and a metric.
 func TestRevertShowsEverywhere(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -122,6 +123,7 @@ jobs:
 		t.Fatal(err)
 	}
 	eventually.True(t, 20*time.Second, "web-1 refuses the revert", func() bool { return job(web1).State == admin.JobRefused })
+	refusedVersion := job(web1).Version
 	// The every-2s version applies from its switch instant, at most ten
 	// seconds ahead; no daemon runs it.
 	eventually.True(t, 40*time.Second, "every daemon shows the job runs nowhere", func() bool {
@@ -144,8 +146,17 @@ jobs:
 		if !strings.Contains(j.StateNote, "`revision:`") {
 			t.Errorf("web-%d: the state note does not say to set `revision:`: %q", i+1, j.StateNote)
 		}
+		// Every daemon names where the revert is refused: web-1, with
+		// its refused version and schedule.
+		if r := j.Cluster.RefusedOn; len(r) != 1 || r[0].Instance != "web-1" || r[0].Version != refusedVersion || r[0].Schedule != "@every 1s" {
+			t.Errorf("web-%d: refused_on %+v, want web-1 refusing version %s (@every 1s)", i+1, r, refusedVersion)
+		}
+		if !strings.Contains(j.Cluster.Note, "refused on web-1") {
+			t.Errorf("web-%d: the cluster note does not say where the version is refused: %q", i+1, j.Cluster.Note)
+		}
 		m := get(n.d, "/metrics")
 		for _, line := range []string{
+			`leasehold_job_refused_instances{job="report",namespace="default"} 1`,
 			`leasehold_job_running_anywhere{job="report",namespace="default"} 0`,
 			fmt.Sprintf(`leasehold_job_state{job="report",namespace="default",state=%q} 1`, want),
 		} {

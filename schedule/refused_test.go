@@ -90,3 +90,64 @@ func refusedVersionRunsNothing(t *testing.T) {
 			x.Format(time.RFC3339), got[0].Attempt, got[0].Instance, rec.SpecVersion, oldSpec.Version())
 	}
 }
+
+// TestRefusalIsSaidWhereAndFor: an instance that refuses its version says
+// so in the ledger, for every instance to read (ReadRefusals): at once,
+// and again while it refuses, so that it is still listed long after the
+// first statement; once it stops (shut down here, or reloaded), it drops
+// out within RefusalFresh. Virtual time: minutes pass in a bubble.
+func TestRefusalIsSaidWhereAndFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		t.Cleanup(func() { b.Close() })
+		l := schedule.NamespaceLedger(b, "default")
+		mk := func(instance, spec string) *schedule.Scheduler {
+			s := newScheduler(t, b, instance)
+			if err := s.Register(schedule.Job{Name: "job", Schedule: spec, Func: func(context.Context, schedule.Run) error { return nil }}); err != nil {
+				t.Fatal(err)
+			}
+			start(t, s)
+			return s
+		}
+		read := func() []schedule.Refusal {
+			t.Helper()
+			r, err := schedule.ReadRefusals(context.Background(), l, "job", time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		first := mk("first", "@every 1h")
+		waitFor(t, 5*time.Second, "the first version recorded", func() bool { return len(versionRecords(t, l, "job")) == 1 })
+		second := mk("second", "@every 2h")
+		waitFor(t, 5*time.Second, "the second version recorded", func() bool { return len(versionRecords(t, l, "job")) == 2 })
+		_ = first.Shutdown(context.Background())
+		if r := read(); len(r) != 0 {
+			t.Fatalf("refusals before any: %+v", r)
+		}
+		oldSpec, _ := schedule.Parse("@every 1h", "")
+		reverted := mk("reverted", "@every 1h")
+		waitFor(t, 10*time.Second, "the revert refused", func() bool {
+			js := reverted.JobStatuses(0)
+			return len(js) == 1 && js[0].VersionRefused
+		})
+		r := read()
+		if len(r) != 1 || r[0].Instance != "reverted" || r[0].Version != oldSpec.Version() || r[0].Spec != "@every 1h" {
+			t.Fatalf("refusals at once: %+v; want reverted refusing %s (@every 1h)", r, oldSpec.Version())
+		}
+		// Said again while it refuses: still listed, said recently, long
+		// after RefusalFresh.
+		time.Sleep(2*schedule.RefusalFresh + time.Second)
+		synctest.Wait()
+		r = read()
+		if len(r) != 1 || r[0].Instance != "reverted" || time.Since(r[0].At) > schedule.RefusalFresh/2 {
+			t.Fatalf("refusals %v later: %+v; want reverted, said within %v", 2*schedule.RefusalFresh, r, schedule.RefusalFresh/2)
+		}
+		_ = reverted.Shutdown(context.Background())
+		_ = second.Shutdown(context.Background())
+		time.Sleep(schedule.RefusalFresh + time.Second)
+		if r := read(); len(r) != 0 {
+			t.Fatalf("refusals %v after the refusing instance stopped: %+v", schedule.RefusalFresh, r)
+		}
+	})
+}

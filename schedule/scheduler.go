@@ -474,10 +474,11 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		s.startEntry(e, initial.Done)
 	}
 	go func() { initial.Wait(); close(s.startedUp) }()
-	s.loops.Add(3)
+	s.loops.Add(4)
 	go func() { defer s.loops.Done(); s.timerLoop(s.loopCtx) }()
 	go func() { defer s.loops.Done(); s.sweepLoop(s.loopCtx) }()
 	go func() { defer s.loops.Done(); s.pruneLoop(s.loopCtx) }()
+	go func() { defer s.loops.Done(); s.refusalLoop(s.loopCtx) }()
 	return nil
 }
 

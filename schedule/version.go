@@ -26,7 +26,8 @@ import (
 // "<job>!superseded!<version>", whose high-water mark prune never lowers.
 // An instance whose version was superseded (its mark exists, or the
 // history shows it followed by another) refuses to record it again: it logs
-// an error, claims nothing under it, and its JobStatus says VersionRefused.
+// an error, claims nothing under it, its JobStatus says VersionRefused, and
+// it says where in the ledger (refusal.go).
 // Restarting an instance with an old config therefore cannot take a job
 // back from the newer config. To return to an earlier schedule on purpose,
 // give the job a new Revision: that is a new version.
@@ -186,6 +187,7 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 			"from the newer version's switch instant on it claims nothing for the job. Deploy the current config, or set a new revision on the job to return to this spec on purpose",
 			"job", e.job.Name, "version", e.spec.Version(), "spec", e.spec.String(), "current version", cur.version, "current from", cur.from)
 		e.vc.refuse(sp)
+		s.sayRefused(ctx, e)
 		return nil
 	}
 	from := epochStart

@@ -16,7 +16,7 @@ import (
 // that a later version replaced (a revert) refuses it, and no daemon runs
 // the version that applies: the dashboard's jobs table says REFUSED and
 // NOT RUNNING ANYWHERE, with the note that says to set `revision:` — not
-// "active".
+// "active"; the cluster-wide column names the daemon that refuses.
 func TestDashboardShowsARefusedRevert(t *testing.T) {
 	ctx := newBrowser(t, t.TempDir())
 	b := memory.New()
@@ -63,7 +63,7 @@ func TestDashboardShowsARefusedRevert(t *testing.T) {
 	}
 	// The cluster-wide column says the same, whichever daemon shows it.
 	cluster, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.querySelector('#jobs tbody tr[data-job="report"] td[data-running="false"]') || {}).textContent || ""`))
-	if err != nil || !strings.HasPrefix(cluster, "NOT RUNNING ANYWHERE") {
-		t.Errorf("cluster-wide cell %q (%v): want NOT RUNNING ANYWHERE", cluster, err)
+	if err != nil || !strings.HasPrefix(cluster, "NOT RUNNING ANYWHERE") || !strings.Contains(cluster, "refused on web-1 (@every 1s)") {
+		t.Errorf("cluster-wide cell %q (%v): want NOT RUNNING ANYWHERE, refused on web-1 (@every 1s)", cluster, err)
 	}
 }

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -109,6 +110,15 @@ func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus
 			lastClaimed = runs[0].ScheduledAt
 		}
 	}
+	refusals, err := schedule.ReadRefusals(ctx, s.ledger, js.Name, now)
+	if err != nil {
+		return fmt.Errorf("job %q: refusals: %w", js.Name, err)
+	}
+	var where []string
+	for _, r := range refusals {
+		c.RefusedOn = append(c.RefusedOn, JobRefusal{Instance: r.Instance, Version: r.Version, Schedule: r.Spec, Said: ts(r.At)})
+		where = append(where, fmt.Sprintf("%s (schedule %q, version %s)", r.Instance, r.Spec, r.Version))
+	}
 	switch {
 	case j.Paused:
 		c.Running, c.Note = false, "paused: no instance claims its occurrences until it is resumed"
@@ -118,6 +128,12 @@ func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus
 		c.Running = false
 		c.Note = fmt.Sprintf("NOT RUNNING ANYWHERE: version %s (schedule %q) applies since %s and no instance has claimed an occurrence under it: "+
 			"no daemon runs that version (a daemon that refused its own version, or runs a replaced one, claims nothing)", c.Version, c.Schedule, c.Since)
+	}
+	if len(where) > 0 {
+		if c.Note != "" {
+			c.Note += "; "
+		}
+		c.Note += "refused on " + strings.Join(where, ", ") + ": each claims nothing for the job until its config has the current schedule or sets a new `revision:`"
 	}
 	switch j.State {
 	case JobRefused:

@@ -148,6 +148,7 @@ function render(st) {
     const since = !c.since ? "" : Date.parse(c.since) < 86400000 ? " (its first)" : " since " + short(c.since);
     const parts = [c.version ? "version " + c.version.slice(0, 12) + since : "no version recorded yet"];
     if (c.next_version) parts.push("→ " + c.next_version.slice(0, 12) + " from " + short(c.next_from));
+    if (c.refused_on && c.refused_on.length) parts.push("refused on " + c.refused_on.map(r => r.instance + " (" + r.schedule + ")").join(", "));
     return el("td", { class: c.running === false ? "bad" : "ok", "data-running": String(c.running !== false), title: c.note || c.schedule || "" },
       c.running === false ? "NOT RUNNING ANYWHERE" : "running", el("div", { class: "note muted" }, parts.join(" ")));
   };
