@@ -7,7 +7,7 @@ package daemon
 
 // The documentation of on_failure, at the top level and in each job.
 const (
-	docHook        = "Called once for each occurrence of the job that fails for good (its failure recorded in the run ledger, no retry left), by the daemon that ran that last attempt: not for an attempt that is retried, nor for an occurrence whose runner died (abandoned or reclaimed; see leasehold_runs_recovered_total). Every-instance jobs: by each daemon whose run failed. A hook that fails or times out is logged, not retried. Exactly one of command and http."
+	docHook        = "Called once for each occurrence of the job that fails for good (its failure recorded in the run ledger, no retry left), by the daemon that ran that last attempt: not for an attempt that is retried. An occurrence whose runner died and that is abandoned (crash: skip, or attempts ran out) calls it too, by the daemon that abandons it; one that is reclaimed does not. Every-instance jobs: by each daemon whose run failed. A hook that fails or times out is logged, not retried. Exactly one of command and http."
 	docHookCommand = "Run a program directly (argv, no shell) under a supervisor, in the clean environment of a command job, with LEASEHOLD_JOB, LEASEHOLD_SCHEDULED_AT, LEASEHOLD_TOKEN, LEASEHOLD_ATTEMPT, LEASEHOLD_INSTANCE, LEASEHOLD_NAMESPACE and LEASEHOLD_ERROR (the error as recorded, secrets masked)."
 	docHookHTTP    = "POST a JSON object {namespace, job, scheduled_at, attempt, token, instance, error} (Content-Type: application/json); any 2xx answer is success; no redirect is followed."
 )

@@ -85,14 +85,15 @@ func New(cfg *Config, l backend.Leases, log *slog.Logger, adminOpts ...admin.Opt
 	if err != nil {
 		return nil, err
 	}
-	sched, err := schedule.New(b, leasehold.WithInstance(cfg.Instance), leasehold.WithNamespace(cfg.Namespace), schedule.WithObserver(m),
+	client := &http.Client{}
+	supervisors := supervisor.NewPool("", outputWait)
+	hooks := newHookRunner(cfg, b, supervisors, log)
+	hooks.use(cfg)
+	sched, err := schedule.New(b, leasehold.WithInstance(cfg.Instance), leasehold.WithNamespace(cfg.Namespace), schedule.WithObserver(scheduleObserver{m, hooks}),
 		leasehold.WithLogger(log), schedule.WithGrace(time.Duration(cfg.Grace)), schedule.WithRetention(time.Duration(cfg.Retention)))
 	if err != nil {
 		return nil, err
 	}
-	client := &http.Client{}
-	supervisors := supervisor.NewPool("", outputWait)
-	hooks := newHookRunner(cfg, b, supervisors, log)
 	jobs, err := buildJobs(cfg, client, scrub, log, supervisors, hooks)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -329,4 +330,69 @@ on_failure:
 		data, _ := os.ReadFile(calls)
 		return strings.HasPrefix(string(data), "broken\n")
 	})
+}
+
+// TestHookOnAbandonedOccurrence: an occurrence whose runner died, under
+// crash: skip, is abandoned by the daemon whose sweeper finds it — it
+// failed for good, so that daemon calls the job's hook once, with the dead
+// attempt's token and who ran it.
+func TestHookOnAbandonedOccurrence(t *testing.T) {
+	t.Parallel()
+	var (
+		mu     sync.Mutex
+		bodies []HookBody
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b HookBody
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+			t.Errorf("hook body: %v", err)
+		}
+		mu.Lock()
+		bodies = append(bodies, b)
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "d.db")
+	yml := fmt.Sprintf(`
+instance: web-1
+http: {listen: "off"}
+jobs:
+  - name: nightly
+    schedule: "0 3 * * *"
+    crash: skip
+    command: {argv: ["true"]}
+    on_failure:
+      http: {url: %s/hook}
+`, srv.URL)
+	d, _ := hookDaemon(t, dir, db, "web-1", yml, io.Discard)
+	// A runner that died: it claimed an occurrence and its lease ran out.
+	b, err := sqlite.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	l := schedule.NamespaceLedger(b, "default")
+	at := time.Now().Add(-time.Hour).UTC().Truncate(time.Hour)
+	dead := backend.Owner{Instance: "web-9", Nonce: backend.NewNonce()}
+	g, err := l.Claim(context.Background(), backend.ClaimRequest{Job: "nightly", ScheduledAt: at, SpecVersion: d.Scheduler().JobStatuses(0)[0].Version,
+		Owner: dead, TTL: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 60*time.Second, "the hook called for the abandoned occurrence", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(bodies) > 0
+	})
+	if got := runsIn(t, db, "nightly", backend.Abandoned); len(got) != 1 {
+		t.Fatalf("abandoned occurrences: %v", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	b0 := bodies[0]
+	if len(bodies) != 1 || b0.Job != "nightly" || b0.ScheduledAt != at.Format(InstantFormat) || b0.Token != strconv.FormatUint(g.Token, 10) || b0.Attempt != 1 ||
+		b0.Instance != "web-1" || !strings.Contains(b0.Error, "abandoned") || !strings.Contains(b0.Error, "web-9") {
+		t.Fatalf("hook calls %+v; want one for nightly at %s, token %v, attempt 1, by web-1, saying web-9's run was abandoned", bodies, at.Format(InstantFormat), g.Token)
+	}
 }

@@ -14,8 +14,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/supervisor"
+	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -34,7 +36,8 @@ type hookRunner struct {
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	stopped bool // by stop: no hook starts
+	stopped bool                   // by stop: no hook starts
+	byJob   map[string]*HookConfig // each job's hook, for occurrences abandoned here (use)
 }
 
 func newHookRunner(cfg *Config, l backend.Ledger, sup commandStarter, log *slog.Logger) *hookRunner {
@@ -42,6 +45,51 @@ func newHookRunner(cfg *Config, l backend.Ledger, sup commandStarter, log *slog.
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return &hookRunner{ledger: schedule.NamespaceLedger(l, cfg.Namespace), namespace: cfg.Namespace, instance: cfg.Instance,
 		client: client, sup: sup, log: log, ctx: ctx, cancel: cancel}
+}
+
+// use sets the jobs' hooks that abandoned occurrences call (the config
+// in force: set at start and by each reload that succeeds).
+func (h *hookRunner) use(cfg *Config) {
+	m := map[string]*HookConfig{}
+	for i := range cfg.Jobs {
+		if hook := cfg.hookFor(&cfg.Jobs[i]); hook != nil && cfg.Jobs[i].Mode != string(schedule.EveryInstance) {
+			m[cfg.Jobs[i].Name] = hook
+		}
+	}
+	h.mu.Lock()
+	h.byJob = m
+	h.mu.Unlock()
+}
+
+// abandoned calls the hook of ev's job, if it has one, for the occurrence
+// this daemon just marked abandoned (its runner died under crash: skip, or
+// its attempts ran out): such an occurrence failed for good too. The
+// ledger's Abandon succeeds once per occurrence, so one daemon calls it.
+// It does not block: the observer calls it on the scheduler's goroutine.
+func (h *hookRunner) abandoned(ev schedule.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hook := h.byJob[ev.Job]
+	if hook == nil {
+		return
+	}
+	if h.stopped {
+		h.log.Warn("on_failure hook not called for an abandoned occurrence: the daemon has stopped", "job", ev.Job, "at", ev.ScheduledAt)
+		return
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+		rec, err := h.ledger.GetRun(ctx, ev.Job, ev.ScheduledAt)
+		cancel()
+		if err != nil || rec.State != backend.Abandoned {
+			h.log.Warn("on_failure hook not called for an abandoned occurrence: its record could not be read as abandoned", "job", ev.Job, "at", ev.ScheduledAt, "state", rec.State, "err", err)
+			return
+		}
+		r := schedule.Run{Job: ev.Job, ScheduledAt: ev.ScheduledAt, Attempt: rec.Attempt, Token: leasehold.Token(rec.Token)}
+		h.call(hook, r, fmt.Sprintf("abandoned: its runner %s died (attempt %d) and no attempt follows (crash: skip, or its attempts ran out)", rec.Owner.Instance, rec.Attempt))
+	}()
 }
 
 // stop waits for the hooks in flight, at most grace; then it stops them
@@ -227,4 +275,20 @@ func (h *hookRunner) command(ctx context.Context, c *HookCommand, r schedule.Run
 		return fmt.Errorf("command %q: %w; output: %s", c.Argv[0], why, strconv.Quote(out.String()))
 	}
 	return nil
+}
+
+// scheduleObserver is the scheduler's observer: the metrics (as a
+// leasehold.Observer too, for the leader election), and the hooks of
+// occurrences this daemon abandons.
+type scheduleObserver struct {
+	*metrics.Metrics
+	hooks *hookRunner
+}
+
+// ObserveSchedule implements schedule.Observer.
+func (o scheduleObserver) ObserveSchedule(ev schedule.Event) {
+	o.Metrics.ObserveSchedule(ev)
+	if ev.Kind == schedule.EventAbandon {
+		o.hooks.abandoned(ev)
+	}
 }

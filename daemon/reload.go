@@ -133,6 +133,7 @@ func (d *Daemon) Reload(cfg *Config) error {
 		}
 	}
 	d.cfg.Jobs, d.cfg.OnFailure, d.jobs = cfg.Jobs, cfg.OnFailure, jobs
+	d.hooks.use(cfg)
 	d.log.Info("config reloaded", "file", cfg.path, "added", added, "changed", changed, "removed", removed)
 	if len(errs) > 0 {
 		return fmt.Errorf("reloading %s: %w", cfg.path, errors.Join(errs...))
