@@ -92,62 +92,91 @@ func refusedVersionRunsNothing(t *testing.T) {
 }
 
 // TestRefusalIsSaidWhereAndFor: an instance that refuses its version says
-// so in the ledger, for every instance to read (ReadRefusals): at once,
-// and again while it refuses, so that it is still listed long after the
-// first statement; once it stops (shut down here, or reloaded), it drops
-// out within RefusalFresh. Virtual time: minutes pass in a bubble.
+// so in the ledger, for every instance to read (ReadRefusals), for as long
+// as it refuses (no expiry: a refusal is said once, not repeated); a
+// reader that knows the instance is dead leaves it out; the instance
+// withdraws it when it registers the job without refusing — after a
+// reload, or restarted (a new process under the same name) with the
+// current config — or removes the job. Virtual time: hours pass in a
+// bubble.
 func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		t.Cleanup(func() { b.Close() })
 		l := schedule.NamespaceLedger(b, "default")
+		job := func(spec string) schedule.Job {
+			return schedule.Job{Name: "job", Schedule: spec, Func: func(context.Context, schedule.Run) error { return nil }}
+		}
 		mk := func(instance, spec string) *schedule.Scheduler {
 			s := newScheduler(t, b, instance)
-			if err := s.Register(schedule.Job{Name: "job", Schedule: spec, Func: func(context.Context, schedule.Run) error { return nil }}); err != nil {
+			if err := s.Register(job(spec)); err != nil {
 				t.Fatal(err)
 			}
 			start(t, s)
 			return s
 		}
-		read := func() []schedule.Refusal {
+		read := func(alive func(string) bool) []schedule.Refusal {
 			t.Helper()
-			r, err := schedule.ReadRefusals(context.Background(), l, "job", time.Now())
+			r, err := schedule.ReadRefusals(context.Background(), l, "job", alive)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return r
 		}
+		refused := func(s *schedule.Scheduler) bool {
+			js := s.JobStatuses(0)
+			return len(js) == 1 && js[0].VersionRefused
+		}
 		first := mk("first", "@every 1h")
 		waitFor(t, 5*time.Second, "the first version recorded", func() bool { return len(versionRecords(t, l, "job")) == 1 })
 		second := mk("second", "@every 2h")
+		defer second.Shutdown(context.Background())
 		waitFor(t, 5*time.Second, "the second version recorded", func() bool { return len(versionRecords(t, l, "job")) == 2 })
 		_ = first.Shutdown(context.Background())
-		if r := read(); len(r) != 0 {
+		if r := read(nil); len(r) != 0 {
 			t.Fatalf("refusals before any: %+v", r)
 		}
 		oldSpec, _ := schedule.Parse("@every 1h", "")
 		reverted := mk("reverted", "@every 1h")
-		waitFor(t, 10*time.Second, "the revert refused", func() bool {
-			js := reverted.JobStatuses(0)
-			return len(js) == 1 && js[0].VersionRefused
-		})
-		r := read()
-		if len(r) != 1 || r[0].Instance != "reverted" || r[0].Version != oldSpec.Version() || r[0].Spec != "@every 1h" {
-			t.Fatalf("refusals at once: %+v; want reverted refusing %s (@every 1h)", r, oldSpec.Version())
+		waitFor(t, 10*time.Second, "the revert refused", func() bool { return refused(reverted) })
+		want := func(what string, r []schedule.Refusal) {
+			t.Helper()
+			if len(r) != 1 || r[0].Instance != "reverted" || r[0].Version != oldSpec.Version() || r[0].Spec != "@every 1h" {
+				t.Fatalf("refusals %s: %+v; want reverted refusing %s (@every 1h)", what, r, oldSpec.Version())
+			}
 		}
-		// Said again while it refuses: still listed, said recently, long
-		// after RefusalFresh.
-		time.Sleep(2*schedule.RefusalFresh + time.Second)
-		synctest.Wait()
-		r = read()
-		if len(r) != 1 || r[0].Instance != "reverted" || time.Since(r[0].At) > schedule.RefusalFresh/2 {
-			t.Fatalf("refusals %v later: %+v; want reverted, said within %v", 2*schedule.RefusalFresh, r, schedule.RefusalFresh/2)
+		want("at once", read(nil))
+		time.Sleep(5 * time.Hour)
+		want("hours later", read(nil))
+		if r := read(func(string) bool { return false }); len(r) != 0 {
+			t.Fatalf("refusals of dead instances: %+v", r)
 		}
+		// A reload with the current spec withdraws it.
+		if err := reverted.Replace(job("@every 2h")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the refusal withdrawn by the reload", func() bool { return len(read(nil)) == 0 })
+		// Refused again by a reload; then the process restarts (a new
+		// Scheduler under the same name) with the current spec.
+		if err := reverted.Replace(job("@every 1h")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "refused again", func() bool { return refused(reverted) && len(read(nil)) == 1 })
 		_ = reverted.Shutdown(context.Background())
-		_ = second.Shutdown(context.Background())
-		time.Sleep(schedule.RefusalFresh + time.Second)
-		if r := read(); len(r) != 0 {
-			t.Fatalf("refusals %v after the refusing instance stopped: %+v", schedule.RefusalFresh, r)
+		want("after its process stopped (its instance may be alive again)", read(nil))
+		restarted := mk("reverted", "@every 2h")
+		waitFor(t, 10*time.Second, "the refusal withdrawn by the restart", func() bool { return len(read(nil)) == 0 })
+		// Refused once more, then the job is removed from the instance.
+		if err := restarted.Replace(job("@every 1h")); err != nil {
+			t.Fatal(err)
 		}
+		waitFor(t, 10*time.Second, "refused once more", func() bool { return refused(restarted) && len(read(nil)) == 1 })
+		if err := restarted.Remove("job"); err != nil {
+			t.Fatal(err)
+		}
+		if r := read(nil); len(r) != 0 {
+			t.Fatalf("refusals after the job was removed: %+v", r)
+		}
+		_ = restarted.Shutdown(context.Background())
 	})
 }

@@ -172,6 +172,7 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 	}
 	if len(sp) > 0 && sp[len(sp)-1].version == e.spec.Version() {
 		e.vc.set(sp, true)
+		s.withdrawRefusal(ctx, e.job.Name)
 		return nil
 	}
 	sup, err := superseded(ctx, s.l, e.job.Name, e.spec.Version(), sp)
@@ -235,6 +236,7 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		}
 	}
 	e.vc.set(sp, true)
+	s.withdrawRefusal(ctx, e.job.Name)
 	return nil
 }
 

@@ -51,8 +51,9 @@ func versionKey(job string) string { return job + backend.MetaSep + "version" }
 // job and what applies to it across the namespace, read from the ledger
 // (every daemon reads the same records, so each shows the same cluster
 // state whichever config it runs). lastClaimed is the job's high-water
-// mark (zero for an every-instance job).
-func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus, lastClaimed time.Time) error {
+// mark (zero for an every-instance job); alive says which instances hold
+// their instance lease (refusals of the others are not shown).
+func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus, lastClaimed time.Time, alive func(string) bool) error {
 	recs, err := s.ledger.ListRuns(ctx, backend.RunFilter{Job: versionKey(js.Name), Limit: 20})
 	if err != nil {
 		return fmt.Errorf("job %q: schedule versions: %w", js.Name, err)
@@ -110,7 +111,7 @@ func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus
 			lastClaimed = runs[0].ScheduledAt
 		}
 	}
-	refusals, err := schedule.ReadRefusals(ctx, s.ledger, js.Name, now)
+	refusals, err := schedule.ReadRefusals(ctx, s.ledger, js.Name, alive)
 	if err != nil {
 		return fmt.Errorf("job %q: refusals: %w", js.Name, err)
 	}

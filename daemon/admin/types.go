@@ -94,10 +94,9 @@ type JobCluster struct {
 	// daemon runs another version, or refused its own). Note says why.
 	Running bool   `json:"running"`
 	Note    string `json:"note,omitempty"`
-	// RefusedOn lists the daemons that refuse their own schedule version
-	// of the job (a replaced spec still deployed there: they claim
-	// nothing), as each said within the last few minutes
-	// (schedule.RefusalFresh).
+	// RefusedOn lists the live daemons that refuse their own schedule
+	// version of the job (a replaced spec still deployed there: they claim
+	// nothing), as each said when it refused (schedule.ReadRefusals).
 	RefusedOn []JobRefusal `json:"refused_on,omitempty"`
 }
 
@@ -106,7 +105,7 @@ type JobRefusal struct {
 	Instance string `json:"instance"`
 	Version  string `json:"version"`
 	Schedule string `json:"schedule"`
-	// Said is when the daemon last said it refuses (RFC 3339).
+	// Said is when the daemon said it refuses (RFC 3339).
 	Said string `json:"said"`
 }
 
