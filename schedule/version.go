@@ -214,7 +214,14 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		return err
 	default:
 		s.cfg.logger.Info("schedule version recorded", "job", e.job.Name, "version", e.spec.Version(), "from", from)
-		if err := s.l.Finish(ctx, backend.FinishRequest{Job: req.Job, ScheduledAt: from, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: e.spec.String()}}); err != nil {
+		// The record is claimed: it applies from now on, whatever happens
+		// to this registration. Its spec (the Result, which every instance
+		// shows) is written even if the registration is stopped meanwhile
+		// (a reload at once), or the record would name no schedule.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		err := s.l.Finish(fctx, backend.FinishRequest{Job: req.Job, ScheduledAt: from, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: e.spec.String()}})
+		cancel()
+		if err != nil {
 			return err
 		}
 		s.markSuperseded(ctx, e, sp, from)
