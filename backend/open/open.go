@@ -154,6 +154,11 @@ var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
 // brackets), which a user means as a server, never as a SQLite file name.
 var hostPortRE = regexp.MustCompile(`^(\[[0-9A-Fa-f:.%]+\]|[^/:\[\]]+):[0-9]{1,5}$`)
 
+// LooksLikeHostPort reports whether raw is a bare "host:port" (an IPv6
+// host in brackets), which Open refuses: a user means it as a server,
+// never as a SQLite file name.
+func LooksLikeHostPort(raw string) bool { return hostPortRE.MatchString(raw) }
+
 // Open opens the backend rawURL names (see Backends). A malformed URL, an
 // unknown scheme or an unknown parameter gives an error wrapping
 // backend.ErrInvalid. The caller closes the backend.
@@ -161,7 +166,7 @@ func Open(ctx context.Context, rawURL string) (backend.Leases, error) {
 	if rawURL == "" {
 		return nil, fmt.Errorf("%w: backend URL is empty", backend.ErrInvalid)
 	}
-	if hostPortRE.MatchString(rawURL) {
+	if LooksLikeHostPort(rawURL) {
 		// "127.0.0.1:6379" would otherwise become a SQLite file of that
 		// name (a ledger local to each host: every job run once per host),
 		// and "localhost:6379" an unknown scheme "localhost".

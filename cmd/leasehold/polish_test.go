@@ -49,6 +49,14 @@ func TestReadCommandsCreateNothing(t *testing.T) {
 			}
 		}
 	}
+	// A host:port is refused as the lock command and the daemon refuse it
+	// (bad usage, naming the schemes), not looked for as a SQLite file.
+	for _, args := range [][]string{{"locks"}, {"runs"}, {"doctor"}} {
+		r := e.expect(64, append([]string{"--backend", "127.0.0.1:6379"}, args...)...)
+		if !strings.Contains(r.stderr, "looks like host:port") || !strings.Contains(r.stderr, "redis://127.0.0.1:6379") {
+			t.Errorf("%s --backend 127.0.0.1:6379: %s", args[0], r.stderr)
+		}
+	}
 	// jobs reads the config's backend: before any daemon made the file it
 	// shows the jobs with nothing claimed, and makes no file.
 	conf := e.path("jobs.yaml")

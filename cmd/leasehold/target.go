@@ -17,6 +17,7 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" driver, for hasLeaseholdTables's read-only look
 
 	"github.com/leasehold/leasehold/backend"
+	bopen "github.com/leasehold/leasehold/backend/open"
 	"github.com/leasehold/leasehold/internal/open"
 )
 
@@ -61,6 +62,9 @@ var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
 // resolved as backend/open resolves it; ok is false for any other backend
 // or a URL it cannot read (opening it reports that).
 func sqliteFile(raw string) (path string, ok bool) {
+	if bopen.LooksLikeHostPort(raw) {
+		return "", false // opening it says what is wrong (ErrInvalid: exit 64)
+	}
 	if !schemeRE.MatchString(raw) {
 		return raw, raw != ""
 	}
