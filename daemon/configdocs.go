@@ -71,7 +71,7 @@ var configDocs = map[string]fieldDoc{
 		Default: "10s", Value: "10s", Unit: "duration", Example: "30s"},
 	"jobs[].retry.max_backoff": {Doc: "Longest wait between retries.",
 		Default: "10m (or backoff if longer)", Unit: "duration", Example: "1h"},
-	"jobs[].command":      {Doc: "Run a program directly: an argv list, no shell, in its own process group, in a clean environment."},
+	"jobs[].command":      {Doc: "Run a program directly: an argv list, no shell, under a supervisor that owns its whole process tree (a cgroup v2 leaf where one can be made, else a process group and a subreaper: doctor says which), in a clean environment."},
 	"jobs[].command.argv": {Doc: "The program and its arguments.", Required: true, Example: "[/usr/local/bin/send-report, --daily]"},
 	"jobs[].command.env":  {Doc: "Variables the job gets besides PATH, HOME, LANG, TZ and the LEASEHOLD_* ones.", Example: "{MODE: full}"},
 	"jobs[].command.env_passthrough": {Doc: "Variables of the daemon's environment the job also gets; the daemon's tokens and backend URL cannot be named.",
