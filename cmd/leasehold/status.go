@@ -164,7 +164,7 @@ func sameListener(u, l *url.URL) bool {
 func printStatus(w io.Writer, st *admin.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "namespace %s, served by %s at %s\n", cell(st.Namespace), cell(st.Instance), cell(st.Now))
-	fmt.Fprintln(tw, "\nINSTANCE\tSTATE\tLEASE LEFT\tLAST SEEN")
+	fmt.Fprintln(tw, "\nINSTANCE\tSTATE\tREMAINING\tLAST SEEN")
 	for _, i := range st.Instances {
 		state, left := "alive", (time.Duration(i.LeaseRemainingMS) * time.Millisecond).String()
 		if !i.Alive {
@@ -184,7 +184,7 @@ func printStatus(w io.Writer, st *admin.Status) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(l.Role), cell(l.Instance), l.Token, cell(since))
 	}
-	fmt.Fprintln(tw, "\nLOCK\tKIND\tHOLDER\tTOKEN\tLEFT")
+	fmt.Fprintln(tw, "\nKEY\tKIND\tINSTANCE\tTOKEN\tREMAINING") // as "leasehold locks" shows them
 	for _, k := range st.Locks {
 		kind := k.Kind
 		if kind == "" { // a daemon from before kinds were reported
@@ -207,8 +207,8 @@ func printStatus(w io.Writer, st *admin.Status) error {
 		if j.Cluster != nil && !j.Cluster.Running && !j.Paused {
 			state += ", NOT RUNNING ANYWHERE"
 		}
-		if len(j.Next) > 0 {
-			next = j.Next[0]
+		if len(j.Next) > 0 && j.State != admin.JobSuperseded && j.State != admin.JobRefused && !j.VersionRefused {
+			next = j.Next[0] // a daemon whose version does not apply claims none of its next instants
 		}
 		if last == "" {
 			last = "-"
