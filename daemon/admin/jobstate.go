@@ -123,30 +123,12 @@ func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus
 	switch {
 	case j.Paused:
 		c.Running, c.Note = false, "paused: no instance claims its occurrences until it is resumed"
-	case applies != nil && applies.ScheduledAt.After(epochEnd) && j.Mode == string(schedule.EveryInstance):
-		if lastClaimed.Before(applies.ScheduledAt) && now.Sub(applies.ScheduledAt) > stallMargin {
-			c.Running = false
-			c.Note = fmt.Sprintf("NOT RUNNING ANYWHERE: version %s (schedule %q) applies since %s and no instance has run an occurrence under it", c.Version, c.Schedule, c.Since)
-		}
-	case applies != nil && applies.ScheduledAt.After(epochEnd):
-		due, late := dueUnclaimed(c.Schedule, js.Zone, applies.ScheduledAt, lastClaimed, now)
-		if !late {
-			break
-		}
-		// An occurrence of the applying version came due and nobody
-		// claimed it, nor any after; unless one is still running (a long
-		// run under a concurrency limit claims nothing new meanwhile), no
-		// daemon runs that version.
-		running, err := s.ledger.ListRuns(ctx, backend.RunFilter{Job: js.Name, State: backend.Running, Limit: 1})
-		if err != nil {
-			return fmt.Errorf("job %q: running occurrences: %w", js.Name, err)
-		}
-		if len(running) > 0 {
-			break
-		}
+	case applies != nil && applies.ScheduledAt.After(epochEnd) && lastClaimed.Before(applies.ScheduledAt) && now.Sub(applies.ScheduledAt) > stallMargin:
+		// The applying version's first instant is its from instant: no
+		// daemon claimed it, nor any after.
 		c.Running = false
-		c.Note = fmt.Sprintf("NOT RUNNING ANYWHERE: version %s (schedule %q) applies since %s and no instance has claimed its occurrence at %s, nor any after: "+
-			"no daemon runs that version (a daemon that refused its own version, or runs a replaced one, claims nothing)", c.Version, c.Schedule, c.Since, ts(due))
+		c.Note = fmt.Sprintf("NOT RUNNING ANYWHERE: version %s (schedule %q) applies since %s and no instance has claimed an occurrence under it: "+
+			"no daemon runs that version (a daemon that refused its own version, or runs a replaced one, claims nothing)", c.Version, c.Schedule, c.Since)
 	}
 	if len(where) > 0 {
 		if c.Note != "" {
@@ -166,25 +148,6 @@ func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus
 		j.StateNote = fmt.Sprintf("this daemon's version %s applies from %s; until then the previous version's daemons claim the job", js.Version, c.NextFrom)
 	}
 	return nil
-}
-
-// dueUnclaimed returns the first instant of the applying schedule (raw in
-// zone, applying from from) after the job's last claim (last), and whether
-// it came due more than stallMargin before now: then it should have been
-// claimed. A schedule that cannot be parsed here is judged by its from
-// instant alone.
-func dueUnclaimed(raw, zone string, from, last, now time.Time) (time.Time, bool) {
-	after := from.Add(-time.Millisecond) // from is the version's first instant
-	if last.After(after) {
-		after = last
-	}
-	due := from
-	if sp, err := schedule.Parse(raw, zone); err == nil {
-		due = sp.Next(after)
-	} else if !last.Before(from) {
-		return time.Time{}, false
-	}
-	return due, !due.IsZero() && now.Sub(due) > stallMargin
 }
 
 // Jobs returns this daemon's jobs with their states, as GET /api/v1/jobs
