@@ -51,7 +51,7 @@ func newJobStateCollector(srv *admin.Server, l backend.Ledger, namespace string,
 			"0 when the job runs on no daemon of the namespace (paused, or no claim under the schedule version that applies since it applies), else 1; the same on every daemon.",
 			[]string{"namespace", "job"}, nil),
 		refused: prometheus.NewDesc("leasehold_job_refused_instances",
-			"How many live daemons of the namespace refuse their own schedule version of the job (a replaced spec still deployed there; they claim nothing); the same on every daemon. The jobs API's cluster.refused_on names them.",
+			"How many daemons of the namespace refuse their own schedule version of the job (a replaced spec still deployed there; they claim nothing), as each states while it refuses; the same on every daemon. The jobs API's cluster.refused_on names them.",
 			[]string{"namespace", "job"}, nil),
 	}
 }

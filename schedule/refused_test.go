@@ -91,14 +91,12 @@ func refusedVersionRunsNothing(t *testing.T) {
 	}
 }
 
-// TestRefusalIsSaidWhereAndFor: an instance that refuses its version says
-// so in the ledger, for every instance to read (ReadRefusals), for as long
-// as it refuses (no expiry: a refusal is said once, not repeated); a
-// reader that knows the instance is dead leaves it out; the instance
-// withdraws it when it registers the job without refusing — after a
-// reload, or restarted (a new process under the same name) with the
-// current config — or removes the job. Virtual time: hours pass in a
-// bubble.
+// TestRefusalIsSaidWhereAndFor: an instance that refuses its version
+// states it for every instance to read (ReadRefusals) for as long as it
+// refuses — hours later still — and withdraws it when it stops refusing:
+// a reload with the current spec, a removal of the job, a shutdown. A
+// restarted process with the current config states nothing. Virtual time:
+// hours pass in a bubble.
 func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
@@ -115,9 +113,9 @@ func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 			start(t, s)
 			return s
 		}
-		read := func(alive func(string) bool) []schedule.Refusal {
+		read := func() []schedule.Refusal {
 			t.Helper()
-			r, err := schedule.ReadRefusals(context.Background(), l, "job", alive)
+			r, err := schedule.ReadRefusals(context.Background(), b, "default", "job")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,49 +131,49 @@ func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 		defer second.Shutdown(context.Background())
 		waitFor(t, 5*time.Second, "the second version recorded", func() bool { return len(versionRecords(t, l, "job")) == 2 })
 		_ = first.Shutdown(context.Background())
-		if r := read(nil); len(r) != 0 {
+		if r := read(); len(r) != 0 {
 			t.Fatalf("refusals before any: %+v", r)
 		}
 		oldSpec, _ := schedule.Parse("@every 1h", "")
-		reverted := mk("reverted", "@every 1h")
-		waitFor(t, 10*time.Second, "the revert refused", func() bool { return refused(reverted) })
-		want := func(what string, r []schedule.Refusal) {
-			t.Helper()
-			if len(r) != 1 || r[0].Instance != "reverted" || r[0].Version != oldSpec.Version() || r[0].Spec != "@every 1h" {
-				t.Fatalf("refusals %s: %+v; want reverted refusing %s (@every 1h)", what, r, oldSpec.Version())
-			}
+		stated := func() bool {
+			r := read()
+			return len(r) == 1 && r[0].Instance == "reverted" && r[0].Version == oldSpec.Version()
 		}
-		want("at once", read(nil))
+		reverted := mk("reverted", "@every 1h")
+		waitFor(t, 10*time.Second, "the revert refused and stated", func() bool { return refused(reverted) && stated() })
 		time.Sleep(5 * time.Hour)
-		want("hours later", read(nil))
-		if r := read(func(string) bool { return false }); len(r) != 0 {
-			t.Fatalf("refusals of dead instances: %+v", r)
+		synctest.Wait()
+		if !stated() {
+			t.Fatalf("refusals hours later: %+v; want reverted refusing %s", read(), oldSpec.Version())
 		}
 		// A reload with the current spec withdraws it.
 		if err := reverted.Replace(job("@every 2h")); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the refusal withdrawn by the reload", func() bool { return len(read(nil)) == 0 })
-		// Refused again by a reload; then the process restarts (a new
-		// Scheduler under the same name) with the current spec.
+		waitFor(t, 10*time.Second, "the refusal withdrawn by the reload", func() bool { return len(read()) == 0 })
+		// Refused again by a reload; withdrawn by a removal of the job.
 		if err := reverted.Replace(job("@every 1h")); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "refused again", func() bool { return refused(reverted) && len(read(nil)) == 1 })
+		waitFor(t, 10*time.Second, "refused again", func() bool { return refused(reverted) && stated() })
+		if err := reverted.Remove("job"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the refusal withdrawn by the removal", func() bool { return len(read()) == 0 })
+		// Refused once more; withdrawn by the shutdown; a restart with the
+		// current config states nothing.
+		if err := reverted.Register(job("@every 1h")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "refused once more", func() bool { return refused(reverted) && stated() })
 		_ = reverted.Shutdown(context.Background())
-		want("after its process stopped (its instance may be alive again)", read(nil))
+		if r := read(); len(r) != 0 {
+			t.Fatalf("refusals after the refusing instance shut down: %+v", r)
+		}
 		restarted := mk("reverted", "@every 2h")
-		waitFor(t, 10*time.Second, "the refusal withdrawn by the restart", func() bool { return len(read(nil)) == 0 })
-		// Refused once more, then the job is removed from the instance.
-		if err := restarted.Replace(job("@every 1h")); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 10*time.Second, "refused once more", func() bool { return refused(restarted) && len(read(nil)) == 1 })
-		if err := restarted.Remove("job"); err != nil {
-			t.Fatal(err)
-		}
-		if r := read(nil); len(r) != 0 {
-			t.Fatalf("refusals after the job was removed: %+v", r)
+		time.Sleep(time.Minute)
+		if r := read(); len(r) != 0 {
+			t.Fatalf("refusals after a restart with the current config: %+v", r)
 		}
 		_ = restarted.Shutdown(context.Background())
 	})

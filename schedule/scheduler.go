@@ -370,18 +370,13 @@ func (s *Scheduler) put(j Job, replace bool) error {
 // (see Replace); if it is not, they are not claimed here.
 func (s *Scheduler) Remove(name string) error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	e := s.jobs[name]
 	if e == nil {
-		s.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrJobNotFound, name)
 	}
 	s.stopEntry(e)
 	delete(s.jobs, name)
-	s.mu.Unlock()
-	if _, _, refused := e.vc.state(); refused {
-		// The job is gone from this instance: its refusal no longer holds.
-		s.withdrawRefusal(context.Background(), name)
-	}
 	return nil
 }
 

@@ -27,7 +27,7 @@ import (
 // An instance whose version was superseded (its mark exists, or the
 // history shows it followed by another) refuses to record it again: it logs
 // an error, claims nothing under it, its JobStatus says VersionRefused, and
-// it says where in the ledger (refusal.go).
+// it states the refusal for other instances to show (refusal.go).
 // Restarting an instance with an old config therefore cannot take a job
 // back from the newer config. To return to an earlier schedule on purpose,
 // give the job a new Revision: that is a new version.
@@ -38,6 +38,10 @@ const (
 	versionSuffix   = backend.MetaSep + "version"
 	supersededInfix = backend.MetaSep + "superseded" + backend.MetaSep
 )
+
+// versionFinishWait bounds the Finish of a version record claimed by a
+// registration that was stopped meanwhile.
+const versionFinishWait = 3 * time.Second
 
 // supersededKey is the ledger name whose high-water mark records that
 // version of job was replaced.
@@ -172,7 +176,6 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 	}
 	if len(sp) > 0 && sp[len(sp)-1].version == e.spec.Version() {
 		e.vc.set(sp, true)
-		s.withdrawRefusal(ctx, e.job.Name)
 		return nil
 	}
 	sup, err := superseded(ctx, s.l, e.job.Name, e.spec.Version(), sp)
@@ -187,8 +190,10 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		s.cfg.logger.Error("schedule version REFUSED: this instance's spec for the job was superseded by a newer version and versions only move forward; "+
 			"from the newer version's switch instant on it claims nothing for the job. Deploy the current config, or set a new revision on the job to return to this spec on purpose",
 			"job", e.job.Name, "version", e.spec.Version(), "spec", e.spec.String(), "current version", cur.version, "current from", cur.from)
-		e.vc.refuse(sp)
-		s.sayRefused(ctx, e)
+		if e.vc.refuse(sp) {
+			s.loops.Add(1)
+			go func() { defer s.loops.Done(); s.holdRefusal(e) }()
+		}
 		return nil
 	}
 	from := epochStart
@@ -217,8 +222,10 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		// The record is claimed: it applies from now on, whatever happens
 		// to this registration. Its spec (the Result, which every instance
 		// shows) is written even if the registration is stopped meanwhile
-		// (a reload at once), or the record would name no schedule.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		// (a reload at once), or the record would name no schedule; for a
+		// few seconds at most, so that a ledger that does not answer holds
+		// up a Shutdown or a Replace no longer than that.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), versionFinishWait)
 		err := s.l.Finish(fctx, backend.FinishRequest{Job: req.Job, ScheduledAt: from, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: e.spec.String()}})
 		cancel()
 		if err != nil {
@@ -243,7 +250,6 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		}
 	}
 	e.vc.set(sp, true)
-	s.withdrawRefusal(ctx, e.job.Name)
 	return nil
 }
 
@@ -301,11 +307,14 @@ func (vc *versionCache) set(sp []span, recorded bool) {
 }
 
 // refuse notes that the entry's version was refused; it is not retried
-// until the job is registered again.
-func (vc *versionCache) refuse(sp []span) {
+// until the job is registered again. It reports whether the entry did not
+// refuse before (then its refusal is to be stated: holdRefusal).
+func (vc *versionCache) refuse(sp []span) bool {
 	vc.mu.Lock()
 	defer vc.mu.Unlock()
+	was := vc.refused
 	vc.spans, vc.fetched, vc.recorded, vc.refused = sp, time.Now(), true, true
+	return !was
 }
 
 // state returns the cached current version, from when it applies, and

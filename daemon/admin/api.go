@@ -112,21 +112,6 @@ func (s *Server) getInstances(w http.ResponseWriter, r *http.Request) {
 	serveList(s, w, r, newQuery(r), "instances", s.instances)
 }
 
-// aliveInstances reports which instances of the namespace hold their
-// instance lease now.
-func (s *Server) aliveInstances(ctx context.Context) (func(string) bool, error) {
-	prefix := leasehold.LockPrefix(s.sched.Namespace()) + instanceKeyPrefix
-	leases, err := s.b.List(ctx, prefix, 0)
-	if err != nil {
-		return nil, fmt.Errorf("listing instances: %w", err)
-	}
-	live := map[string]bool{}
-	for _, l := range leases {
-		live[strings.TrimPrefix(l.Key, prefix)] = true
-	}
-	return func(n string) bool { return live[n] }, nil
-}
-
 func (s *Server) instances(ctx context.Context) ([]Instance, error) {
 	prefix := leasehold.LockPrefix(s.sched.Namespace()) + instanceKeyPrefix
 	leases, err := s.b.List(ctx, prefix, 0)
@@ -281,10 +266,6 @@ func (s *Server) unknownJob(w http.ResponseWriter, name string) {
 // jobs returns this daemon's jobs (only the one named only, if not "").
 func (s *Server) jobs(ctx context.Context, next int, only string) ([]Job, error) {
 	var out []Job
-	alive, err := s.aliveInstances(ctx)
-	if err != nil {
-		return nil, err
-	}
 	for _, js := range s.sched.JobStatuses(next) {
 		if only != "" && js.Name != only {
 			continue
@@ -310,7 +291,7 @@ func (s *Server) jobs(ctx context.Context, next int, only string) ([]Job, error)
 			}
 			j.LastClaimed = ts(hw)
 		}
-		if err := s.clusterState(ctx, &j, js, hw, alive); err != nil {
+		if err := s.clusterState(ctx, &j, js, hw); err != nil {
 			return nil, err
 		}
 		out = append(out, j)

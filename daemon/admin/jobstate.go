@@ -51,9 +51,8 @@ func versionKey(job string) string { return job + backend.MetaSep + "version" }
 // job and what applies to it across the namespace, read from the ledger
 // (every daemon reads the same records, so each shows the same cluster
 // state whichever config it runs). lastClaimed is the job's high-water
-// mark (zero for an every-instance job); alive says which instances hold
-// their instance lease (refusals of the others are not shown).
-func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus, lastClaimed time.Time, alive func(string) bool) error {
+// mark (zero for an every-instance job).
+func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus, lastClaimed time.Time) error {
 	recs, err := s.ledger.ListRuns(ctx, backend.RunFilter{Job: versionKey(js.Name), Limit: 20})
 	if err != nil {
 		return fmt.Errorf("job %q: schedule versions: %w", js.Name, err)
@@ -111,14 +110,20 @@ func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus
 			lastClaimed = runs[0].ScheduledAt
 		}
 	}
-	refusals, err := schedule.ReadRefusals(ctx, s.ledger, js.Name, alive)
+	refusals, err := schedule.ReadRefusals(ctx, s.b, s.sched.Namespace(), js.Name)
 	if err != nil {
 		return fmt.Errorf("job %q: refusals: %w", js.Name, err)
 	}
 	var where []string
 	for _, r := range refusals {
-		c.RefusedOn = append(c.RefusedOn, JobRefusal{Instance: r.Instance, Version: r.Version, Schedule: r.Spec, Said: ts(r.At)})
-		where = append(where, fmt.Sprintf("%s (schedule %q, version %s)", r.Instance, r.Spec, r.Version))
+		spec := "" // the refused version's spec, if its record is still kept
+		for _, rec := range recs {
+			if rec.SpecVersion == r.Version {
+				spec = rec.Result
+			}
+		}
+		c.RefusedOn = append(c.RefusedOn, JobRefusal{Instance: r.Instance, Version: r.Version, Schedule: spec})
+		where = append(where, fmt.Sprintf("%s (schedule %q, version %s)", r.Instance, spec, r.Version))
 	}
 	switch {
 	case j.Paused:

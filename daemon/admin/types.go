@@ -94,9 +94,9 @@ type JobCluster struct {
 	// daemon runs another version, or refused its own). Note says why.
 	Running bool   `json:"running"`
 	Note    string `json:"note,omitempty"`
-	// RefusedOn lists the live daemons that refuse their own schedule
-	// version of the job (a replaced spec still deployed there: they claim
-	// nothing), as each said when it refused (schedule.ReadRefusals).
+	// RefusedOn lists the daemons that refuse their own schedule version
+	// of the job (a replaced spec still deployed there: they claim
+	// nothing), as each states it while it refuses (schedule.ReadRefusals).
 	RefusedOn []JobRefusal `json:"refused_on,omitempty"`
 }
 
@@ -104,9 +104,9 @@ type JobCluster struct {
 type JobRefusal struct {
 	Instance string `json:"instance"`
 	Version  string `json:"version"`
+	// Schedule is the refused version's spec, "" once its record was
+	// pruned.
 	Schedule string `json:"schedule"`
-	// Said is when the daemon said it refuses (RFC 3339).
-	Said string `json:"said"`
 }
 
 // Run is one occurrence in the run ledger.
