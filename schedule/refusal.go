@@ -29,8 +29,12 @@ const refusalTTL = 30 * time.Second
 const refusalCallWait = 2 * time.Second
 
 // refusalPrefix is the backend key prefix of the refusal statements about
-// job in namespace; refusalKey one instance's.
-func refusalPrefix(namespace, job string) string { return namespace + ":refused:" + job + "/" }
+// job in namespace; refusalKey one instance's. A job name is a path, which
+// cannot contain MetaSep: the prefix names one job, whatever the instance
+// name holds ("/" included).
+func refusalPrefix(namespace, job string) string {
+	return namespace + ":refused:" + job + backend.MetaSep
+}
 
 func refusalKey(namespace, job, instance string) string {
 	return refusalPrefix(namespace, job) + instance
@@ -48,6 +52,12 @@ func (s *Scheduler) holdRefusal(e *entry) {
 	ctx := e.ctx
 	key := refusalKey(s.cfg.namespace, e.job.Name, s.cfg.instance)
 	owner := backend.Owner{Instance: e.spec.Version(), Nonce: backend.NewNonce()}
+	if err := backend.CheckKey("key", key); err != nil {
+		// A namespace, job and instance name each within their limits can
+		// together exceed the key's.
+		s.cfg.logger.Warn("the refusal cannot be stated for other instances to show: its key is invalid", "job", e.job.Name, "err", err)
+		return
+	}
 	var token uint64
 	call := func(f func(context.Context) error) error {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refusalCallWait)
@@ -79,6 +89,10 @@ func (s *Scheduler) holdRefusal(e *entry) {
 				token = 0
 			}
 		}
+		if errors.Is(err, backend.ErrInvalid) {
+			s.cfg.logger.Warn("the refusal cannot be stated for other instances to show", "job", e.job.Name, "err", err)
+			return
+		}
 		if err != nil && !errors.Is(err, backend.ErrLeaseHeld) {
 			s.cfg.logger.Debug("stating where the job's schedule version is refused failed; tried again", "job", e.job.Name, "err", err)
 		}
@@ -100,11 +114,7 @@ func ReadRefusals(ctx context.Context, l backend.Leases, namespace, job string) 
 	}
 	var out []Refusal
 	for _, ls := range leases {
-		inst := strings.TrimPrefix(ls.Key, prefix)
-		if strings.Contains(inst, "/") {
-			continue // a job whose name extends job's
-		}
-		out = append(out, Refusal{Instance: inst, Version: ls.Owner.Instance})
+		out = append(out, Refusal{Instance: strings.TrimPrefix(ls.Key, prefix), Version: ls.Owner.Instance})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Instance < out[j].Instance })
 	return out, nil

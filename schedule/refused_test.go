@@ -137,14 +137,18 @@ func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 		oldSpec, _ := schedule.Parse("@every 1h", "")
 		stated := func() bool {
 			r := read()
-			return len(r) == 1 && r[0].Instance == "reverted" && r[0].Version == oldSpec.Version()
+			return len(r) == 1 && r[0].Instance == "eu/reverted" && r[0].Version == oldSpec.Version()
 		}
-		reverted := mk("reverted", "@every 1h")
+		reverted := mk("eu/reverted", "@every 1h") // an instance name may hold "/"
 		waitFor(t, 10*time.Second, "the revert refused and stated", func() bool { return refused(reverted) && stated() })
 		time.Sleep(5 * time.Hour)
 		synctest.Wait()
 		if !stated() {
-			t.Fatalf("refusals hours later: %+v; want reverted refusing %s", read(), oldSpec.Version())
+			t.Fatalf("refusals hours later: %+v; want eu/reverted refusing %s", read(), oldSpec.Version())
+		}
+		// Another job whose name extends this one's shows none of it.
+		if r, err := schedule.ReadRefusals(context.Background(), b, "default", "job/eu"); err != nil || len(r) != 0 {
+			t.Fatalf("refusals of job/eu: %+v, %v", r, err)
 		}
 		// A reload with the current spec withdraws it.
 		if err := reverted.Replace(job("@every 2h")); err != nil {
@@ -170,7 +174,7 @@ func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 		if r := read(); len(r) != 0 {
 			t.Fatalf("refusals after the refusing instance shut down: %+v", r)
 		}
-		restarted := mk("reverted", "@every 2h")
+		restarted := mk("eu/reverted", "@every 2h")
 		time.Sleep(time.Minute)
 		if r := read(); len(r) != 0 {
 			t.Fatalf("refusals after a restart with the current config: %+v", r)
