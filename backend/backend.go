@@ -22,6 +22,9 @@
 //     TTL from now).
 //   - Bad input is rejected with an error wrapping ErrInvalid that names the
 //     field and the value, before anything is changed.
+//   - A call whose context ends before its reply returns ContextEnded's
+//     error: it matches ctx.Err(), never the context's cause nor any other
+//     definite answer (ErrLeaseLost, ErrLeaseHeld, …): its outcome is unknown.
 //
 // # Adding a backend
 //

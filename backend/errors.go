@@ -1,6 +1,10 @@
 package backend
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors, named Err<Where><What> (gocron v2's style). Backends wrap
 // them with %w; callers test with errors.Is. The request-level ones
@@ -93,3 +97,23 @@ var (
 	// Deprecated: use ErrOccurrenceTooLate.
 	ErrTooLate = ErrOccurrenceTooLate
 )
+
+// ContextEnded returns the error of a request that was sent and whose
+// reply did not come before ctx ended: its outcome is unknown. It matches
+// ctx.Err() (context.Canceled or context.DeadlineExceeded) and quotes
+// ctx's cause without matching it. The cause is why the caller stopped
+// waiting — a Locker ends a renewal's context with ErrLeaseLost once it can
+// no longer prove the lease in time — never the server's answer: wrapping
+// it would make an unknown outcome read as a definite one (the chaos
+// checker caught a Renew reported "lost" for a lease its owner then
+// released). Call it once ctx has ended.
+func ContextEnded(ctx context.Context) error {
+	err := ctx.Err()
+	if err == nil {
+		err = context.Canceled // misuse: ctx has not ended; still not a definite answer
+	}
+	if c := context.Cause(ctx); c != nil && c != err {
+		return fmt.Errorf("%w (the caller's cause: %v)", err, c)
+	}
+	return err
+}

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"runtime"
@@ -26,6 +27,7 @@ func leaseChecks() []check {
 		{"ExpiryLetsNextHolderIn", checkExpiry},
 		{"ExclusionUnder64Goroutines", checkExclusion64},
 		{"BadInputChangesNothing", checkBadInput},
+		{"EndedContextIsNoAnswer", checkEndedContext},
 		{"PushEvents", checkPushEvents},
 		{"DurableFencing", checkDurable},
 	}
@@ -170,6 +172,51 @@ func checkRenewKeepsToken(t T, e *env) {
 	if l.Token != g.Token || l.Owner != a {
 		t.Errorf("Get after renewals = %+v, want token %d owner %v", l, g.Token, a)
 	}
+}
+
+// checkEndedContext: calls whose context has already ended — cancelled
+// with ErrLeaseLost as the cause, as a Locker ends a renewal it can no
+// longer prove in time — answer nothing definite: ErrNotApplied (which may
+// quote the cause), or an error that matches none of the definite answers.
+// The cause is the caller's reason to stop, not the backend's answer; the
+// lease it was about is unchanged. (The wire checks cover a context that
+// ends while the request is in flight.)
+func checkEndedContext(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	a := owner("a")
+	ttl := e.ttl(30 * time.Second)
+	g, err := b.Acquire(ctx, "ended/k", a, ttl)
+	mustNil(t, err, "Acquire")
+	ended, cancel := context.WithCancelCause(ctx)
+	cancel(backend.ErrLeaseLost)
+	calls := []struct {
+		what string
+		call func() error
+	}{
+		{"Acquire by another owner", func() error { _, err := b.Acquire(ended, "ended/k", owner("b"), ttl); return err }},
+		{"Acquire of a free key", func() error { _, err := b.Acquire(ended, "ended/free", owner("b"), ttl); return err }},
+		{"Renew", func() error {
+			_, err := b.Renew(ended, backend.RenewRequest{Key: "ended/k", Owner: a, Token: g.Token, TTL: ttl})
+			return err
+		}},
+		{"Release", func() error { return b.Release(ended, "ended/k", a, g.Token) }},
+	}
+	for _, c := range calls {
+		err := c.call()
+		switch {
+		case err == nil:
+			t.Errorf("%s with an ended context succeeded", c.what)
+		case errors.Is(err, backend.ErrNotApplied):
+		case definiteAnswer(err) != nil:
+			t.Errorf("%s with a context cancelled with cause ErrLeaseLost: %v, which matches %v: the cause is not the backend's answer", c.what, err, definiteAnswer(err))
+		}
+	}
+	l, err := b.Get(ctx, "ended/k")
+	mustNil(t, err, "Get after the calls with an ended context")
+	if l.Owner != a || l.Token != g.Token {
+		t.Errorf("after the calls with an ended context the key is held by %v token %d, want %v token %d", l.Owner, l.Token, a, g.Token)
+	}
+	mustNil(t, b.Release(ctx, "ended/k", a, g.Token), "Release")
 }
 
 func checkStaleHolder(t T, e *env) {

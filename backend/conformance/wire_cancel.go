@@ -18,16 +18,21 @@ const cancelBound = 2 * time.Second
 // cancelAtTheWire runs call (as owner a, through e.first) with its
 // requests held at the wire (every request naming a or key — etcd names
 // a grant it knows by its key and revision only — at every server),
-// cancels its context once they are held, and requires the call to
-// return within cancelBound with an error that is neither a success nor
-// ErrNotApplied (the request was sent: its outcome is unknown). It
-// returns the hold, still holding, and the rule holding it.
+// cancels its context once they are held — with ErrLeaseLost as the
+// cause, as a Locker ends a renewal it can no longer prove in time — and
+// requires the call to return within cancelBound with an error that says
+// the outcome is unknown: neither a success nor ErrNotApplied (the request
+// was sent), matching context.Canceled, and not matching the cause or any
+// other definite answer (the chaos checker caught a ZooKeeper Renew whose
+// unknown outcome wrapped its context's cause, ErrLeaseLost, and so read as
+// "lost" for a lease its owner then released). It returns the hold, still
+// holding, and the rule holding it.
 func cancelAtTheWire(t T, e *wireEnv, a backend.Owner, key, what string, call func(ctx context.Context) error) (*chaos.Hold, *chaos.Rule) {
 	t.Helper()
 	hold := chaos.NewHold()
 	rule := e.rules.Add(chaos.Contains([]byte(a.Nonce.String()), a.Nonce[:], []byte(key)), hold, 0)
-	ctx, cancel := context.WithCancel(e.ctx())
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(e.ctx())
+	defer cancel(nil)
 	done := make(chan error, 1)
 	go func() { done <- call(ctx) }()
 	select {
@@ -41,7 +46,7 @@ func cancelAtTheWire(t T, e *wireEnv, a backend.Owner, key, what string, call fu
 	// for the client to be well inside its wait for the reply.
 	eventually(t, 30*time.Second, what+" held at every server", func() bool { return hold.Count() >= e.nodes })
 	time.Sleep(200 * time.Millisecond)
-	cancel()
+	cancel(backend.ErrLeaseLost)
 	cancelled := time.Now()
 	var err error
 	select {
@@ -63,6 +68,12 @@ func cancelAtTheWire(t T, e *wireEnv, a backend.Owner, key, what string, call fu
 	case errors.Is(err, backend.ErrNotApplied):
 		hold.Release()
 		t.Fatalf("%s, its request sent and held at the wire, failed with ErrNotApplied (%v): the request may still be applied, its outcome is unknown", what, err)
+	case definiteAnswer(err) != nil:
+		hold.Release()
+		t.Fatalf("%s, its request held at the wire and its context cancelled with cause ErrLeaseLost, failed with an error matching %v (%v): its outcome is unknown, and the context's cause is the caller's reason to stop waiting, not the backend's answer", what, definiteAnswer(err), err)
+	case !errors.Is(err, context.Canceled):
+		hold.Release()
+		t.Fatalf("%s, its request held at the wire and its context cancelled, failed with %v, want an error matching context.Canceled", what, err)
 	}
 	return hold, rule
 }
@@ -185,4 +196,17 @@ func checkReleaseCancelledAtTheWire(t T, e *wireEnv) {
 		t.Fatalf("A's retried Release after its cancelled one: %v, want nil or ErrLeaseLost", err)
 	}
 	freedForAnother(t, e, ctx, key, a, ttl, 10*time.Second)
+}
+
+// definiteAnswer returns the sentinel of a definite answer err matches
+// (nil: none): what a backend may say only when its server said it.
+func definiteAnswer(err error) error {
+	for _, s := range []error{backend.ErrLeaseLost, backend.ErrLeaseHeld, backend.ErrNotFound, backend.ErrLeaseNotExpired,
+		backend.ErrOccurrenceClaimed, backend.ErrOccurrenceExhausted, backend.ErrOccurrenceOverlap,
+		backend.ErrOccurrenceTooEarly, backend.ErrOccurrenceTooLate, backend.ErrRefused, backend.ErrInvalid} {
+		if errors.Is(err, s) {
+			return s
+		}
+	}
+	return nil
 }

@@ -165,7 +165,7 @@ func (q *batcher) do(r *txnReq) (*clientv3.TxnResponse, error) {
 	case res := <-r.done: // answered meanwhile: an answer beats "unknown"
 		return q.result(r, res)
 	default:
-		return nil, fmt.Errorf("batched %s: %w", q.what, context.Cause(r.ctx))
+		return nil, fmt.Errorf("batched %s: %w", q.what, backend.ContextEnded(r.ctx))
 	}
 }
 

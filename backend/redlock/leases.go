@@ -276,7 +276,7 @@ func (b *Backend) undo(ctx context.Context, key string, owner backend.Owner, px 
 	case <-done:
 		return undone, nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("undoing a partial grant: %w", context.Cause(ctx))
+		return nil, fmt.Errorf("undoing a partial grant: %w", backend.ContextEnded(ctx))
 	}
 }
 

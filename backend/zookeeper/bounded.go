@@ -88,5 +88,5 @@ func (b *Backend) waitAbandoned(ctx context.Context, n backend.Nonce, what strin
 // unknownOutcome is the error of a call whose context ended before its
 // reply: the request may have been applied, or may still be.
 func unknownOutcome(ctx context.Context, what string) error {
-	return fmt.Errorf("zookeeper: %s: no reply before the context ended, the outcome is unknown (the request may still be applied): %w", what, context.Cause(ctx))
+	return fmt.Errorf("zookeeper: %s: no reply before the context ended, the outcome is unknown (the request may still be applied): %w", what, backend.ContextEnded(ctx))
 }

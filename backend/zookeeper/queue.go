@@ -188,7 +188,7 @@ func (b *Backend) leave(ctx context.Context, key string, owner backend.Owner, mi
 			pause = min(pause*2, 2*time.Second)
 		}
 	}()
-	return backend.Grant{}, time.Time{}, fmt.Errorf("zookeeper: acquire key %q: leaving the queue is not confirmed, it goes on in the background: %w", key, cause)
+	return backend.Grant{}, time.Time{}, fmt.Errorf("zookeeper: acquire key %q: leaving the queue is not confirmed, it goes on in the background: %w", key, backend.ContextEnded(ctx))
 }
 
 // withdraw deletes owner's node in key's queue and reports whether none is

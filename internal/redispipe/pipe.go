@@ -293,7 +293,7 @@ func (w *Pending) Wait() *goredis.Cmd {
 	case c := <-r.done: // answered meanwhile: an answer beats "unknown"
 		return c
 	default:
-		return failed(fmt.Errorf("sent in a pipeline, no reply before the context ended: %w", context.Cause(ctx)))
+		return failed(fmt.Errorf("sent in a pipeline, no reply before the context ended: %w", backend.ContextEnded(ctx)))
 	}
 }
 
