@@ -177,6 +177,42 @@ jobs:
 	t.Logf("%d failed occurrences, hooks called by %v", len(got), by)
 }
 
+// hookServer is an HTTP hook's endpoint for the test's life: each call's
+// JSON body is decoded, answer (if not nil) is asked the status for the
+// request, the nth call (from 1), and bodies has the calls answered 2xx,
+// in the order they came.
+func hookServer(t *testing.T, answer func(r *http.Request, call int) int) (url string, bodies func() []HookBody) {
+	t.Helper()
+	var (
+		mu    sync.Mutex
+		got   []HookBody
+		calls int
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		var b HookBody
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+			t.Errorf("hook body: %v", err)
+		}
+		status := http.StatusOK
+		if answer != nil {
+			status = answer(r, calls)
+		}
+		if status/100 == 2 {
+			got = append(got, b)
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, func() []HookBody {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+}
+
 // TestHTTPHookAfterTheLastAttempt: a job retried once calls its HTTP hook
 // only when its second attempt failed, with the JSON body and the
 // configured headers; a hook answered 500 is logged with its URL masked,
@@ -187,29 +223,15 @@ func TestHTTPHookAfterTheLastAttempt(t *testing.T) {
 		bearer   = "hook-bearer-0123456789abcdef"
 		urlToken = "url-token-0123456789abcdef"
 	)
-	var (
-		mu     sync.Mutex
-		bodies []HookBody
-		calls  int
-	)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		calls++
+	url, bodies := hookServer(t, func(r *http.Request, call int) int {
 		if r.Method != http.MethodPost || r.Header.Get("Authorization") != "Bearer "+bearer || r.Header.Get("Content-Type") != "application/json" {
 			t.Errorf("hook request: %s, Authorization %q, Content-Type %q", r.Method, r.Header.Get("Authorization"), r.Header.Get("Content-Type"))
 		}
-		var b HookBody
-		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
-			t.Errorf("hook body: %v", err)
+		if call == 1 {
+			return http.StatusInternalServerError // logged, not retried
 		}
-		if calls == 1 {
-			w.WriteHeader(http.StatusInternalServerError) // logged, not retried
-			return
-		}
-		bodies = append(bodies, b)
-	}))
-	defer srv.Close()
+		return http.StatusOK
+	})
 	dir := t.TempDir()
 	db := filepath.Join(dir, "d.db")
 	yml := fmt.Sprintf(`
@@ -224,22 +246,18 @@ jobs:
       http:
         url: %s/hook?token=%s
         headers: {Authorization: "Bearer %s"}
-`, srv.URL, urlToken, bearer)
+`, url, urlToken, bearer)
 	logs := &lockedBuffer{}
 	d, stop := hookDaemon(t, dir, db, "web-1", yml, logs)
 	eventually.True(t, 60*time.Second, "3 hook calls answered 200", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(bodies) >= 3
+		return len(bodies()) >= 3
 	})
 	if err := d.Scheduler().Pause(context.Background(), "flaky"); err != nil {
 		t.Fatal(err)
 	}
 	called := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
 		var got []string
-		for _, b := range bodies {
+		for _, b := range bodies() {
 			if b.Namespace != "default" || b.Job != "flaky" || b.Instance != "web-1" || b.Attempt != 2 || !strings.Contains(b.Error, "exit status 1") {
 				t.Fatalf("hook body %+v", b)
 			}
@@ -338,20 +356,7 @@ on_failure:
 // attempt's token and who ran it.
 func TestHookOnAbandonedOccurrence(t *testing.T) {
 	t.Parallel()
-	var (
-		mu     sync.Mutex
-		bodies []HookBody
-	)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var b HookBody
-		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
-			t.Errorf("hook body: %v", err)
-		}
-		mu.Lock()
-		bodies = append(bodies, b)
-		mu.Unlock()
-	}))
-	defer srv.Close()
+	url, bodies := hookServer(t, nil)
 	dir := t.TempDir()
 	db := filepath.Join(dir, "d.db")
 	yml := fmt.Sprintf(`
@@ -364,7 +369,7 @@ jobs:
     command: {argv: ["true"]}
     on_failure:
       http: {url: %s/hook}
-`, srv.URL)
+`, url)
 	d, _ := hookDaemon(t, dir, db, "web-1", yml, io.Discard)
 	// A runner that died: it claimed an occurrence and its lease ran out.
 	b, err := sqlite.Open(context.Background(), db)
@@ -381,18 +386,15 @@ jobs:
 		t.Fatal(err)
 	}
 	eventually.True(t, 60*time.Second, "the hook called for the abandoned occurrence", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(bodies) > 0
+		return len(bodies()) > 0
 	})
 	if got := runsIn(t, db, "nightly", backend.Abandoned); len(got) != 1 {
 		t.Fatalf("abandoned occurrences: %v", got)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	b0 := bodies[0]
-	if len(bodies) != 1 || b0.Job != "nightly" || b0.ScheduledAt != at.Format(InstantFormat) || b0.Token != strconv.FormatUint(g.Token, 10) || b0.Attempt != 1 ||
+	got := bodies()
+	b0 := got[0]
+	if len(got) != 1 || b0.Job != "nightly" || b0.ScheduledAt != at.Format(InstantFormat) || b0.Token != strconv.FormatUint(g.Token, 10) || b0.Attempt != 1 ||
 		b0.Instance != "web-1" || !strings.Contains(b0.Error, "abandoned") || !strings.Contains(b0.Error, "web-9") {
-		t.Fatalf("hook calls %+v; want one for nightly at %s, token %v, attempt 1, by web-1, saying web-9's run was abandoned", bodies, at.Format(InstantFormat), g.Token)
+		t.Fatalf("hook calls %+v; want one for nightly at %s, token %v, attempt 1, by web-1, saying web-9's run was abandoned", got, at.Format(InstantFormat), g.Token)
 	}
 }

@@ -28,12 +28,18 @@ const refusalTTL = 30 * time.Second
 // refusalCallWait bounds each lease call of a refusal statement.
 const refusalCallWait = 2 * time.Second
 
-// refusalPrefix is the backend key prefix of the refusal statements about
-// job in namespace; refusalKey one instance's. A job name is a path, which
-// cannot contain MetaSep: the prefix names one job, whatever the instance
-// name holds ("/" included).
+// refusalsPrefix is the backend key prefix of every refusal statement in
+// namespace (a namespace is a path: it holds no ':'); refusalPrefix the
+// statements about job; refusalKey one instance's. A job name is a path,
+// which cannot contain MetaSep: the prefix names one job, whatever the
+// instance name holds ("/" included), and a key's first MetaSep ends its
+// job (parseRefusal).
+func refusalsPrefix(namespace string) string {
+	return namespace + ":refused:"
+}
+
 func refusalPrefix(namespace, job string) string {
-	return namespace + ":refused:" + job + backend.MetaSep
+	return refusalsPrefix(namespace) + job + backend.MetaSep
 }
 
 func refusalKey(namespace, job, instance string) string {
@@ -103,19 +109,55 @@ func (s *Scheduler) holdRefusal(e *entry) {
 	}
 }
 
-// ReadRefusals returns the instances that state they refuse their
-// schedule version of job in namespace, read from l's leases, by
-// instance name.
-func ReadRefusals(ctx context.Context, l backend.Leases, namespace, job string) ([]Refusal, error) {
-	prefix := refusalPrefix(namespace, job)
+// parseRefusal reads the job and the refusal a lease under
+// refusalsPrefix(namespace) states; ok is false if its key is not one of
+// refusalKey's.
+func parseRefusal(namespace string, l backend.Lease) (job string, r Refusal, ok bool) {
+	rest, ok := strings.CutPrefix(l.Key, refusalsPrefix(namespace))
+	if !ok {
+		return "", Refusal{}, false
+	}
+	job, instance, ok := strings.Cut(rest, backend.MetaSep)
+	if !ok || job == "" || instance == "" {
+		return "", Refusal{}, false
+	}
+	return job, Refusal{Instance: instance, Version: l.Owner.Instance}, true
+}
+
+// readRefusals reads the refusal statements of namespace under prefix
+// with one List, by job, each job's by instance name.
+func readRefusals(ctx context.Context, l backend.Leases, namespace, prefix string) (map[string][]Refusal, error) {
 	leases, err := l.List(ctx, prefix, 0)
 	if err != nil {
 		return nil, err
 	}
-	var out []Refusal
+	out := map[string][]Refusal{}
 	for _, ls := range leases {
-		out = append(out, Refusal{Instance: strings.TrimPrefix(ls.Key, prefix), Version: ls.Owner.Instance})
+		if job, r, ok := parseRefusal(namespace, ls); ok {
+			out[job] = append(out[job], r)
+		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Instance < out[j].Instance })
+	for _, rs := range out {
+		sort.Slice(rs, func(i, j int) bool { return rs[i].Instance < rs[j].Instance })
+	}
 	return out, nil
+}
+
+// ReadAllRefusals returns the instances that state they refuse their
+// schedule version of a job in namespace, read from l's leases with one
+// List, by job name (a job no instance refuses has no entry), each job's by
+// instance name.
+func ReadAllRefusals(ctx context.Context, l backend.Leases, namespace string) (map[string][]Refusal, error) {
+	return readRefusals(ctx, l, namespace, refusalsPrefix(namespace))
+}
+
+// ReadRefusals returns the instances that state they refuse their
+// schedule version of job in namespace, read from l's leases, by
+// instance name. To read every job's, ReadAllRefusals lists them at once.
+func ReadRefusals(ctx context.Context, l backend.Leases, namespace, job string) ([]Refusal, error) {
+	byJob, err := readRefusals(ctx, l, namespace, refusalPrefix(namespace, job))
+	if err != nil {
+		return nil, err
+	}
+	return byJob[job], nil
 }

@@ -2,6 +2,8 @@ package schedule_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -95,8 +97,9 @@ func refusedVersionRunsNothing(t *testing.T) {
 // states it for every instance to read (ReadRefusals) for as long as it
 // refuses — hours later still — and withdraws it when it stops refusing:
 // a reload with the current spec, a removal of the job, a shutdown. A
-// restarted process with the current config states nothing. Virtual time:
-// hours pass in a bubble.
+// restarted process with the current config states nothing. A refusing
+// process that dies withdraws nothing: its statement lapses within the
+// statement's lease (refusalTTL). Virtual time: hours pass in a bubble.
 func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
@@ -180,5 +183,149 @@ func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 			t.Fatalf("refusals after a restart with the current config: %+v", r)
 		}
 		_ = restarted.Shutdown(context.Background())
+		// A refusing process that dies (its renewals stop, it releases
+		// nothing): its statement lives out its lease, then lapses.
+		dh := &dying{Backend: b}
+		dead := newScheduler(t, dh, "eu/dying")
+		if err := dead.Register(job("@every 1h")); err != nil {
+			t.Fatal(err)
+		}
+		start(t, dead)
+		statedByDying := func() bool {
+			r := read()
+			return len(r) == 1 && r[0].Instance == "eu/dying" && r[0].Version == oldSpec.Version()
+		}
+		waitFor(t, 10*time.Second, "the dying instance refusing and stated", func() bool { return refused(dead) && statedByDying() })
+		time.Sleep(5 * time.Minute) // kept by its renewals
+		synctest.Wait()
+		if !statedByDying() {
+			t.Fatalf("refusals while the refusing process lives: %+v; want eu/dying refusing %s", read(), oldSpec.Version())
+		}
+		dh.die()
+		synctest.Wait()
+		if !statedByDying() {
+			t.Fatalf("refusals as the refusing process dies: %+v; want its statement until its lease lapses", read())
+		}
+		time.Sleep(refusalTTL) // the lease of its last renewal, made before it died
+		synctest.Wait()
+		if r := read(); len(r) != 0 {
+			t.Fatalf("refusals %v after the refusing process died: %+v; want none (its lease lapsed)", refusalTTL, r)
+		}
 	})
+}
+
+// refusalTTL is the lease of a refusal statement (schedule/refusal.go):
+// how long it outlives a process that died.
+const refusalTTL = 30 * time.Second
+
+// dying is a process's backend handle that can die: once it has, every
+// call fails, so the process renews nothing and releases nothing, as one
+// killed without a word. Close leaves the backend to its owner.
+type dying struct {
+	backend.Backend
+	dead atomic.Bool
+}
+
+var errDied = errors.New("the process died")
+
+func (d *dying) die() { d.dead.Store(true) }
+
+func (d *dying) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
+	if d.dead.Load() {
+		return backend.Grant{}, errDied
+	}
+	return d.Backend.Acquire(ctx, key, owner, ttl)
+}
+
+func (d *dying) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
+	if d.dead.Load() {
+		return backend.Grant{}, errDied
+	}
+	return d.Backend.Renew(ctx, req)
+}
+
+func (d *dying) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
+	if d.dead.Load() {
+		return errDied
+	}
+	return d.Backend.Release(ctx, key, owner, token)
+}
+
+func (d *dying) Get(ctx context.Context, key string) (backend.Lease, error) {
+	if d.dead.Load() {
+		return backend.Lease{}, errDied
+	}
+	return d.Backend.Get(ctx, key)
+}
+
+func (d *dying) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
+	if d.dead.Load() {
+		return nil, errDied
+	}
+	return d.Backend.List(ctx, prefix, limit)
+}
+
+func (d *dying) Close() error { return nil }
+
+func (d *dying) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	if d.dead.Load() {
+		return backend.Grant{}, errDied
+	}
+	return d.Backend.Claim(ctx, req)
+}
+
+func (d *dying) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
+	if d.dead.Load() {
+		return errDied
+	}
+	return d.Backend.Heartbeat(ctx, req)
+}
+
+func (d *dying) Finish(ctx context.Context, req backend.FinishRequest) error {
+	if d.dead.Load() {
+		return errDied
+	}
+	return d.Backend.Finish(ctx, req)
+}
+
+func (d *dying) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
+	if d.dead.Load() {
+		return backend.Grant{}, backend.Run{}, errDied
+	}
+	return d.Backend.Reclaim(ctx, req)
+}
+
+func (d *dying) Abandon(ctx context.Context, job string, scheduledAt time.Time) (backend.Run, error) {
+	if d.dead.Load() {
+		return backend.Run{}, errDied
+	}
+	return d.Backend.Abandon(ctx, job, scheduledAt)
+}
+
+func (d *dying) GetRun(ctx context.Context, job string, scheduledAt time.Time) (backend.Run, error) {
+	if d.dead.Load() {
+		return backend.Run{}, errDied
+	}
+	return d.Backend.GetRun(ctx, job, scheduledAt)
+}
+
+func (d *dying) HighWater(ctx context.Context, job string) (time.Time, string, error) {
+	if d.dead.Load() {
+		return time.Time{}, "", errDied
+	}
+	return d.Backend.HighWater(ctx, job)
+}
+
+func (d *dying) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
+	if d.dead.Load() {
+		return nil, errDied
+	}
+	return d.Backend.ListRuns(ctx, f)
+}
+
+func (d *dying) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
+	if d.dead.Load() {
+		return 0, errDied
+	}
+	return d.Backend.Prune(ctx, olderThan, batch)
 }

@@ -55,6 +55,25 @@ type scriptNode struct {
 	token uint64            // the token a2 was answered (renew, release)
 }
 
+// scriptBackend is a Backend whose three nodes are one redis-server (a
+// scriptNode plays on node 0 alone; New wants three).
+func scriptBackend(t *testing.T) *Backend {
+	t.Helper()
+	srv := testserver.Redis(t)
+	var cs []goredis.UniversalClient
+	for range 3 {
+		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		cs = append(cs, c)
+	}
+	b, err := New(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
 func newScriptNode(b *Backend, key string) *scriptNode {
 	s := &scriptNode{b: b, n: b.nodes[0], key: key, owner: backend.Owner{Instance: "w", Nonce: backend.NewNonce()},
 		at: map[event]attempt{}, px: map[event]int64{}}
@@ -211,18 +230,7 @@ type attemptCase struct {
 // Before the fix the reported break is the case "a2 a1 u1": the late a1
 // re-tags the node with its older attempt id and u1 deletes a2's lease.
 func TestAttemptInterleavings(t *testing.T) {
-	srv := testserver.Redis(t)
-	var cs []goredis.UniversalClient
-	for range 3 {
-		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-		t.Cleanup(func() { c.Close() })
-		cs = append(cs, c)
-	}
-	b, err := New(cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	b := scriptBackend(t)
 
 	cases := []attemptCase{
 		{name: "the reported break: the retry first, then the late attempt and its undo", h: heldHistory,

@@ -17,16 +17,25 @@ import (
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 
-// proxied starts n redis-servers, each behind a fault proxy, and returns
-// the servers, their proxies and a direct client to each.
-func proxied(t *testing.T, n int) ([]*testserver.Server, []*chaos.Proxy, []*goredis.Client) {
+// proxiedBackend starts n redis-servers, each behind a fault proxy, and
+// returns a Backend made with opts whose clients reach the nodes through
+// the proxies, the proxies, and a direct client to each node (which the
+// faults do not touch).
+func proxiedBackend(t *testing.T, n int, opts ...Option) (*Backend, []*chaos.Proxy, []*goredis.Client) {
+	t.Helper()
+	return tunedProxiedBackend(t, n, nil, opts...)
+}
+
+// tunedProxiedBackend is proxiedBackend with tune, if not nil, changing
+// the options of node i's client through its proxy before it is made.
+func tunedProxiedBackend(t *testing.T, n int, tune func(i int, o *goredis.Options), opts ...Option) (*Backend, []*chaos.Proxy, []*goredis.Client) {
 	t.Helper()
 	var (
-		ss []*testserver.Server
 		ps []*chaos.Proxy
 		ds []*goredis.Client
+		cs []goredis.UniversalClient
 	)
-	for range n {
+	for i := range n {
 		s := testserver.Redis(t)
 		p, err := chaos.New(s.Addr(), chaos.WithFramer(chaos.RESP))
 		if err != nil {
@@ -42,9 +51,20 @@ func proxied(t *testing.T, n int) ([]*testserver.Server, []*chaos.Proxy, []*gore
 				t.Fatal(err)
 			}
 		}
-		ss, ps, ds = append(ss, s), append(ps, p), append(ds, d)
+		o := &goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1}
+		if tune != nil {
+			tune(i, o)
+		}
+		c := goredis.NewClient(o)
+		t.Cleanup(func() { c.Close() })
+		ps, ds, cs = append(ps, p), append(ds, d), append(cs, c)
 	}
-	return ss, ps, ds
+	b, err := New(cs, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, ps, ds
 }
 
 // holder reads which owner holds key on a node, directly ("" if none).
@@ -72,10 +92,7 @@ func holder(t *testing.T, b *Backend, d *goredis.Client, key string) backend.Own
 // attempt then reaches node 1, and its late undo. Node 0 comes back and B
 // tries the key while A's Lock.Context() is live: B must be refused.
 func TestLateAttemptAndUndoLeaveTheRetrysGrant(t *testing.T) {
-	_, ps, ds := proxied(t, 3)
-	var cs []goredis.UniversalClient
-	for i, p := range ps {
-		o := &goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1}
+	b, ps, ds := tunedProxiedBackend(t, 3, func(i int, o *goredis.Options) {
 		if i == 1 {
 			// Two connections, taken oldest first: the first attempt
 			// and its undo go out on the two that are open when the
@@ -84,16 +101,8 @@ func TestLateAttemptAndUndoLeaveTheRetrysGrant(t *testing.T) {
 			o.PoolSize, o.MinIdleConns, o.PoolFIFO = 2, 2, true
 			o.PipelinePoolSize = -1 // the lanes' pipelines on the same two
 		}
-		c := goredis.NewClient(o)
-		t.Cleanup(func() { c.Close() })
-		cs = append(cs, c)
-	}
-	b, err := New(cs, WithNodeTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	c1 := cs[1].(*goredis.Client)
+	}, WithNodeTimeout(time.Second))
+	c1 := b.nodes[1].c.(*goredis.Client)
 	eventually.True(t, 10*time.Second, "node 1's two connections open and idle", func() bool {
 		s := c1.PoolStats()
 		return s.IdleConns == 2 && s.TotalConns == 2
@@ -171,15 +180,10 @@ func TestLateAttemptAndUndoLeaveTheRetrysGrant(t *testing.T) {
 // say "not acquired, nothing applied": the outcome is unknown
 // (ErrIndeterminate), which is what starts the Locker's cleanup.
 func TestSentSomewhereIsNotNotApplied(t *testing.T) {
-	_, ps, ds := proxied(t, 3)
-	var cs []goredis.UniversalClient
-	for _, p := range ps {
-		c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-		t.Cleanup(func() { c.Close() })
-		cs = append(cs, c)
-	}
 	// The undo is the second request sent to nodes 1 and 2 once armed:
-	// the network drops it (and everything after it).
+	// the network drops it (and everything after it); ps is set before
+	// the hook is armed.
+	var ps []*chaos.Proxy
 	var armed atomic.Bool
 	var sends [3]atomic.Int32
 	made := 0
@@ -199,11 +203,7 @@ func TestSentSomewhereIsNotNotApplied(t *testing.T) {
 		}
 		return nil
 	}
-	b, err := New(cs, WithNodeTimeout(500*time.Millisecond), hook)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	b, ps, ds := proxiedBackend(t, 3, WithNodeTimeout(500*time.Millisecond), hook)
 	ctx := context.Background()
 	// Open (and greet on) the connections first: with the faults on, a
 	// new connection would not get past its greeting.

@@ -5,10 +5,7 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/leasehold/leasehold/backend"
-	"github.com/leasehold/leasehold/internal/testserver"
 )
 
 // TestLateRaiseDoesNotRetagRetry: an Acquire's second round trip — the
@@ -25,18 +22,7 @@ import (
 // keeping the key from everyone until it expires), and Get name a token
 // the holder was never given.
 func TestLateRaiseDoesNotRetagRetry(t *testing.T) {
-	srv := testserver.Redis(t)
-	var cs []goredis.UniversalClient
-	for range 3 {
-		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-		t.Cleanup(func() { c.Close() })
-		cs = append(cs, c)
-	}
-	b, err := New(cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	b := scriptBackend(t)
 	ctx := context.Background()
 	s := newScriptNode(b, "late-raise")
 
@@ -89,20 +75,8 @@ func TestLateRaiseDoesNotRetagRetry(t *testing.T) {
 // rewrites every granting node's lease to the quorum's top token, so Get
 // names the token the holder was given and renewals succeed on every node.
 func TestRaiseAgreesOnTheQuorumsTop(t *testing.T) {
-	var cs []goredis.UniversalClient
-	for range 3 {
-		srv := testserver.Redis(t)
-		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-		t.Cleanup(func() { c.Close() })
-		cs = append(cs, c)
-	}
-	// A node timeout for a loaded machine: the first calls dial and load
-	// the scripts.
-	b, err := New(cs, WithNodeTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	// A node timeout for a loaded machine: the first calls dial.
+	b, _, cs := proxiedBackend(t, 3, WithNodeTimeout(5*time.Second))
 	ctx := context.Background()
 	const key = "raise/k"
 	if err := cs[0].Set(ctx, b.tokenKey(key), 10, 0).Err(); err != nil {

@@ -5,10 +5,7 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/leasehold/leasehold/backend"
-	"github.com/leasehold/leasehold/internal/testserver"
 )
 
 // TestLateUndoLeavesTheRetrysGrant: an Acquire whose quorum failed undoes
@@ -21,18 +18,7 @@ import (
 // (With undo by owner alone, the old releaseScript with token "0", node 0
 // loses the retry's lease.) TestAttemptInterleavings plays every order.
 func TestLateUndoLeavesTheRetrysGrant(t *testing.T) {
-	var cs []goredis.UniversalClient
-	for range 3 {
-		srv := testserver.Redis(t)
-		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-		t.Cleanup(func() { c.Close() })
-		cs = append(cs, c)
-	}
-	b, err := New(cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	b, _, _ := proxiedBackend(t, 3)
 	ctx := context.Background()
 	const key = "svc/late-undo"
 	o := backend.Owner{Instance: "w", Nonce: backend.NewNonce()}

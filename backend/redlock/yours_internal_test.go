@@ -51,18 +51,7 @@ func TestRetryOfTheHolderKeepsItsToken(t *testing.T) {
 		{name: "a stray on one node, a node down", lease: [3]uint64{1, 0, 0}, counter: [3]uint64{1, 5, 5}, down: true, want: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, ps, ds := proxied(t, 3)
-			var cs []goredis.UniversalClient
-			for _, p := range ps {
-				c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-				t.Cleanup(func() { c.Close() })
-				cs = append(cs, c)
-			}
-			b, err := New(cs, WithNodeTimeout(5*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { b.Close() })
+			b, ps, ds := proxiedBackend(t, 3, WithNodeTimeout(5*time.Second))
 			if tc.down {
 				ps[1].SetRefuse(true)
 				ps[1].CloseConns()
@@ -153,18 +142,7 @@ func mustToken(t *testing.T, key, v string) uint64 {
 // loses its quorum when node 1 answers again.
 func TestFailedRetryOfTheHolderKeepsItsLease(t *testing.T) {
 	const ttl = 10 * time.Second
-	_, ps, ds := proxied(t, 3)
-	var cs []goredis.UniversalClient
-	for _, p := range ps {
-		c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-		t.Cleanup(func() { c.Close() })
-		cs = append(cs, c)
-	}
-	b, err := New(cs, WithNodeTimeout(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	b, ps, ds := proxiedBackend(t, 3, WithNodeTimeout(500*time.Millisecond))
 	ctx := context.Background()
 	const key = "yours/undo"
 	owner := backend.Owner{Instance: "w", Nonce: backend.NewNonce()}
@@ -203,18 +181,7 @@ func TestFailedRetryOfTheHolderKeepsItsLease(t *testing.T) {
 // key: node 1 may hold the holder's copy, so the outcome is unknown (the
 // third hostile review found it answered Held).
 func TestRetryOfTheHolderIsNotAnsweredHeld(t *testing.T) {
-	_, ps, ds := proxied(t, 3)
-	var cs []goredis.UniversalClient
-	for _, p := range ps {
-		c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-		t.Cleanup(func() { c.Close() })
-		cs = append(cs, c)
-	}
-	b, err := New(cs, WithNodeTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	b, _, ds := proxiedBackend(t, 3, WithNodeTimeout(5*time.Second))
 	ctx := context.Background()
 	const key = "yours/held"
 	h := backend.Owner{Instance: "h", Nonce: backend.NewNonce()}
@@ -232,7 +199,7 @@ func TestRetryOfTheHolderIsNotAnsweredHeld(t *testing.T) {
 		}
 	}
 	b.nodes[1].p.Close()
-	_, err = b.Acquire(ctx, key, h, 10*time.Second)
+	_, err := b.Acquire(ctx, key, h, 10*time.Second)
 	var he *backend.HeldError
 	if errors.As(err, &he) || errors.Is(err, backend.ErrNotApplied) || err == nil {
 		t.Fatalf("Acquire with the holder's nonce: %v; want an unknown outcome (node 1 may hold the holder's copy)", err)

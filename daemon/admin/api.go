@@ -265,8 +265,17 @@ func (s *Server) unknownJob(w http.ResponseWriter, name string) {
 
 // jobs returns this daemon's jobs (only the one named only, if not "").
 func (s *Server) jobs(ctx context.Context, next int, only string) ([]Job, error) {
+	statuses := s.sched.JobStatuses(next)
+	if len(statuses) == 0 {
+		return nil, nil
+	}
+	// Every job's refusals, read at once (one List, not one per job).
+	refusals, err := schedule.ReadAllRefusals(ctx, s.b, s.sched.Namespace())
+	if err != nil {
+		return nil, fmt.Errorf("refusals: %w", err)
+	}
 	var out []Job
-	for _, js := range s.sched.JobStatuses(next) {
+	for _, js := range statuses {
 		if only != "" && js.Name != only {
 			continue
 		}
@@ -291,7 +300,7 @@ func (s *Server) jobs(ctx context.Context, next int, only string) ([]Job, error)
 			}
 			j.LastClaimed = ts(hw)
 		}
-		if err := s.clusterState(ctx, &j, js, hw); err != nil {
+		if err := s.clusterState(ctx, &j, js, hw, refusals[js.Name]); err != nil {
 			return nil, err
 		}
 		out = append(out, j)

@@ -51,8 +51,9 @@ func versionKey(job string) string { return job + backend.MetaSep + "version" }
 // job and what applies to it across the namespace, read from the ledger
 // (every daemon reads the same records, so each shows the same cluster
 // state whichever config it runs). lastClaimed is the job's high-water
-// mark (zero for an every-instance job).
-func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus, lastClaimed time.Time) error {
+// mark (zero for an every-instance job); refusals are the job's refusal
+// statements (schedule.ReadAllRefusals).
+func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus, lastClaimed time.Time, refusals []schedule.Refusal) error {
 	recs, err := s.ledger.ListRuns(ctx, backend.RunFilter{Job: versionKey(js.Name), Limit: 20})
 	if err != nil {
 		return fmt.Errorf("job %q: schedule versions: %w", js.Name, err)
@@ -109,10 +110,6 @@ func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus
 		if len(runs) > 0 {
 			lastClaimed = runs[0].ScheduledAt
 		}
-	}
-	refusals, err := schedule.ReadRefusals(ctx, s.b, s.sched.Namespace(), js.Name)
-	if err != nil {
-		return fmt.Errorf("job %q: refusals: %w", js.Name, err)
 	}
 	var where []string
 	for _, r := range refusals {

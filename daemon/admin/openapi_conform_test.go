@@ -18,6 +18,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 
+	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 )
 
@@ -28,7 +29,7 @@ import (
 // document: the status is declared for the operation (so is 401 for
 // /metrics, which needs the read scope), and the body has every required
 // field and no undeclared one (the document's objects are
-// additionalProperties: false).
+// additionalProperties: false), a job's refused_on included (non-empty).
 func TestOpenAPIResponsesConform(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile("openapi.yaml")
@@ -91,6 +92,28 @@ jobs:
 		return len(page.Runs) == 1 && len(leaders.Leaders) == 1
 	})
 	at := url.PathEscape(page.Runs[0].ScheduledAt)
+	// Another daemon states that it refuses its version of tick (the lease
+	// schedule's refusal holder keeps, under the key of refusalKey in
+	// schedule/refusal.go), so that the jobs' responses carry a non-empty
+	// refused_on for the document to check.
+	refusal := backend.Owner{Instance: "v-refused-elsewhere", Nonce: backend.NewNonce()}
+	g, err := b.Acquire(context.Background(), "openapi:refused:tick"+backend.MetaSep+"eu/web-9", refusal, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(context.Background(), "openapi:refused:tick"+backend.MetaSep+"eu/web-9", refusal, g.Token)
+	var tick struct {
+		Cluster struct {
+			RefusedOn []struct {
+				Instance string `json:"instance"`
+				Version  string `json:"version"`
+			} `json:"refused_on"`
+		} `json:"cluster"`
+	}
+	n.mustGet("/api/v1/jobs/tick", &tick)
+	if r := tick.Cluster.RefusedOn; len(r) != 1 || r[0].Instance != "eu/web-9" || r[0].Version != refusal.Instance {
+		t.Fatalf("tick's refused_on %+v, want eu/web-9 refusing %s", r, refusal.Instance)
+	}
 	type call struct {
 		method, template, path, token string
 	}

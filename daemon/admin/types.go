@@ -96,7 +96,7 @@ type JobCluster struct {
 	Note    string `json:"note,omitempty"`
 	// RefusedOn lists the daemons that refuse their own schedule version
 	// of the job (a replaced spec still deployed there: they claim
-	// nothing), as each states it while it refuses (schedule.ReadRefusals).
+	// nothing), as each states it while it refuses (schedule.ReadAllRefusals).
 	RefusedOn []JobRefusal `json:"refused_on,omitempty"`
 }
 
