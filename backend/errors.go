@@ -117,3 +117,19 @@ func ContextEnded(ctx context.Context) error {
 	}
 	return err
 }
+
+// NotSent returns the error of a request that was never sent because ctx
+// ended first: it matches ErrNotApplied and ctx.Err(), and quotes ctx's
+// cause without matching it, as ContextEnded does (a Lock.Release whose
+// context a lost lock had ended read the cause, ErrLeaseLost, as "already
+// released" and left the lease held).
+func NotSent(ctx context.Context) error {
+	err := ctx.Err()
+	if err == nil {
+		err = context.Canceled // misuse: ctx has not ended
+	}
+	if c := context.Cause(ctx); c != nil && c != err {
+		return fmt.Errorf("%w: %w (the caller's cause: %v)", ErrNotApplied, err, c)
+	}
+	return fmt.Errorf("%w: %w", ErrNotApplied, err)
+}

@@ -176,8 +176,11 @@ func checkRenewKeepsToken(t T, e *env) {
 
 // checkEndedContext: calls whose context has already ended — cancelled
 // with ErrLeaseLost as the cause, as a Locker ends a renewal it can no
-// longer prove in time — answer nothing definite: ErrNotApplied (which may
-// quote the cause), or an error that matches none of the definite answers.
+// longer prove in time — answer nothing definite: an error matching
+// context.Canceled (and, for a request not sent, ErrNotApplied) that may
+// quote the cause but matches none of the definite answers (a Lock.Release
+// whose not-sent request matched the cause ErrLeaseLost returned nil and
+// left the lease held).
 // The cause is the caller's reason to stop, not the backend's answer; the
 // lease it was about is unchanged. (The wire checks cover a context that
 // ends while the request is in flight.)
@@ -206,9 +209,10 @@ func checkEndedContext(t T, e *env) {
 		switch {
 		case err == nil:
 			t.Errorf("%s with an ended context succeeded", c.what)
-		case errors.Is(err, backend.ErrNotApplied):
 		case definiteAnswer(err) != nil:
 			t.Errorf("%s with a context cancelled with cause ErrLeaseLost: %v, which matches %v: the cause is not the backend's answer", c.what, err, definiteAnswer(err))
+		case !errors.Is(err, context.Canceled):
+			t.Errorf("%s with a cancelled context: %v, want an error matching context.Canceled (and ErrNotApplied or nothing else)", c.what, err)
 		}
 	}
 	l, err := b.Get(ctx, "ended/k")

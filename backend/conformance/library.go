@@ -23,6 +23,7 @@ func libraryChecks() []check {
 		{"LockIndeterminateAcquireIsReportedAndCleanedUp", checkIndeterminate},
 		{"LockLateAppliedAttemptNeverOutlivesLease", checkLateAppliedAttempt},
 		{"LockDoSerialisesAndReportsLoss", checkDo},
+		{"LockReleaseWithALostLocksContextIsNotReleased", checkReleaseEndedByLoss},
 		{"LockBadInputAndNilFuncs", checkLibraryBadInput},
 		{"ElectionHandOverOnResign", checkResign},
 		{"ElectionHandOverOnHolderDeath", checkHolderDeath},
@@ -359,4 +360,30 @@ func checkHolderDeath(t T, e *env) {
 	bcancel()
 	mustNil(t, <-aDone, "A's Run")
 	mustNil(t, <-bDone, "B's Run")
+}
+
+// checkReleaseEndedByLoss: Release called with a context that another
+// lock's loss already ended (cause ErrLeaseLost: an inner lock released
+// inside an outer lock's Do, an election's leader context) cannot reach
+// the backend, so it must not report the lock released: either the lease
+// is gone, or the error says the outcome is unknown. A not-sent request
+// whose error matched the cause read as "not held any more" and returned
+// nil, the lease still held.
+func checkReleaseEndedByLoss(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	l, err := e.locker(t, b, "a", leasehold.WithTTL(e.ttl(30*time.Second))).Acquire(ctx, "svc/inner")
+	mustNil(t, err, "Acquire")
+	ended, cancel := context.WithCancelCause(ctx)
+	cancel(fmt.Errorf("the outer lock: %w", leasehold.ErrLeaseLost))
+	rerr := l.Release(ended)
+	got, gerr := b.Get(ctx, "default:lock:svc/inner")
+	switch {
+	case rerr == nil && gerr == nil:
+		t.Fatalf("Release with an ended context returned nil, yet the lease is still held (token %d, %v left)", got.Token, got.Remaining)
+	case rerr != nil && !errors.Is(rerr, leasehold.ErrOutcomeIndeterminate):
+		t.Errorf("Release with an ended context: %v, want nil or ErrOutcomeIndeterminate", rerr)
+	}
+	if gerr == nil {
+		mustNil(t, b.Release(ctx, "default:lock:svc/inner", got.Owner, got.Token), "backend Release")
+	}
 }

@@ -22,7 +22,7 @@ const cancelBound = 2 * time.Second
 // cause, as a Locker ends a renewal it can no longer prove in time — and
 // requires the call to return within cancelBound with an error that says
 // the outcome is unknown: neither a success nor ErrNotApplied (the request
-// was sent), matching context.Canceled, and not matching the cause or any
+// was sent), matching context.Canceled (or a backend's own timeout), and not matching the cause or any
 // other definite answer (the chaos checker caught a ZooKeeper Renew whose
 // unknown outcome wrapped its context's cause, ErrLeaseLost, and so read as
 // "lost" for a lease its owner then released). It returns the hold, still
@@ -71,9 +71,11 @@ func cancelAtTheWire(t T, e *wireEnv, a backend.Owner, key, what string, call fu
 	case definiteAnswer(err) != nil:
 		hold.Release()
 		t.Fatalf("%s, its request held at the wire and its context cancelled with cause ErrLeaseLost, failed with an error matching %v (%v): its outcome is unknown, and the context's cause is the caller's reason to stop waiting, not the backend's answer", what, definiteAnswer(err), err)
-	case !errors.Is(err, context.Canceled):
+	case !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
+		// DeadlineExceeded: a backend's own per-request timeout (Redlock's
+		// node timeout) may end the wait first on a loaded machine.
 		hold.Release()
-		t.Fatalf("%s, its request held at the wire and its context cancelled, failed with %v, want an error matching context.Canceled", what, err)
+		t.Fatalf("%s, its request held at the wire and its context cancelled, failed with %v, want an error matching context.Canceled (or DeadlineExceeded)", what, err)
 	}
 	return hold, rule
 }

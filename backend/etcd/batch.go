@@ -121,7 +121,7 @@ func newBatcher(c *clientv3.Client, what string) *batcher {
 }
 
 func notApplied(ctx context.Context) error {
-	return fmt.Errorf("not sent: %w: %w", backend.ErrNotApplied, context.Cause(ctx))
+	return fmt.Errorf("not sent: %w", backend.NotSent(ctx))
 }
 
 // do runs r's Txn, alone or in a batch, and returns its answer as if it had

@@ -216,6 +216,33 @@ func sent(err error) error {
 	return errors.New(err.Error())
 }
 
+// nodeErrors gathers the node errors of one call to every node (Renew,
+// Release). The call may say ErrNotApplied only if no node was sent the
+// request: when a node's request never left its queue but another node
+// answered or was sent (it may have applied), the first error is passed
+// through sent.
+type nodeErrors struct {
+	first   error
+	anySent bool
+}
+
+func (e *nodeErrors) add(i int, err error) {
+	if err == nil || !errors.Is(err, backend.ErrNotApplied) {
+		e.anySent = true
+	}
+	if err != nil && e.first == nil {
+		e.first = fmt.Errorf("node %d: %w", i, err)
+	}
+}
+
+// err is the call's error from its node errors (nil if none failed).
+func (e *nodeErrors) err() error {
+	if e.first != nil && e.anySent {
+		return sent(e.first)
+	}
+	return e.first
+}
+
 // raise makes the granting quorum agree on token top (lease values and
 // counters) when their counters differed, and extends the copies that
 // answered "yours" (the acquire script leaves their expiry as it was). It
@@ -304,15 +331,13 @@ func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.
 	px := ceilMS(ttl + drift(ttl))
 	start := time.Now()
 	var ok, lost int
-	var firstEr error
+	var errs nodeErrors
 	keys, args := b.renewCall(key, owner, token, px)
 	for i, c := range b.onAll(ctx, b.nodeTimeout, renewLua, keys, args...) {
 		v, err := c.Int()
+		errs.add(i, err)
 		switch {
 		case err != nil:
-			if firstEr == nil {
-				firstEr = fmt.Errorf("node %d: %w", i, err)
-			}
 		case v == 1:
 			ok++
 		default:
@@ -323,10 +348,10 @@ func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.
 	if ok >= b.quorum && validity > 0 {
 		return backend.Grant{Token: token, TTL: ttl}, nil
 	}
-	if lost > len(b.nodes)-b.quorum || firstEr == nil {
+	if lost > len(b.nodes)-b.quorum || errs.first == nil {
 		return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: renewed on %d of %d nodes, quorum %d", backend.ErrLeaseLost, key, token, ok, len(b.nodes), b.quorum)
 	}
-	return backend.Grant{}, fmt.Errorf("redlock: renew %q token %d: renewed on %d of %d nodes, quorum %d: %w", key, token, ok, len(b.nodes), b.quorum, firstEr)
+	return backend.Grant{}, fmt.Errorf("redlock: renew %q token %d: renewed on %d of %d nodes, quorum %d: %w", key, token, ok, len(b.nodes), b.quorum, errs.err())
 }
 
 // Release implements backend.Leases: deletes the owner's lease on every
@@ -339,24 +364,20 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 		return err
 	}
 	var exact int
-	var firstEr error
+	var errs nodeErrors
 	keys, args := b.releaseCall(key, owner, token)
 	for i, c := range b.onAll(ctx, max(10*b.nodeTimeout, time.Second), releaseLua, keys, args...) {
 		v, err := c.Int()
-		switch {
-		case err != nil:
-			if firstEr == nil {
-				firstEr = fmt.Errorf("node %d: %w", i, err)
-			}
-		case v == 1:
+		errs.add(i, err)
+		if err == nil && v == 1 {
 			exact++
 		}
 	}
 	switch {
 	case exact >= b.quorum:
 		return nil
-	case firstEr != nil:
-		return fmt.Errorf("redlock: release %q token %d: released on %d of %d nodes: %w", key, token, exact, len(b.nodes), firstEr)
+	case errs.first != nil:
+		return fmt.Errorf("redlock: release %q token %d: released on %d of %d nodes: %w", key, token, exact, len(b.nodes), errs.err())
 	}
 	return fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
 }

@@ -80,7 +80,7 @@ func (b *Backend) waitAbandoned(ctx context.Context, n backend.Nonce, what strin
 		select {
 		case <-fin:
 		case <-ctx.Done():
-			return fmt.Errorf("zookeeper: %s: not sent, an earlier call of this owner whose caller gave up is still waiting for its reply: %w: %w", what, backend.ErrNotApplied, context.Cause(ctx))
+			return fmt.Errorf("zookeeper: %s: not sent, an earlier call of this owner whose caller gave up is still waiting for its reply: %w", what, backend.NotSent(ctx))
 		}
 	}
 }

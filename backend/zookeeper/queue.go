@@ -35,7 +35,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 		return backend.Grant{}, time.Time{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return backend.Grant{}, time.Time{}, fmt.Errorf("zookeeper: acquire key %q: %w (%w)", key, backend.ErrNotApplied, context.Cause(ctx))
+		return backend.Grant{}, time.Time{}, fmt.Errorf("zookeeper: acquire key %q: %w", key, backend.NotSent(ctx))
 	}
 	dir := b.lockDir(key)
 	g := b.grantTTL(ttl)
@@ -140,6 +140,9 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 				return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
 			}
 			if werr := sleepCtx(ctx, b.done, pause); werr != nil {
+				if b.check() != nil {
+					return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
+				}
 				return b.leave(ctx, key, owner, mine)
 			}
 			continue
@@ -175,9 +178,8 @@ func (b *Backend) closedIn(key string, owner backend.Owner, mine string) error {
 // withdrawal goes on in the background until it succeeds, the session ends
 // (which deletes the node) or the backend is closed.
 func (b *Backend) leave(ctx context.Context, key string, owner backend.Owner, mine string) (backend.Grant, time.Time, error) {
-	cause := context.Cause(ctx)
 	if b.withdraw(key, owner, mine) {
-		return backend.Grant{}, time.Time{}, fmt.Errorf("zookeeper: acquire key %q: left the queue: %w (%w)", key, backend.ErrNotApplied, cause)
+		return backend.Grant{}, time.Time{}, fmt.Errorf("zookeeper: acquire key %q: left the queue: %w", key, backend.NotSent(ctx))
 	}
 	go func() {
 		pause := 50 * time.Millisecond

@@ -179,7 +179,7 @@ func (p *Pipe) Queued() int {
 
 // NotSent is the error of a request that never left the queue.
 func NotSent(ctx context.Context) error {
-	return fmt.Errorf("not sent: %w: %w", backend.ErrNotApplied, context.Cause(ctx))
+	return fmt.Errorf("not sent: %w", backend.NotSent(ctx))
 }
 
 // notSentClosed is the error of a request Close kept from being sent, or

@@ -58,8 +58,9 @@ func classify(err error) string {
 	case err == nil:
 		return history.OK
 	case errors.Is(err, backend.ErrNotApplied):
-		// Never sent (it may wrap the cause, such as ErrLeaseLost of the
-		// lock's context): nothing was asked of the backend.
+		// Never sent (backend.NotSent: it quotes the context's cause, such
+		// as a lock's ErrLeaseLost, without matching it): nothing was asked
+		// of the backend.
 		return history.Refused
 	case errors.Is(err, backend.ErrLeaseHeld):
 		return history.Held
