@@ -34,6 +34,18 @@ func (p *browserPage) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// clickRow clicks the element sel finds, in one step of the page's own
+// thread: a table the dashboard redraws (every few seconds) can replace the
+// node between a CDP click's lookup and its click ("Could not find node with
+// given id", seen under load), so the lookup and the click are one script,
+// retried until the element is there.
+func (p *browserPage) clickRow(what, sel string) {
+	p.t.Helper()
+	waitFor(p.t, 60*time.Second, what, func() bool {
+		return p.is(`(() => { const el = document.querySelector('` + sel + `'); if (!el) return false; el.click(); return true })()`)
+	})
+}
+
 func (p *browserPage) is(expr string) bool {
 	v, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](expr))
 	return err == nil && v
@@ -135,7 +147,7 @@ func TestDashboardAsAnIncidentTool(t *testing.T) {
 	// A click on the failed run: its detail.
 	sel := `#runs tbody tr[data-at="` + in.failed.ScheduledAt + `"]`
 	waitFor(t, 60*time.Second, "the failed run listed", func() bool { return p.is(`document.querySelector('` + sel + `') !== null`) })
-	p.do("click the failed run", chromedp.Click(chromedp.CSS(sel)))
+	p.clickRow("click the failed run", sel)
 	waitFor(t, 60*time.Second, "the run's detail", func() bool {
 		return p.is(`!document.getElementById("detail").hidden && document.getElementById("detail").dataset.at === "` + in.failed.ScheduledAt + `"`)
 	})
@@ -208,8 +220,8 @@ func TestDashboardAsAnIncidentTool(t *testing.T) {
 	p.shot("#timeline", "dashboard-axis.png")
 
 	// An action: cancel does nothing; confirm pauses and says so.
-	pauseOK := chromedp.Click(chromedp.CSS(`#jobs tbody tr[data-job="report"] button.pause`))
-	p.do("pause report", pauseOK)
+	const pauseReport = `#jobs tbody tr[data-job="report"] button.pause`
+	p.clickRow("pause report", pauseReport)
 	waitFor(t, 60*time.Second, "the confirmation", func() bool { return p.is(`document.getElementById("confirm").open`) })
 	if txt := p.str(`document.getElementById("confirm-text").textContent`); txt != "Pause report?" {
 		t.Errorf("confirmation asks %q", txt)
@@ -222,7 +234,7 @@ func TestDashboardAsAnIncidentTool(t *testing.T) {
 	if n.mustGet("/api/v1/jobs/report", &job); job.Paused {
 		t.Fatal("cancel paused the job")
 	}
-	p.do("pause report again", pauseOK)
+	p.clickRow("pause report again", pauseReport)
 	waitFor(t, 60*time.Second, "the confirmation", func() bool { return p.is(`document.getElementById("confirm").open`) })
 	p.shot("#confirm", "dashboard-confirm.png")
 	p.do("confirm", chromedp.Click(chromedp.CSS("#confirm-ok")))
