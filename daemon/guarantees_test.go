@@ -12,8 +12,8 @@ import (
 	"github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/internal/doctor"
-	"github.com/leasehold/leasehold/internal/eventually"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // TestRunLogsGuaranteeWarnings: at start the daemon logs every warning

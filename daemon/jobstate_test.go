@@ -14,7 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/daemon/admin"
-	"github.com/leasehold/leasehold/internal/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // TestRevertShowsEverywhere: three daemons run a job every second; one is

@@ -14,7 +14,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
-	"github.com/leasehold/leasehold/internal/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/childproc"
-	"github.com/leasehold/leasehold/internal/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // bin is the leasehold binary under test, built by TestMain.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/daemon"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // rawHTTPServer answers every request on a loopback port with the raw

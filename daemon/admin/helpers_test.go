@@ -18,7 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/daemon"
-	"github.com/leasehold/leasehold/internal/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // node is a real daemon (daemon.Daemon, in process) serving its admin API

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // The test binary doubles as the supervisor (os.Executable is Start's
