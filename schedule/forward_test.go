@@ -1,16 +1,15 @@
 package schedule_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -31,24 +30,6 @@ func versionRecords(t *testing.T, l backend.Ledger, job string) []string {
 	return out
 }
 
-// lockedBuffer is a log sink safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestOlderSpecCannotTakeBack: a rolling deploy switched job from spec A
 // to spec B; an instance restarted with the old config (A) must not record
 // A again — it refuses, says so in its job status, and B keeps running.
@@ -60,7 +41,7 @@ func TestOlderSpecCannotTakeBack(t *testing.T) {
 			b := memory.New()
 			l := schedule.NamespaceLedger(b, "default")
 			fx := newEffects()
-			var logs lockedBuffer
+			var logs testkit.Buffer
 			mk := func(instance, spec string, rev int) *schedule.Scheduler {
 				s := newScheduler(t, b, instance, schedule.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 				if err := s.Register(schedule.Job{Name: "job", Schedule: spec, Revision: rev,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -33,7 +34,7 @@ func TestSweeperReclaimHonoursMaxConcurrent(t *testing.T) {
 			return err == nil && r.Expired
 		})
 		fx := newEffects()
-		logs := &lockedBuffer{}
+		logs := &testkit.Buffer{}
 		s := newScheduler(t, b, "survivor", schedule.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 		if err := s.Register(schedule.Job{Name: "job", Schedule: "@yearly", MaxConcurrent: 1,
 			Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {

@@ -14,11 +14,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/leasehold/leasehold/daemon"
+	"github.com/leasehold/leasehold/internal/testkit"
 )
 
 // openPTY opens a pseudo-terminal pair; the master's output is collected
 // into the returned buffer until the slave side is closed everywhere.
-func openPTY(t *testing.T) (slave *os.File, out *syncBuffer, eof <-chan struct{}) {
+func openPTY(t *testing.T) (slave *os.File, out *testkit.Buffer, eof <-chan struct{}) {
 	t.Helper()
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
@@ -35,7 +36,7 @@ func openPTY(t *testing.T) (slave *os.File, out *syncBuffer, eof <-chan struct{}
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = &syncBuffer{}
+	out = &testkit.Buffer{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -47,7 +48,7 @@ func openPTY(t *testing.T) (slave *os.File, out *syncBuffer, eof <-chan struct{}
 
 // startOnPTY starts leasehold with its standard output on a fresh
 // pseudo-terminal.
-func (e *env) startOnPTY(t *testing.T, args ...string) (*proc, *syncBuffer, <-chan struct{}) {
+func (e *env) startOnPTY(t *testing.T, args ...string) (*proc, *testkit.Buffer, <-chan struct{}) {
 	t.Helper()
 	slave, out, eof := openPTY(t)
 	p := &proc{cmd: e.command(args...), done: make(chan struct{})}

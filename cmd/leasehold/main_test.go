@@ -14,11 +14,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/childproc"
+	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
@@ -134,7 +134,7 @@ func (e *env) expect(code int, args ...string) result {
 // proc is a leasehold process running in the background.
 type proc struct {
 	cmd    *exec.Cmd
-	stderr syncBuffer
+	stderr testkit.Buffer
 	done   chan struct{}
 	err    error
 }
@@ -237,23 +237,4 @@ func alive(pid int) bool {
 	s := string(data)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
-}
-
-// syncBuffer is a bytes.Buffer that the process's output copier and the test
-// may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
