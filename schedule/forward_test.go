@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/internal/testkit"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -54,10 +55,10 @@ func TestOlderSpecCannotTakeBack(t *testing.T) {
 			bspec, _ := schedule.Parse("@every 150ms", "")
 			old := mk("old", "@every 100ms", 0)
 			start(t, old)
-			waitFor(t, 10*time.Second, "A runs", func() bool { return fx.count() >= 3 })
+			eventually.True(t, 10*time.Second, "A runs", func() bool { return fx.count() >= 3 })
 			newer := mk("new", "@every 150ms", 0)
 			start(t, newer)
-			waitFor(t, 20*time.Second, "B runs after the switch", func() bool {
+			eventually.True(t, 20*time.Second, "B runs after the switch", func() bool {
 				for _, k := range fx.instants() {
 					if k%100 != 0 && fx.get(time.UnixMilli(k))[0].Instance == "new" {
 						return true
@@ -79,7 +80,7 @@ func TestOlderSpecCannotTakeBack(t *testing.T) {
 			restarted := mk("old-again", "@every 100ms", 0)
 			restartedAt := time.Now()
 			start(t, restarted)
-			waitFor(t, 10*time.Second, "the restarted old instance reports the refusal", func() bool {
+			eventually.True(t, 10*time.Second, "the restarted old instance reports the refusal", func() bool {
 				js := restarted.JobStatuses(0)
 				return len(js) == 1 && js[0].VersionRefused
 			})
@@ -92,7 +93,7 @@ func TestOlderSpecCannotTakeBack(t *testing.T) {
 			}
 			// B keeps running well past the settle time (1 s) after the
 			// restart, and no instant of A alone runs after the switch.
-			waitFor(t, 20*time.Second, "B still runs 3 s after the old config restarted", func() bool {
+			eventually.True(t, 20*time.Second, "B still runs 3 s after the old config restarted", func() bool {
 				for _, k := range fx.instants() {
 					if time.UnixMilli(k).After(restartedAt.Add(3*time.Second)) && k%150 == 0 && fx.get(time.UnixMilli(k))[0].Instance == "new" {
 						return true
@@ -113,7 +114,7 @@ func TestOlderSpecCannotTakeBack(t *testing.T) {
 				Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 10*time.Second, "revision 1 of A is recorded as the current version", func() bool {
+			eventually.True(t, 10*time.Second, "revision 1 of A is recorded as the current version", func() bool {
 				js := restarted.JobStatuses(0)
 				return len(js) == 1 && !js[0].VersionRefused && js[0].CurrentVersion == js[0].Version && js[0].Version != a.Version()
 			})

@@ -178,12 +178,6 @@ func (p *proc) wait(t *testing.T, timeout time.Duration) int {
 	return 0
 }
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	eventually.True(t, timeout, what, cond)
-}
-
 // holderScript is a command for "leasehold lock" that writes
 // "$LEASEHOLD_TOKEN $$" atomically to the file $0 and then runs the rest of
 // the script. "exec" keeps $$ the pid of the command that runs last.
@@ -196,7 +190,7 @@ func holderScript(then string) string {
 func readReady(t *testing.T, p *proc, file string) (token uint64, pid int) {
 	t.Helper()
 	var data []byte
-	waitFor(t, 20*time.Second, "the command under the lock to start ("+file+")", func() bool {
+	eventually.True(t, 20*time.Second, "the command under the lock to start ("+file+")", func() bool {
 		select {
 		case <-p.done:
 			t.Fatalf("leasehold exited before its command started: %v; stderr: %s", p.err, p.stderr.String())

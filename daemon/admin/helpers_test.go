@@ -17,7 +17,6 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/daemon"
 	"github.com/leasehold/leasehold/internal/testkit"
-	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // node is a real daemon (daemon.Daemon, in process) serving its admin API
@@ -136,11 +135,6 @@ func (n *node) mustGet(path string, out any) {
 	if code, m := n.call("GET", path, out); code != http.StatusOK {
 		n.t.Fatalf("GET %s = %d %v", path, code, m)
 	}
-}
-
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	eventually.True(t, within, what, cond)
 }
 
 func inCI() bool { return os.Getenv("CI") == "true" }
