@@ -45,8 +45,8 @@
 //     the lab's server table are keyed by;
 //  4. the starter of a private server for it in the lab's table
 //     (internal/chaos/harness, servers.go; a new kind of server program
-//     also needs one in internal/testserver); TestOpenEveryBackend then
-//     opens it through every scheme of its row;
+//     also needs one in internal/testkit/testserver); TestOpenEveryBackend
+//     then opens it through every scheme of its row;
 //  5. its row in the README's table of backends and, if it keeps a ledger,
 //     its URL in the config reference's backend field
 //     (daemon/configdocs.go, then go run ./internal/configdoc).

@@ -1,7 +1,7 @@
 // Package bench compares leasehold's Redis and Redlock backends with
 // github.com/bsm/redislock and github.com/go-redsync/redsync/v4 on the same
-// redis-server processes, started by internal/testserver. It is a separate
-// module so that the peers stay out of the library's dependencies.
+// redis-server processes, started by internal/testkit/testserver. It is a
+// separate module so that the peers stay out of the library's dependencies.
 //
 //	cd bench && go test -run '^$' -bench . -benchtime 2s
 package bench
@@ -25,7 +25,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/backend/redlock"
 	"github.com/leasehold/leasehold/cmd/leasehold-lab/benchkit"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 const ttl = 10 * time.Second

@@ -15,7 +15,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/backend/redlock"
 	"github.com/leasehold/leasehold/cmd/leasehold-lab/benchkit"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // BenchmarkBurst is the seed's scenario (see BenchmarkSeedScenario) at

@@ -14,7 +14,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/mysql"
 	"github.com/leasehold/leasehold/backend/postgres"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // Occurrence-claim benchmarks: 5 scheduler instances (5 backends, each with

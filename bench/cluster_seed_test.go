@@ -11,7 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/cmd/leasehold-lab/benchkit"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // BenchmarkSeedCluster runs the seed's scenario (see BenchmarkSeedScenario)

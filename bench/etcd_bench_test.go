@@ -2,7 +2,7 @@ package bench
 
 // leasehold's etcd and ZooKeeper backends beside etcd's own
 // concurrency.NewMutex, on one etcd node and on a 3-member cluster started
-// by internal/testserver:
+// by internal/testkit/testserver:
 //
 //	cd bench && go test -run '^$' -bench 'Etcd|ZooKeeper' -benchtime 2s
 
@@ -25,7 +25,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/etcd"
 	"github.com/leasehold/leasehold/backend/zookeeper"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 var (

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -15,28 +14,12 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/testkit"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // startWithLog runs a daemon of yml over the SQLite file db until the test
 // ends and returns it once ready, with its log.
-func startWithLog(t *testing.T, dir, db, yml string) (*Daemon, *lockedBuffer) {
+func startWithLog(t *testing.T, dir, db, yml string) (*Daemon, *testkit.Buffer) {
 	t.Helper()
 	cfg, err := Parse(filepath.Join(dir, "leasehold.yaml"), []byte("backend: sqlite://"+db+"\n"+yml))
 	if err != nil {
@@ -46,7 +29,7 @@ func startWithLog(t *testing.T, dir, db, yml string) (*Daemon, *lockedBuffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	d, err := New(cfg, b, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		b.Close()

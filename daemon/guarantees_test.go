@@ -12,8 +12,9 @@ import (
 	"github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/internal/doctor"
-	"github.com/leasehold/leasehold/internal/eventually"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // TestRunLogsGuaranteeWarnings: at start the daemon logs every warning
@@ -26,7 +27,7 @@ func TestRunLogsGuaranteeWarnings(t *testing.T) {
 	}
 	b := memory.New()
 	defer b.Close()
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	d, err := New(cfg, b, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +71,7 @@ func TestRunLogsSQLiteIsLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	d, err := New(cfg, b, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +109,7 @@ func TestRunLogsGuaranteeChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	d, err := New(cfg, b, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,8 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/sqlite"
-	"github.com/leasehold/leasehold/internal/eventually"
+	"github.com/leasehold/leasehold/internal/testkit"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -122,7 +123,7 @@ jobs:
 		stops   []func()
 		daemons []*Daemon
 	)
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	for _, name := range []string{"web-1", "web-2"} {
 		d, stop := hookDaemon(t, dir, db, name, conf(name), logs)
 		stops, daemons = append(stops, stop), append(daemons, d)
@@ -247,7 +248,7 @@ jobs:
         url: %s/hook?token=%s
         headers: {Authorization: "Bearer %s"}
 `, url, urlToken, bearer)
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	d, stop := hookDaemon(t, dir, db, "web-1", yml, logs)
 	eventually.True(t, 60*time.Second, "3 hook calls answered 200", func() bool {
 		return len(bodies()) >= 3
@@ -329,7 +330,7 @@ jobs:
     schedule: "@every 1s"
     command: {argv: ["false"]}
 `
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	d, _ := hookDaemon(t, dir, db, "web-1", jobs, logs)
 	cfg, err := Parse(filepath.Join(dir, "web-1.yaml"), []byte(jobs+fmt.Sprintf(`
 on_failure:

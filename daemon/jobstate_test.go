@@ -14,7 +14,8 @@ import (
 
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/daemon/admin"
-	"github.com/leasehold/leasehold/internal/eventually"
+	"github.com/leasehold/leasehold/internal/testkit"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // TestRevertShowsEverywhere: three daemons run a job every second; one is
@@ -52,7 +53,7 @@ jobs:
 	}
 	type node struct {
 		d    *Daemon
-		logs *lockedBuffer
+		logs *testkit.Buffer
 	}
 	var nodes []node
 	for _, name := range []string{"web-1", "web-2", "web-3"} {
@@ -60,7 +61,7 @@ jobs:
 		if err != nil {
 			t.Fatal(err)
 		}
-		logs := &lockedBuffer{}
+		logs := &testkit.Buffer{}
 		d, err := New(conf(name, "@every 1s"), b, slog.New(slog.NewTextHandler(logs, nil)))
 		if err != nil {
 			t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
-	"github.com/leasehold/leasehold/internal/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -152,7 +152,7 @@ func TestCommandGoneBeforeReclaim(t *testing.T) {
 	}}
 	// a does not sweep: the retry is b's to run.
 	startSched(t, cutOff{mem, &cut}, "a", aJob, time.Hour)
-	waitUntil(t, 20*time.Second, "instance a started the command", func() bool { return readPid(t, pids) > 0 })
+	eventually.True(t, 20*time.Second, "instance a started the command", func() bool { return readPid(t, pids) > 0 })
 	// Instance b reclaims the occurrence once the backend expired a's
 	// lease, and looks whether a's command still runs.
 	bJob := aJob
@@ -166,14 +166,14 @@ func TestCommandGoneBeforeReclaim(t *testing.T) {
 		return nil
 	}
 	startSched(t, mem, "b", bJob, 20*time.Millisecond)
-	waitUntil(t, 20*time.Second, "instance b ran the retry", func() bool { mu.Lock(); defer mu.Unlock(); return retried })
+	eventually.True(t, 20*time.Second, "instance b ran the retry", func() bool { mu.Lock(); defer mu.Unlock(); return retried })
 	mu.Lock()
 	if overlapping {
 		mu.Unlock()
 		t.Fatalf("instance b's retry ran while a's command (pid %d) still ran: it outlived its lease", readPid(t, pids))
 	}
 	mu.Unlock()
-	waitUntil(t, 20*time.Second, "a's command job returned", func() bool { mu.Lock(); defer mu.Unlock(); return firstDone })
+	eventually.True(t, 20*time.Second, "a's command job returned", func() bool { mu.Lock(); defer mu.Unlock(); return firstDone })
 	mu.Lock()
 	defer mu.Unlock()
 	if firstErr == nil || !strings.Contains(firstErr.Error(), "lease") {
@@ -199,9 +199,4 @@ func startSched(t *testing.T, b backend.Backend, instance string, job schedule.J
 		_ = s.Shutdown(ctx)
 	})
 	return s
-}
-
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	eventually.True(t, within, what, cond)
 }

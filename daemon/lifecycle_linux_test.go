@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/testkit"
 )
 
 // deadPid returns the pid of a process that has exited (and was reaped).
@@ -89,7 +90,7 @@ func TestInstanceTakeover(t *testing.T) {
 		dead := self
 		dead.pid = deadPid(t)
 		old := holdAs(t, db, ownerName("d1", dead, true))
-		var log syncLog
+		var log testkit.Buffer
 		_, done := startWith(t, lifeYAML, db, &log)
 		running := "msg=\"leasehold daemon running\" instance=d1 namespace=life"
 		deadline := time.Now().Add(10 * time.Second) // well within the 15 s TTL the dead holder's lease has left
@@ -114,7 +115,7 @@ func TestInstanceTakeover(t *testing.T) {
 		other := self
 		other.host = "elsewhere"
 		holdAs(t, db, ownerName("d1", other, true))
-		var log syncLog
+		var log testkit.Buffer
 		d, done := startWith(t, lifeYAML, db, &log)
 		deadline := time.Now().Add(10 * time.Second)
 		for !strings.Contains(log.String(), "instance id already running") {

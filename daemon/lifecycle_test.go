@@ -1,18 +1,17 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/testkit"
 )
 
 const lifeYAML = `
@@ -83,17 +82,8 @@ func TestReloadRefusesFixedChangesAndChangesNothing(t *testing.T) {
 	}
 }
 
-// syncLog is a log that tests read while the daemon writes.
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
-func (l *syncLog) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
 // startWith runs a daemon of yml on the SQLite file db, logging into log.
-func startWith(t *testing.T, yml, db string, log *syncLog) (*Daemon, chan error) {
+func startWith(t *testing.T, yml, db string, log *testkit.Buffer) (*Daemon, chan error) {
 	t.Helper()
 	b, err := sqlite.Open(context.Background(), db)
 	if err != nil {
@@ -117,7 +107,7 @@ func startWith(t *testing.T, yml, db string, log *syncLog) (*Daemon, chan error)
 func TestReloadedJobSecretsAreMasked(t *testing.T) {
 	const secret = "reloaded-api-key-0123456789"
 	db := filepath.Join(t.TempDir(), "d.db")
-	var log syncLog
+	var log testkit.Buffer
 	d, _ := startWith(t, lifeYAML, db, &log)
 	<-d.Ready()
 	withHTTP := lifeYAML + `

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -73,7 +74,7 @@ func TestReplaceRemoveChurnNeverDoublesNorLosesAJob(t *testing.T) {
 		}
 	}
 	ended := time.Now()
-	waitFor(t, 10*time.Second, "a run of the job after the churn", func() bool {
+	eventually.True(t, 10*time.Second, "a run of the job after the churn", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return latest.After(ended)

@@ -9,7 +9,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend/redis"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -33,10 +34,10 @@ func TestClaimsResumeAfterLedgerLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, s)
-	waitFor(t, 20*time.Second, "3 runs before the data loss", func() bool { return runs.Load() >= 3 })
+	eventually.True(t, 20*time.Second, "3 runs before the data loss", func() bool { return runs.Load() >= 3 })
 	if err := c.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	after := runs.Load()
-	waitFor(t, 20*time.Second, "3 runs after the ledger was lost", func() bool { return runs.Load() >= after+3 })
+	eventually.True(t, 20*time.Second, "3 runs after the ledger was lost", func() bool { return runs.Load() >= after+3 })
 }

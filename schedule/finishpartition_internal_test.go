@@ -13,7 +13,7 @@ import (
 	"github.com/leasehold/leasehold/backend/mysql"
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/internal/chaos"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // TestFinishAppliedRealBackends: Finish applied, reply lost, retry

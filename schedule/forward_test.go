@@ -1,16 +1,16 @@
 package schedule_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -31,24 +31,6 @@ func versionRecords(t *testing.T, l backend.Ledger, job string) []string {
 	return out
 }
 
-// lockedBuffer is a log sink safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestOlderSpecCannotTakeBack: a rolling deploy switched job from spec A
 // to spec B; an instance restarted with the old config (A) must not record
 // A again — it refuses, says so in its job status, and B keeps running.
@@ -60,7 +42,7 @@ func TestOlderSpecCannotTakeBack(t *testing.T) {
 			b := memory.New()
 			l := schedule.NamespaceLedger(b, "default")
 			fx := newEffects()
-			var logs lockedBuffer
+			var logs testkit.Buffer
 			mk := func(instance, spec string, rev int) *schedule.Scheduler {
 				s := newScheduler(t, b, instance, schedule.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 				if err := s.Register(schedule.Job{Name: "job", Schedule: spec, Revision: rev,
@@ -73,10 +55,10 @@ func TestOlderSpecCannotTakeBack(t *testing.T) {
 			bspec, _ := schedule.Parse("@every 150ms", "")
 			old := mk("old", "@every 100ms", 0)
 			start(t, old)
-			waitFor(t, 10*time.Second, "A runs", func() bool { return fx.count() >= 3 })
+			eventually.True(t, 10*time.Second, "A runs", func() bool { return fx.count() >= 3 })
 			newer := mk("new", "@every 150ms", 0)
 			start(t, newer)
-			waitFor(t, 20*time.Second, "B runs after the switch", func() bool {
+			eventually.True(t, 20*time.Second, "B runs after the switch", func() bool {
 				for _, k := range fx.instants() {
 					if k%100 != 0 && fx.get(time.UnixMilli(k))[0].Instance == "new" {
 						return true
@@ -98,7 +80,7 @@ func TestOlderSpecCannotTakeBack(t *testing.T) {
 			restarted := mk("old-again", "@every 100ms", 0)
 			restartedAt := time.Now()
 			start(t, restarted)
-			waitFor(t, 10*time.Second, "the restarted old instance reports the refusal", func() bool {
+			eventually.True(t, 10*time.Second, "the restarted old instance reports the refusal", func() bool {
 				js := restarted.JobStatuses(0)
 				return len(js) == 1 && js[0].VersionRefused
 			})
@@ -111,7 +93,7 @@ func TestOlderSpecCannotTakeBack(t *testing.T) {
 			}
 			// B keeps running well past the settle time (1 s) after the
 			// restart, and no instant of A alone runs after the switch.
-			waitFor(t, 20*time.Second, "B still runs 3 s after the old config restarted", func() bool {
+			eventually.True(t, 20*time.Second, "B still runs 3 s after the old config restarted", func() bool {
 				for _, k := range fx.instants() {
 					if time.UnixMilli(k).After(restartedAt.Add(3*time.Second)) && k%150 == 0 && fx.get(time.UnixMilli(k))[0].Instance == "new" {
 						return true
@@ -132,7 +114,7 @@ func TestOlderSpecCannotTakeBack(t *testing.T) {
 				Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 10*time.Second, "revision 1 of A is recorded as the current version", func() bool {
+			eventually.True(t, 10*time.Second, "revision 1 of A is recorded as the current version", func() bool {
 				js := restarted.JobStatuses(0)
 				return len(js) == 1 && !js[0].VersionRefused && js[0].CurrentVersion == js[0].Version && js[0].Version != a.Version()
 			})

@@ -12,17 +12,8 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
-
-// waitUntil polls cond until it holds, failing the test after within.
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(within); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", within, what)
-		}
-	}
-}
 
 // The sweeper lists every job's running records at once, a page at a
 // time: expired runs of many jobs at one instant (every daily job at
@@ -63,7 +54,7 @@ func TestSweepRecoversExpiredRunsPastPagesOfOneInstant(t *testing.T) {
 		claim(o.job, o.at)
 	}
 	claim("not-registered", shared)
-	waitUntil(t, 10*time.Second, "every lease above has expired (150 ms)", func() bool {
+	eventually.True(t, 10*time.Second, "every lease above has expired (150 ms)", func() bool {
 		for _, o := range append(dead, occ{"not-registered", shared}) {
 			if r, err := b.GetRun(ctx, o.job, o.at); err != nil || !r.Expired {
 				return false
@@ -91,7 +82,7 @@ func TestSweepRecoversExpiredRunsPastPagesOfOneInstant(t *testing.T) {
 		defer cancel()
 		_ = s.Shutdown(sctx)
 	})
-	waitUntil(t, 10*time.Second, "every expired run of a registered job is abandoned", func() bool {
+	eventually.True(t, 10*time.Second, "every expired run of a registered job is abandoned", func() bool {
 		for _, o := range dead {
 			if r, err := b.GetRun(ctx, o.job, o.at); err != nil || r.State != backend.Abandoned {
 				return false
@@ -140,7 +131,7 @@ func TestIdleJobsHoldNoGoroutineEach(t *testing.T) {
 		t.Fatalf("started up with %d jobs in the timer heap, want %d", waiting, jobs)
 	}
 	// Start-up goroutines end right after they add their entry.
-	waitUntil(t, 10*time.Second, "the start-up goroutines have ended", func() bool {
+	eventually.True(t, 10*time.Second, "the start-up goroutines have ended", func() bool {
 		return runtime.NumGoroutine()-before < 20
 	})
 	s.timers.mu.Lock()

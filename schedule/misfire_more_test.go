@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -57,14 +58,14 @@ func TestPauseShorterThanGraceLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, s)
-	waitFor(t, 5*time.Second, "runs before the pause", func() bool { return len(log.all()) >= 3 })
+	eventually.True(t, 5*time.Second, "runs before the pause", func() bool { return len(log.all()) >= 3 })
 	untilPhase(period, 50*time.Millisecond)
 	stalledAt := time.Now()
 	clock.Stall()
 	time.Sleep(700 * time.Millisecond) // < grace
 	resumed := time.Now()
 	clock.Resume()
-	waitFor(t, 5*time.Second, "runs after the resume", func() bool {
+	eventually.True(t, 5*time.Second, "runs after the resume", func() bool {
 		for _, r := range log.all() {
 			if r.at.After(resumed.Add(period)) {
 				return true
@@ -123,7 +124,7 @@ func runAllCatchUpKeepsOrderAcrossLoop(t *testing.T) {
 	untilPhase(period, 500*time.Millisecond)
 	resumed := time.Now()
 	clock.Resume()
-	waitFor(t, 10*period, "two instants due after the resume ran", func() bool { return log.dueAfter(resumed) >= 2 })
+	eventually.True(t, 10*period, "two instants due after the resume ran", func() bool { return log.dueAfter(resumed) >= 2 })
 	var after []started
 	for _, r := range log.all() {
 		if !r.from.Before(resumed) { // virtual time: the first may start at resumed
@@ -170,7 +171,7 @@ func jitterBeyondMisfireWindowStillRuns(t *testing.T) {
 		t.Fatalf("Register: %v (a validation error would also be a fix)", err)
 	}
 	start(t, s)
-	waitFor(t, 20*time.Second, "ten occurrences run or refused", func() bool { return ran.Load()+tooLate.Load() >= 10 })
+	eventually.True(t, 20*time.Second, "ten occurrences run or refused", func() bool { return ran.Load()+tooLate.Load() >= 10 })
 	if n := tooLate.Load(); n > 0 {
 		t.Errorf("%d jittered occurrences refused by the ledger as too late (%d ran): jitter is counted as lateness by MaxLate", n, ran.Load())
 	}
@@ -206,7 +207,7 @@ func TestTriggerHeldToMaxConcurrentAtOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitFor(t, 5*time.Second, "triggered runs", func() bool { return ran.Load() >= 1 && conc.cur.Load() == 0 })
+	eventually.True(t, 5*time.Second, "triggered runs", func() bool { return ran.Load() >= 1 && conc.cur.Load() == 0 })
 	if p := conc.peak.Load(); p > 1 {
 		t.Errorf("%d triggered runs of a MaxConcurrent 1 job ran at once", p)
 	}
@@ -264,7 +265,7 @@ func startupCatchUpAndLoopMisfireShareTheBound(t *testing.T) {
 	if err := s1.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "first instance runs", func() bool { return len(log1.all()) >= 1 })
+	eventually.True(t, 5*time.Second, "first instance runs", func() bool { return len(log1.all()) >= 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = s1.Shutdown(ctx)
 	cancel()
@@ -278,7 +279,7 @@ func startupCatchUpAndLoopMisfireShareTheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, s2)
-	waitFor(t, 20*time.Second, "two instants due after the slow read returned ran", func() bool { return log2.dueAfter(up.Add(3*time.Second)) >= 2 })
+	eventually.True(t, 20*time.Second, "two instants due after the slow read returned ran", func() bool { return log2.dueAfter(up.Add(3*time.Second)) >= 2 })
 	// A catch-up run still going now is logged when it finishes: give any
 	// such run (each takes 300 ms) virtual time to end before counting.
 	time.Sleep(time.Second)
@@ -349,7 +350,7 @@ func TestEveryInstanceLateWakeUpIsReported(t *testing.T) {
 	}
 	start(t, s)
 	stalledAt, resumed := stallAcross(clock, period, 2)
-	waitFor(t, 5*time.Second, "EventMisfire for the late wake-up", func() bool { return misfires.Load() > 0 })
+	eventually.True(t, 5*time.Second, "EventMisfire for the late wake-up", func() bool { return misfires.Load() > 0 })
 	if ran := len(log.dueBetween(stalledAt, resumed)); ran != 0 { // every-instance jobs have no catch-up: late instants are skipped whatever the policy
 		t.Errorf("%d of the instants missed by an every-instance job during a %v pause ran", ran, resumed.Sub(stalledAt).Round(time.Millisecond))
 	}

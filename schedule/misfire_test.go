@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -204,7 +205,7 @@ func pauseAppliesMisfirePolicy(t *testing.T, policy schedule.Misfire, wantLate i
 	start(t, s)
 	stalledAt, resumed := stallAcross(clock, period, 3)
 	// Two more instants on time after the resume.
-	waitFor(t, 5*time.Second, "two on-time runs after the resume", func() bool { return log.dueAfter(resumed) >= 2 })
+	eventually.True(t, 5*time.Second, "two on-time runs after the resume", func() bool { return log.dueAfter(resumed) >= 2 })
 	var late []started
 	for _, r := range log.all() {
 		if r.at.After(stalledAt) && r.at.Before(resumed) {
@@ -254,10 +255,10 @@ func clockStepForwardSkipsMisfires(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, s)
-	waitFor(t, 5*time.Second, "runs before the step", func() bool { return len(log.all()) >= 3 })
+	eventually.True(t, 5*time.Second, "runs before the step", func() bool { return len(log.all()) >= 3 })
 	before := time.Now()
 	clock.Step(step)
-	waitFor(t, 10*time.Second, "runs after the step", func() bool {
+	eventually.True(t, 10*time.Second, "runs after the step", func() bool {
 		n := 0
 		for _, r := range log.all() {
 			if r.at.After(before.Add(step)) {
@@ -346,8 +347,8 @@ func ledgerRefusesClaimOlderThanMisfireWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, s)
-	waitFor(t, 10*time.Second, "the held-back claim refused as a misfire", func() bool { return misfires.Load() == 1 })
-	waitFor(t, 5*time.Second, "later occurrences run", func() bool { return len(log.all()) >= 2 })
+	eventually.True(t, 10*time.Second, "the held-back claim refused as a misfire", func() bool { return misfires.Load() == 1 })
+	eventually.True(t, 5*time.Second, "later occurrences run", func() bool { return len(log.all()) >= 2 })
 	for _, r := range log.all() {
 		if r.late > time.Second {
 			t.Errorf("occurrence %v ran %v late, past its misfire window", r.at, r.late)
@@ -404,7 +405,7 @@ func clockBehindSkipsByTheLedgersClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, s)
-	waitFor(t, 5*time.Second, "runs before the step", func() bool { return len(log.all()) >= 3 })
+	eventually.True(t, 5*time.Second, "runs before the step", func() bool { return len(log.all()) >= 3 })
 	clock.Step(-behind)
 	stepped := time.Now()
 	judged := func() int { // instants that came due by the behind clock, refused or run
@@ -418,10 +419,10 @@ func clockBehindSkipsByTheLedgersClock(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, 10*time.Second, "five instants due by the behind clock judged (refused or run)", func() bool { return judged() >= 5 })
+	eventually.True(t, 10*time.Second, "five instants due by the behind clock judged (refused or run)", func() bool { return judged() >= 5 })
 	clock.Step(behind)
 	righted := time.Now()
-	waitFor(t, 5*time.Second, "runs after the clock is right again", func() bool {
+	eventually.True(t, 5*time.Second, "runs after the clock is right again", func() bool {
 		for _, r := range log.all() {
 			if r.from.After(righted) {
 				return true

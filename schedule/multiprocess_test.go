@@ -22,6 +22,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -167,7 +168,7 @@ func TestThreeProcessesEachOccurrenceOnce(t *testing.T) {
 		ws = append(ws, startWorker(t, env...))
 	}
 	logPath := filepath.Join(dir, "log")
-	waitFor(t, 3*time.Minute, fmt.Sprint(n, " occurrences"), func() bool { return len(readLog(t, logPath)) >= n+20 })
+	eventually.True(t, 3*time.Minute, fmt.Sprint(n, " occurrences"), func() bool { return len(readLog(t, logPath)) >= n+20 })
 	for _, w := range ws {
 		_ = w.Process.Signal(syscall.SIGTERM)
 	}
@@ -209,7 +210,7 @@ func TestKilledRunner(t *testing.T) {
 			env := []string{"LEASEHOLD_DB=" + db, "LEASEHOLD_LOG=" + logPath, "LEASEHOLD_SPEC=@every 2s", "LEASEHOLD_CRASH=" + policy}
 			victim := startWorker(t, append(env, "LEASEHOLD_BLOCK=1")...)
 			var first line
-			waitFor(t, 10*time.Second, "the victim runs an occurrence", func() bool {
+			eventually.True(t, 10*time.Second, "the victim runs an occurrence", func() bool {
 				ls := readLog(t, logPath)
 				if len(ls) > 0 {
 					first = ls[0]
@@ -227,7 +228,7 @@ func TestKilledRunner(t *testing.T) {
 			}
 			defer b.Close()
 			at := time.UnixMilli(first.at)
-			waitFor(t, 20*time.Second, "the dead runner's occurrence is settled", func() bool {
+			eventually.True(t, 20*time.Second, "the dead runner's occurrence is settled", func() bool {
 				r, err := b.GetRun(context.Background(), "job", at)
 				return err == nil && r.State.Finished()
 			})

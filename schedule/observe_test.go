@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -65,7 +66,7 @@ func TestObserverClaimsAndRuns(t *testing.T) {
 	for _, s := range scheds {
 		start(t, s)
 	}
-	waitFor(t, time.Minute, "50 runs of tick", func() bool { return fx.count() >= 50 })
+	eventually.True(t, time.Minute, "50 runs of tick", func() bool { return fx.count() >= 50 })
 	for _, s := range scheds {
 		if err := s.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
@@ -112,7 +113,7 @@ func TestObserverCatchUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, s)
-	waitFor(t, 10*time.Second, "3 catch-up runs", func() bool { return fx.count() >= 3 })
+	eventually.True(t, 10*time.Second, "3 catch-up runs", func() bool { return fx.count() >= 3 })
 	if err := s.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -142,12 +143,12 @@ func TestObserverPrune(t *testing.T) {
 		}
 	}
 	finished := time.Now()
-	waitFor(t, 5*time.Second, "the old runs are past the retention", func() bool { return time.Since(finished) > 2*retention })
+	eventually.True(t, 5*time.Second, "the old runs are past the retention", func() bool { return time.Since(finished) > 2*retention })
 
 	var lg scheduleLog
 	s := newScheduler(t, b, "pruner", schedule.WithObserver(&lg), schedule.WithRetention(retention))
 	start(t, s)
-	waitFor(t, 10*time.Second, "a prune pass", func() bool {
+	eventually.True(t, 10*time.Second, "a prune pass", func() bool {
 		return lg.count(func(ev schedule.Event) bool { return ev.Kind == schedule.EventPrune }) > 0
 	})
 	if n := lg.count(func(ev schedule.Event) bool { return ev.Kind == schedule.EventPrune && ev.Count == 3 && ev.Err == nil }); n != 1 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -29,7 +30,7 @@ func TestPauseIsClusterWide(t *testing.T) {
 		scheds = append(scheds, s)
 	}
 	ctx := context.Background()
-	waitFor(t, 10*time.Second, "a first run", func() bool { return fx.count() > 0 })
+	eventually.True(t, 10*time.Second, "a first run", func() bool { return fx.count() > 0 })
 
 	if err := scheds[0].Pause(ctx, "tick"); err != nil {
 		t.Fatal(err)
@@ -43,7 +44,7 @@ func TestPauseIsClusterWide(t *testing.T) {
 	// Claims that were under way at the pause may still land within one
 	// interval; after that, none for ten more intervals.
 	quiet := pausedAt.Add(100 * time.Millisecond)
-	waitFor(t, 10*time.Second, "ten intervals after the pause", func() bool { return time.Since(quiet) > 500*time.Millisecond })
+	eventually.True(t, 10*time.Second, "ten intervals after the pause", func() bool { return time.Since(quiet) > 500*time.Millisecond })
 	for _, k := range fx.instants() {
 		if at := time.UnixMilli(k); at.After(quiet) {
 			t.Fatalf("occurrence %s ran after the pause at %s (by %v)", at.Format(time.RFC3339Nano), pausedAt.Format(time.RFC3339Nano), fx.get(at))
@@ -54,7 +55,7 @@ func TestPauseIsClusterWide(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed := time.Now()
-	waitFor(t, 10*time.Second, "a run after Resume", func() bool {
+	eventually.True(t, 10*time.Second, "a run after Resume", func() bool {
 		ks := fx.instants()
 		return len(ks) > 0 && time.UnixMilli(ks[len(ks)-1]).After(resumed)
 	})
@@ -88,7 +89,7 @@ func TestResignLeadership(t *testing.T) {
 		}
 		return nil
 	}
-	waitFor(t, 10*time.Second, "a leader", func() bool { return leader() != nil })
+	eventually.True(t, 10*time.Second, "a leader", func() bool { return leader() != nil })
 	first := leader()
 	_, _, tok1 := first.Leadership()
 	for _, s := range scheds {
@@ -101,7 +102,7 @@ func TestResignLeadership(t *testing.T) {
 	if ok, err := first.ResignLeadership(context.Background()); !ok || err != nil {
 		t.Fatalf("ResignLeadership = %v, %v", ok, err)
 	}
-	waitFor(t, 10*time.Second, "the other instance leading", func() bool { l := leader(); return l != nil && l != first })
+	eventually.True(t, 10*time.Second, "the other instance leading", func() bool { l := leader(); return l != nil && l != first })
 	_, _, tok2 := leader().Leadership()
 	if tok2 <= tok1 {
 		t.Fatalf("new leader's token %v is not greater than %v", tok2, tok1)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/testkit"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -28,19 +30,19 @@ func TestSweeperReclaimHonoursMaxConcurrent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the dead runner's lease expires", func() bool {
+		eventually.True(t, 10*time.Second, "the dead runner's lease expires", func() bool {
 			r, err := l.GetRun(ctx, "job", dead)
 			return err == nil && r.Expired
 		})
 		fx := newEffects()
-		logs := &lockedBuffer{}
+		logs := &testkit.Buffer{}
 		s := newScheduler(t, b, "survivor", schedule.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 		if err := s.Register(schedule.Job{Name: "job", Schedule: "@yearly", MaxConcurrent: 1,
 			Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
 			t.Fatal(err)
 		}
 		start(t, s)
-		waitFor(t, 10*time.Second, "a sweep refuses the reclaim at the limit (or takes it over)", func() bool {
+		eventually.True(t, 10*time.Second, "a sweep refuses the reclaim at the limit (or takes it over)", func() bool {
 			r, err := l.GetRun(ctx, "job", dead)
 			return strings.Contains(logs.String(), "not reclaimed yet") || (err == nil && r.Attempt != 1)
 		})
@@ -51,7 +53,7 @@ func TestSweeperReclaimHonoursMaxConcurrent(t *testing.T) {
 		if err := l.Finish(ctx, backend.FinishRequest{Job: "job", ScheduledAt: live, Owner: other, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded}}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the dead runner's occurrence is reclaimed and run", func() bool {
+		eventually.True(t, 10*time.Second, "the dead runner's occurrence is reclaimed and run", func() bool {
 			r, err := l.GetRun(ctx, "job", dead)
 			return err == nil && r.State == backend.Succeeded
 		})

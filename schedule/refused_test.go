@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -48,10 +49,10 @@ func refusedVersionRunsNothing(t *testing.T) {
 	oldSpec, _ := schedule.Parse("@every 1h", "")
 	newSpec, _ := schedule.Parse("@every 2h", "")
 	old := mk("old", "@every 1h")
-	waitFor(t, 5*time.Second, "old version recorded", func() bool { return len(versionRecords(t, l, "job")) == 1 })
+	eventually.True(t, 5*time.Second, "old version recorded", func() bool { return len(versionRecords(t, l, "job")) == 1 })
 	newer := mk("new", "@every 2h")
-	waitFor(t, 5*time.Second, "new version recorded", func() bool { return len(versionRecords(t, l, "job")) == 2 })
-	waitFor(t, 10*time.Second, "past the settle time (1 s) of the new version's record", func() bool {
+	eventually.True(t, 5*time.Second, "new version recorded", func() bool { return len(versionRecords(t, l, "job")) == 2 })
+	eventually.True(t, 10*time.Second, "past the settle time (1 s) of the new version's record", func() bool {
 		recs, err := l.ListRuns(context.Background(), backend.RunFilter{Job: "job!version"})
 		if err != nil {
 			t.Fatal(err)
@@ -66,14 +67,14 @@ func refusedVersionRunsNothing(t *testing.T) {
 	_ = old.Shutdown(context.Background())
 	_ = newer.Shutdown(context.Background())
 	restarted := mk("old-again", "@every 1h")
-	waitFor(t, 10*time.Second, "the restarted old instance reports the refusal", func() bool {
+	eventually.True(t, 10*time.Second, "the restarted old instance reports the refusal", func() bool {
 		js := restarted.JobStatuses(0)
 		return len(js) == 1 && js[0].VersionRefused
 	})
 
 	// 1. A trigger on the refused instance.
 	if r, err := restarted.TriggerRun(context.Background(), "job", "k1"); err == nil {
-		waitFor(t, 5*time.Second, "triggered run ran", func() bool { return len(fx.get(r.ScheduledAt)) > 0 })
+		eventually.True(t, 5*time.Second, "triggered run ran", func() bool { return len(fx.get(r.ScheduledAt)) > 0 })
 		t.Errorf("the refused instance (old spec %s, current %s) ran a triggered run of the job with its old function: %+v",
 			oldSpec.Version(), newSpec.Version(), fx.get(r.ScheduledAt)[0])
 	}
@@ -129,10 +130,10 @@ func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 			return len(js) == 1 && js[0].VersionRefused
 		}
 		first := mk("first", "@every 1h")
-		waitFor(t, 5*time.Second, "the first version recorded", func() bool { return len(versionRecords(t, l, "job")) == 1 })
+		eventually.True(t, 5*time.Second, "the first version recorded", func() bool { return len(versionRecords(t, l, "job")) == 1 })
 		second := mk("second", "@every 2h")
 		defer second.Shutdown(context.Background())
-		waitFor(t, 5*time.Second, "the second version recorded", func() bool { return len(versionRecords(t, l, "job")) == 2 })
+		eventually.True(t, 5*time.Second, "the second version recorded", func() bool { return len(versionRecords(t, l, "job")) == 2 })
 		_ = first.Shutdown(context.Background())
 		if r := read(); len(r) != 0 {
 			t.Fatalf("refusals before any: %+v", r)
@@ -143,7 +144,7 @@ func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 			return len(r) == 1 && r[0].Instance == "eu/reverted" && r[0].Version == oldSpec.Version()
 		}
 		reverted := mk("eu/reverted", "@every 1h") // an instance name may hold "/"
-		waitFor(t, 10*time.Second, "the revert refused and stated", func() bool { return refused(reverted) && stated() })
+		eventually.True(t, 10*time.Second, "the revert refused and stated", func() bool { return refused(reverted) && stated() })
 		time.Sleep(5 * time.Hour)
 		synctest.Wait()
 		if !stated() {
@@ -157,22 +158,22 @@ func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 		if err := reverted.Replace(job("@every 2h")); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the refusal withdrawn by the reload", func() bool { return len(read()) == 0 })
+		eventually.True(t, 10*time.Second, "the refusal withdrawn by the reload", func() bool { return len(read()) == 0 })
 		// Refused again by a reload; withdrawn by a removal of the job.
 		if err := reverted.Replace(job("@every 1h")); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "refused again", func() bool { return refused(reverted) && stated() })
+		eventually.True(t, 10*time.Second, "refused again", func() bool { return refused(reverted) && stated() })
 		if err := reverted.Remove("job"); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the refusal withdrawn by the removal", func() bool { return len(read()) == 0 })
+		eventually.True(t, 10*time.Second, "the refusal withdrawn by the removal", func() bool { return len(read()) == 0 })
 		// Refused once more; withdrawn by the shutdown; a restart with the
 		// current config states nothing.
 		if err := reverted.Register(job("@every 1h")); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "refused once more", func() bool { return refused(reverted) && stated() })
+		eventually.True(t, 10*time.Second, "refused once more", func() bool { return refused(reverted) && stated() })
 		_ = reverted.Shutdown(context.Background())
 		if r := read(); len(r) != 0 {
 			t.Fatalf("refusals after the refusing instance shut down: %+v", r)
@@ -195,7 +196,7 @@ func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 			r := read()
 			return len(r) == 1 && r[0].Instance == "eu/dying" && r[0].Version == oldSpec.Version()
 		}
-		waitFor(t, 10*time.Second, "the dying instance refusing and stated", func() bool { return refused(dead) && statedByDying() })
+		eventually.True(t, 10*time.Second, "the dying instance refusing and stated", func() bool { return refused(dead) && statedByDying() })
 		time.Sleep(5 * time.Minute) // kept by its renewals
 		synctest.Wait()
 		if !statedByDying() {

@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // attemptLog is what a job itself wrote about its attempts: the ledger is
@@ -162,7 +163,15 @@ func TestRetryRunByAnotherInstance(t *testing.T) {
 			at := backend.Instant(time.Now())
 			done := make(chan struct{})
 			go func() { defer close(done); a.occur(a.loopCtx, a.jobs["handover"], at) }()
-			waitCond(t, 10*time.Second, "attempt 1 returned", func() bool {
+			// Wait for occur itself to return (it hands the failed attempt
+			// to a hold goroutine the scheduler tracks), not only for the
+			// job: a Shutdown while occur still runs races its s.runs.Add.
+			eventually.True(t, 10*time.Second, "attempt 1 returned and a's occur handed it to the retry hold", func() bool {
+				select {
+				case <-done:
+				default:
+					return false
+				}
 				seen, _ := l.snapshot()
 				return len(seen) == 1 && !seen[0].end.IsZero()
 			})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -25,7 +26,7 @@ func TestRetryIsNoCrash(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memory.New()
 		defer b.Close()
-		var logs lockedBuffer
+		var logs testkit.Buffer
 		var mu sync.Mutex
 		kinds := map[schedule.EventKind]int{}
 		s, err := schedule.New(b, schedule.WithInstance("web-3"),

@@ -11,7 +11,7 @@ import (
 	"github.com/leasehold/leasehold/backend/etcd"
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/backend/redis"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // TestRetryOnServerBackends: a retry waits for the failed attempt's lease

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // perInstant records, per occurrence, the attempts the job itself saw.
@@ -318,7 +319,7 @@ func TestRefusedTriggerKeepsKeyOnSlowClaim(t *testing.T) {
 		t.Fatalf("trigger at the limit: %v, want ErrOverlap", err)
 	}
 	once.Do(func() { close(release) })
-	waitUntil(t, 10*time.Second, "the first run finished", func() bool {
+	eventually.True(t, 10*time.Second, "the first run finished", func() bool {
 		r, err := m.GetRun(context.Background(), LedgerJob(s.cfg.namespace, "j"), first.ScheduledAt)
 		return err == nil && r.State == backend.Succeeded
 	})

@@ -14,7 +14,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
-	"github.com/leasehold/leasehold/internal/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -55,11 +55,6 @@ func (f *effects) instants() []int64 {
 	}
 	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
 	return ks
-}
-
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	eventually.True(t, within, what, cond)
 }
 
 func newScheduler(t *testing.T, b backend.Backend, name string, opts ...schedule.Option) *schedule.Scheduler {
@@ -153,7 +148,7 @@ func eachOccurrenceOnceAcrossInstances(t *testing.T) {
 	for _, s := range scheds {
 		start(t, s)
 	}
-	waitFor(t, 2*time.Minute, fmt.Sprintf("%d occurrences", n), func() bool { return fx.count() >= n+20 })
+	eventually.True(t, 2*time.Minute, fmt.Sprintf("%d occurrences", n), func() bool { return fx.count() >= n+20 })
 	for _, s := range scheds {
 		if err := s.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
@@ -210,7 +205,7 @@ func TestCrashPolicies(t *testing.T) {
 				t.Fatal(err)
 			}
 			start(t, s)
-			waitFor(t, 10*time.Second, "the occurrence left by the dead runner is settled", func() bool {
+			eventually.True(t, 10*time.Second, "the occurrence left by the dead runner is settled", func() bool {
 				r, err := b.GetRun(context.Background(), "job", at)
 				return err == nil && r.State.Finished()
 			})
@@ -260,7 +255,7 @@ func TestMisfirePolicies(t *testing.T) {
 			_ = g
 			start(t, s)
 			if c.want > 0 {
-				waitFor(t, 10*time.Second, fmt.Sprintf("%d catch-up runs", c.want), func() bool { return fx.count() >= c.want })
+				eventually.True(t, 10*time.Second, fmt.Sprintf("%d catch-up runs", c.want), func() bool { return fx.count() >= c.want })
 			}
 			if err := s.Shutdown(context.Background()); err != nil {
 				t.Fatal(err)
@@ -291,11 +286,11 @@ func TestRollingSpecChangeNeverRunsBothVersions(t *testing.T) {
 	}
 	old := mk("old", "@every 100ms")
 	start(t, old)
-	waitFor(t, 10*time.Second, "old version runs", func() bool { return fx.count() >= 5 })
+	eventually.True(t, 10*time.Second, "old version runs", func() bool { return fx.count() >= 5 })
 	newer := mk("new", "@every 150ms")
 	switchFrom := time.Now()
 	start(t, newer)
-	waitFor(t, 20*time.Second, "new version runs after the switch", func() bool {
+	eventually.True(t, 20*time.Second, "new version runs after the switch", func() bool {
 		for _, k := range fx.instants() {
 			if k%150 == 0 && k%100 != 0 && fx.get(time.UnixMilli(k))[0].Instance == "new" {
 				return true
@@ -303,7 +298,7 @@ func TestRollingSpecChangeNeverRunsBothVersions(t *testing.T) {
 		}
 		return false
 	})
-	waitFor(t, 5*time.Second, "a few more", func() bool { return fx.count() >= 40 })
+	eventually.True(t, 5*time.Second, "a few more", func() bool { return fx.count() >= 40 })
 	_ = old.Shutdown(context.Background())
 	_ = newer.Shutdown(context.Background())
 	// Find the switch: the first instant run by the new version.
@@ -374,7 +369,7 @@ func TestModes(t *testing.T) {
 		scheds = append(scheds, s)
 		start(t, s)
 	}
-	waitFor(t, 10*time.Second, "runs", func() bool { return every.count() >= 10 && lead.count() >= 10 })
+	eventually.True(t, 10*time.Second, "runs", func() bool { return every.count() >= 10 && lead.count() >= 10 })
 	for _, s := range scheds {
 		_ = s.Shutdown(context.Background())
 	}
@@ -426,7 +421,7 @@ func TestTriggerIsIdempotentPerKey(t *testing.T) {
 	if err := scheds[1].Trigger(ctx, "nope", "k"); !errors.Is(err, schedule.ErrJobNotFound) {
 		t.Fatalf("trigger of an unknown job = %v", err)
 	}
-	waitFor(t, 5*time.Second, "two triggered runs", func() bool { return totalRuns(fx) == 2 })
+	eventually.True(t, 5*time.Second, "two triggered runs", func() bool { return totalRuns(fx) == 2 })
 }
 
 func totalRuns(f *effects) int {
@@ -456,7 +451,7 @@ func TestNoOverlapAcrossInstances(t *testing.T) {
 		start(t, s)
 		scheds = append(scheds, s)
 	}
-	waitFor(t, 10*time.Second, "several runs", func() bool { return runs.get() >= 6 })
+	eventually.True(t, 10*time.Second, "several runs", func() bool { return runs.get() >= 6 })
 	for _, s := range scheds {
 		_ = s.Shutdown(context.Background())
 	}
@@ -507,7 +502,7 @@ func TestHotReloadNeverLeavesTwoTimers(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitFor(t, 5*time.Second, "runs after the reloads", func() bool { return fx.count() >= 20 })
+	eventually.True(t, 5*time.Second, "runs after the reloads", func() bool { return fx.count() >= 20 })
 	_ = s.Shutdown(context.Background())
 	for _, k := range fx.instants() {
 		if n := len(fx.get(time.UnixMilli(k))); n != 1 {

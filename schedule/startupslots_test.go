@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -64,7 +65,7 @@ func slowStartUps(t *testing.T, n int, opts ...schedule.Option) (*schedule.Sched
 			t.Error(err)
 		}
 	})
-	waitFor(t, 10*time.Second, "the slow jobs' start-ups hold the slots", func() bool { return b.blocked.Load() >= 8 })
+	eventually.True(t, 10*time.Second, "the slow jobs' start-ups hold the slots", func() bool { return b.blocked.Load() >= 8 })
 	return s, b
 }
 
@@ -111,7 +112,7 @@ func TestStartUpSlotWaitIsNoSilentGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Instants of "late" come due while its start-up waits.
-	waitFor(t, 10*time.Second, "half a second of instants passed", func() bool { return time.Since(registered) > 500*time.Millisecond })
+	eventually.True(t, 10*time.Second, "half a second of instants passed", func() bool { return time.Since(registered) > 500*time.Millisecond })
 	b.release()
-	waitFor(t, 10*time.Second, `"late"'s instants of its start-up wait reported as misfires`, func() bool { return misfired.Load() > 0 })
+	eventually.True(t, 10*time.Second, `"late"'s instants of its start-up wait reported as misfires`, func() bool { return misfired.Load() > 0 })
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // openSQLite opens a SQLite ledger in the test's temp dir, closed after
@@ -27,29 +28,15 @@ func openSQLite(t *testing.T) backend.Backend {
 // and returns it; the test fails after within.
 func waitRun(t *testing.T, l backend.Ledger, job string, at time.Time, within time.Duration, what string, done func(backend.Run) bool) backend.Run {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		r, err := l.GetRun(context.Background(), job, at)
-		if err == nil && done(r) {
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %v: last record %+v, %v", what, within, r, err)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var r backend.Run
+	var err error
+	if !eventually.Within(within, func() bool {
+		r, err = l.GetRun(context.Background(), job, at)
+		return err == nil && done(r)
+	}) {
+		t.Fatalf("%s: not true within %v: last record %+v, %v", what, within, r, err)
 	}
-}
-
-// waitCond polls cond until it holds; the test fails after within.
-func waitCond(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %v", what, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return r
 }
 
 // TestTimeoutRecordedAsFailedTimeout (issue 15 item 2): a run stopped by

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -100,7 +101,7 @@ func TestTriggerOfPausedJobRunsNothing(t *testing.T) {
 		if err := s.Trigger(ctx, "job", "k7"); err != nil {
 			t.Fatalf("trigger with a key refused while paused, after the resume: %v", err)
 		}
-		waitFor(t, 10*time.Second, "the triggered run", func() bool { return g.ran.get() == 1 })
+		eventually.True(t, 10*time.Second, "the triggered run", func() bool { return g.ran.get() == 1 })
 	})
 }
 
@@ -130,11 +131,11 @@ func TestTriggerHonoursMaxConcurrent(t *testing.T) {
 		if won < 0 {
 			t.Fatal("none of 30 triggers ran")
 		}
-		waitFor(t, 10*time.Second, "the winning trigger runs", func() bool { return g.ran.get() == 1 })
+		eventually.True(t, 10*time.Second, "the winning trigger runs", func() bool { return g.ran.get() == 1 })
 		close(g.release)
 		ctx := context.Background()
 		l := schedule.NamespaceLedger(b, leasehold.DefaultNamespace)
-		waitFor(t, 10*time.Second, "the run is recorded", func() bool {
+		eventually.True(t, 10*time.Second, "the run is recorded", func() bool {
 			runs, err := l.ListRuns(ctx, backend.RunFilter{Job: "job", State: backend.Succeeded})
 			return err == nil && len(runs) == 1
 		})
@@ -145,7 +146,7 @@ func TestTriggerHonoursMaxConcurrent(t *testing.T) {
 		if err := s.Trigger(ctx, "job", fmt.Sprint("k", won)); !errors.Is(err, backend.ErrOccurrenceClaimed) {
 			t.Fatalf("trigger with the key that ran = %v, want ErrClaimed", err)
 		}
-		waitFor(t, 10*time.Second, "the retried key runs", func() bool { return g.ran.get() == 2 })
+		eventually.True(t, 10*time.Second, "the retried key runs", func() bool { return g.ran.get() == 2 })
 		if p := g.peak.get(); p != 1 {
 			t.Fatalf("%d triggered runs at once with MaxConcurrent 1", p)
 		}
@@ -190,7 +191,7 @@ func TestTriggeredRunIsARunOfTheJob(t *testing.T) {
 		if uint64(r.Token) <= high || r.ScheduledAt.Before(before) || r.ScheduledAt.After(after) {
 			t.Fatalf("triggered run %+v: want token > %d (the scheduled runs') and instant in [%v, %v]", r, high, before, after)
 		}
-		waitFor(t, 10*time.Second, "the triggered run is recorded", func() bool {
+		eventually.True(t, 10*time.Second, "the triggered run is recorded", func() bool {
 			rec, err := l.GetRun(ctx, "job", r.ScheduledAt)
 			return err == nil && rec.State == backend.Succeeded
 		})
@@ -319,14 +320,14 @@ func testTriggeredRunOfDeadRunner(t *testing.T, mode schedule.Mode) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the triggered run starts on a", func() bool { return len(fx.get(r.ScheduledAt)) == 1 })
+		eventually.True(t, 10*time.Second, "the triggered run starts on a", func() bool { return len(fx.get(r.ScheduledAt)) == 1 })
 		s := newScheduler(t, b, "b")
 		if err := s.Register(job("b")); err != nil {
 			t.Fatal(err)
 		}
 		start(t, s)
 		l := schedule.NamespaceLedger(b, leasehold.DefaultNamespace)
-		waitFor(t, 20*time.Second, "the dead runner's triggered run is settled", func() bool {
+		eventually.True(t, 20*time.Second, "the dead runner's triggered run is settled", func() bool {
 			rec, err := l.GetRun(context.Background(), "job", r.ScheduledAt)
 			return err == nil && rec.State.Finished()
 		})
@@ -383,7 +384,7 @@ func TestCatchUpLooksPastATrigger(t *testing.T) {
 		}
 		return got
 	}
-	waitFor(t, 10*time.Second, "the missed scheduled occurrences are caught up", func() bool { return len(fx.get(m)) == 1 })
+	eventually.True(t, 10*time.Second, "the missed scheduled occurrences are caught up", func() bool { return len(fx.get(m)) == 1 })
 	if got := caughtUp(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("caught up %v, want the %d instants after the latest scheduled run: %v", got, len(want), want)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -66,7 +67,7 @@ func TestRollingUpgradeWithOldBinaryKeepsNewVersion(t *testing.T) {
 	// Host 1 is upgraded first.
 	n1 := mk("host1-new")
 	start(t, n1)
-	waitFor(t, 10*time.Second, "the new binary's version recorded", func() bool {
+	eventually.True(t, 10*time.Second, "the new binary's version recorded", func() bool {
 		js := n1.JobStatuses(0)
 		return len(js) == 1 && js[0].CurrentVersion == js[0].Version
 	})
@@ -77,7 +78,7 @@ func TestRollingUpgradeWithOldBinaryKeepsNewVersion(t *testing.T) {
 	// Host 2 is then upgraded: same config, new binary.
 	n2 := mk("host2-new")
 	start(t, n2)
-	waitFor(t, 10*time.Second, "host 2 refused or recorded its version", func() bool {
+	eventually.True(t, 10*time.Second, "host 2 refused or recorded its version", func() bool {
 		js := n2.JobStatuses(0)
 		return len(js) == 1 && (js[0].VersionRefused || js[0].CurrentVersion == js[0].Version)
 	})
@@ -156,7 +157,7 @@ func concurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
 	}
 	a := mk("a", "@every 100ms")
 	start(t, a)
-	waitFor(t, 10*time.Second, "A recorded", func() bool { return len(versionRecords(t, l, "job")) == 1 })
+	eventually.True(t, 10*time.Second, "A recorded", func() bool { return len(versionRecords(t, l, "job")) == 1 })
 	if err := a.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func concurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
 	y := mk("y", "@every 170ms")
 	start(t, x)
 	start(t, y)
-	waitFor(t, 10*time.Second, "both new versions recorded", func() bool { return len(versionRecords(t, l, "job")) == 3 })
+	eventually.True(t, 10*time.Second, "both new versions recorded", func() bool { return len(versionRecords(t, l, "job")) == 3 })
 	bl.mu.Lock()
 	timedOut := bl.timedOut
 	bl.mu.Unlock()
@@ -188,7 +189,7 @@ func concurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
 	if err := y.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "past both switches", func() bool {
+	eventually.True(t, 10*time.Second, "past both switches", func() bool {
 		recs, err := l.ListRuns(context.Background(), backend.RunFilter{Job: "job!version"})
 		if err != nil {
 			t.Fatal(err)
@@ -215,7 +216,7 @@ func concurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
 	// The restarted loser judges its version once: it refuses it, or it
 	// records it and takes the job back (the bug). Either shows in its
 	// status; what the ledger then holds says which.
-	waitFor(t, 10*time.Second, "the restarted loser refused or recorded its version", func() bool {
+	eventually.True(t, 10*time.Second, "the restarted loser refused or recorded its version", func() bool {
 		js := again.JobStatuses(0)
 		return len(js) == 1 && (js[0].VersionRefused || js[0].CurrentVersion == js[0].Version)
 	})

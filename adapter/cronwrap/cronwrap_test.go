@@ -1,7 +1,6 @@
 package cronwrap_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -85,14 +85,14 @@ func TestBackendErrorIsSurfaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = b.Close() // the backend is gone
-	var logBuf bytes.Buffer
+	var logBuf testkit.Buffer
 	var mu sync.Mutex
 	var hooked []error
 	c := cron.New(cron.WithSeconds())
 	_, err = cronwrap.Add(c, "* * * * * *", "report", func(context.Context, leasehold.Token) error {
 		t.Error("ran without a claim")
 		return nil
-	}, cronwrap.Options{Ledger: b, Instance: "a", Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logBuf, mu: &mu}, nil)),
+	}, cronwrap.Options{Ledger: b, Instance: "a", Logger: slog.New(slog.NewTextHandler(&logBuf, nil)),
 		OnError: func(job string, at time.Time, err error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -115,17 +115,6 @@ func TestBackendErrorIsSurfaced(t *testing.T) {
 	if !strings.Contains(logBuf.String(), "level=ERROR") || !strings.Contains(logBuf.String(), "job=report") {
 		t.Fatalf("log %q: want an ERROR naming the job", logBuf.String())
 	}
-}
-
-type syncWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 // The job gets its fencing token, and its namespace keeps its runs apart.

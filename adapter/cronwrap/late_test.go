@@ -8,6 +8,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // Two instances of a per-second job whose timers fire 300 ms and 700 ms
@@ -50,17 +51,13 @@ func TestLateTimersRunEachOccurrenceOnce(t *testing.T) {
 // waitFor waits up to 10 s for count() to reach n.
 func waitFor(t *testing.T, n int, mu *sync.Mutex, count func() int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var got int
+	if !eventually.Within(10*time.Second, func() bool {
 		mu.Lock()
-		got := count()
-		mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d occurrences ran within 10 s", got, n)
-		}
-		time.Sleep(20 * time.Millisecond)
+		defer mu.Unlock()
+		got = count()
+		return got >= n
+	}) {
+		t.Fatalf("only %d of %d occurrences ran within 10 s", got, n)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/adapter/gocronlock"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -34,18 +35,17 @@ func (e *lockErrs) Write(p []byte) (int, error) {
 
 func (e *lockErrs) wait(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var got int
+	if !eventually.Within(10*time.Second, func() bool {
 		e.mu.Lock()
-		got := len(e.errs)
+		defer e.mu.Unlock()
+		got = len(e.errs)
+		return got >= n
+	}) {
+		e.mu.Lock()
+		ran := e.ran
 		e.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d lock refusals within 10 s (the job ran %d times)", got, n, e.ran)
-		}
-		time.Sleep(20 * time.Millisecond)
+		t.Fatalf("%d of %d lock refusals within 10 s (the job ran %d times)", got, n, ran)
 	}
 }
 

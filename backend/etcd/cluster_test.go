@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // checker records every entry into the critical section and flags two

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // TestConcurrentPrunesKeepARunningRun: Prune lists the finished-run index,

@@ -11,7 +11,7 @@ import (
 	"github.com/leasehold/leasehold/backend/conformance"
 	"github.com/leasehold/leasehold/backend/conformance/faultkit"
 	"github.com/leasehold/leasehold/internal/chaos"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // freshDB creates a database on the shared server, dropped in t.Cleanup,

@@ -19,7 +19,7 @@ import (
 	"github.com/leasehold/leasehold/backend/redlock"
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/internal/chaos/harness"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 func mustOpen(t *testing.T, raw string) backend.Leases {

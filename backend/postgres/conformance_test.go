@@ -14,7 +14,7 @@ import (
 	"github.com/leasehold/leasehold/backend/conformance"
 	"github.com/leasehold/leasehold/backend/conformance/faultkit"
 	"github.com/leasehold/leasehold/internal/chaos"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // freshSchema returns the shared server's URL and a new schema name that

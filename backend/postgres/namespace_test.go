@@ -19,7 +19,7 @@ import (
 	"github.com/leasehold/leasehold/backend/conformance"
 	"github.com/leasehold/leasehold/backend/conformance/faultkit"
 	"github.com/leasehold/leasehold/internal/nsrecipe"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 	"github.com/leasehold/leasehold/schedule"
 )
 

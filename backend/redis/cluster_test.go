@@ -13,7 +13,7 @@ import (
 	"github.com/leasehold/leasehold/backend/conformance"
 	"github.com/leasehold/leasehold/backend/conformance/faultkit"
 	"github.com/leasehold/leasehold/backend/redis"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // noWireWhy says why the wire checks and wire faults do not run on a

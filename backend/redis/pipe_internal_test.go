@@ -15,7 +15,8 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/redispipe"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // counted is a client whose dials and pipelines are counted.
@@ -99,16 +100,10 @@ func holdLanes(t *testing.T, p *redispipe.Pipe) (taken, batches *atomic.Int64, r
 	return taken, batches, release
 }
 
-// waitFor polls cond until it holds, failing the test after 10 s.
+// waitFor waits up to 10 s for cond (what it waits for) to hold.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually.True(t, 10*time.Second, what, cond)
 }
 
 // TestQueuedIsNotApplied: a request whose context ends while it is still

@@ -12,7 +12,7 @@ import (
 	"github.com/leasehold/leasehold/backend/conformance"
 	"github.com/leasehold/leasehold/backend/conformance/faultkit"
 	"github.com/leasehold/leasehold/backend/redis"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // sentinelClient returns a go-redis failover client that finds the

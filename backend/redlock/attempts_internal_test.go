@@ -11,8 +11,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend"
-	"github.com/leasehold/leasehold/internal/eventually"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // An event is one request of one owner that reaches one node: the two

@@ -13,7 +13,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	rb "github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/internal/redispipe"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // made records the pipes and node backends New and Open make, through

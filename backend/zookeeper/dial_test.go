@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/zookeeper"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // TestSilentHandshakeIsDropped: a server that accepts a connection and

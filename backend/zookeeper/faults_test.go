@@ -11,7 +11,7 @@ import (
 	"github.com/leasehold/leasehold/backend/conformance/faultkit"
 	"github.com/leasehold/leasehold/backend/zookeeper"
 	"github.com/leasehold/leasehold/internal/chaos"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // locker returns a Locker with the given TTL and a 5..100 ms backoff.

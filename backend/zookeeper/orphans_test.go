@@ -12,7 +12,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/zookeeper"
 	"github.com/leasehold/leasehold/internal/chaos"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // Orphans: nodes this backend created (or may have created) whose caller

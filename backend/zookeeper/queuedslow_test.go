@@ -9,7 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/chaos"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // TestQueuedSlowReplyNeverReturnsDeadLock: a blocking Acquire on ZooKeeper

@@ -13,8 +13,8 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/chaos"
-	"github.com/leasehold/leasehold/internal/eventually"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // Races between a grant and this backend's own background cleanup of an

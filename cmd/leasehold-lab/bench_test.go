@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // TestBenchRedis runs "leasehold-lab bench redis" briefly against a real

@@ -14,11 +14,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/leasehold/leasehold/daemon"
+	"github.com/leasehold/leasehold/internal/testkit"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // openPTY opens a pseudo-terminal pair; the master's output is collected
 // into the returned buffer until the slave side is closed everywhere.
-func openPTY(t *testing.T) (slave *os.File, out *syncBuffer, eof <-chan struct{}) {
+func openPTY(t *testing.T) (slave *os.File, out *testkit.Buffer, eof <-chan struct{}) {
 	t.Helper()
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
@@ -35,7 +37,7 @@ func openPTY(t *testing.T) (slave *os.File, out *syncBuffer, eof <-chan struct{}
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = &syncBuffer{}
+	out = &testkit.Buffer{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -47,7 +49,7 @@ func openPTY(t *testing.T) (slave *os.File, out *syncBuffer, eof <-chan struct{}
 
 // startOnPTY starts leasehold with its standard output on a fresh
 // pseudo-terminal.
-func (e *env) startOnPTY(t *testing.T, args ...string) (*proc, *syncBuffer, <-chan struct{}) {
+func (e *env) startOnPTY(t *testing.T, args ...string) (*proc, *testkit.Buffer, <-chan struct{}) {
 	t.Helper()
 	slave, out, eof := openPTY(t)
 	p := &proc{cmd: e.command(args...), done: make(chan struct{})}
@@ -82,7 +84,7 @@ func TestGeneratedAdminTokenEndToEnd(t *testing.T) {
 	api := "http://" + addr
 	p, out, _ := e.startOnPTY(t, "run", "--config", conf, "--instance", "tok1", "--http", addr)
 	var secret string
-	waitFor(t, 30*time.Second, "the token printed on the terminal", func() bool {
+	eventually.True(t, 30*time.Second, "the token printed on the terminal", func() bool {
 		if m := tokenLine.FindStringSubmatch(out.String()); m != nil {
 			secret = m[1]
 		}
@@ -96,7 +98,7 @@ func TestGeneratedAdminTokenEndToEnd(t *testing.T) {
 	if fi, _ := os.Stat(file); fi.Mode().Perm() != 0o600 {
 		t.Fatalf("token file mode %v, want 0600", fi.Mode().Perm())
 	}
-	waitFor(t, 30*time.Second, "the daemon running", func() bool { return strings.Contains(p.stderr.String(), "daemon running") })
+	eventually.True(t, 30*time.Second, "the daemon running", func() bool { return strings.Contains(p.stderr.String(), "daemon running") })
 	post := func(token string) int {
 		req, _ := http.NewRequest("POST", api+"/api/v1/jobs/tick/trigger", nil)
 		if token != "" {
@@ -132,7 +134,7 @@ func TestGeneratedAdminTokenEndToEnd(t *testing.T) {
 
 	// A second start reads the file and prints no token.
 	p2, out2, eof2 := e.startOnPTY(t, "run", "--config", conf, "--instance", "tok1", "--http", addr)
-	waitFor(t, 30*time.Second, "the second daemon running", func() bool { return strings.Contains(p2.stderr.String(), "daemon running") })
+	eventually.True(t, 30*time.Second, "the second daemon running", func() bool { return strings.Contains(p2.stderr.String(), "daemon running") })
 	_ = p2.cmd.Process.Signal(syscall.SIGTERM)
 	p2.wait(t, 30*time.Second)
 	<-eof2

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"net"
 	"os"
 	"testing"
@@ -59,7 +60,7 @@ jobs:
 		}
 		return ok, failed
 	}
-	waitFor(t, 30*time.Second, "the first runs and the API", func() bool {
+	eventually.True(t, 30*time.Second, "the first runs and the API", func() bool {
 		ok, _ := runsAfter(time.Time{})
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
@@ -84,7 +85,7 @@ jobs:
 		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
 		conns = append(conns, c)
 	}
-	waitFor(t, 60*time.Second, "8 runs after the flood", func() bool {
+	eventually.True(t, 60*time.Second, "8 runs after the flood", func() bool {
 		ok, failed := runsAfter(flood)
 		if len(failed) > 0 {
 			t.Fatalf("a run failed while the listener was flooded: %s; daemon stderr:\n%s", failed[0].Error, tail(p.stderr.String(), 2000))
@@ -96,7 +97,7 @@ jobs:
 		c.Close()
 	}
 	conns = nil
-	waitFor(t, 60*time.Second, "the API answering after the flood", func() bool {
+	eventually.True(t, 60*time.Second, "the API answering after the flood", func() bool {
 		return apiAnswers(addr)
 	})
 	select {

@@ -13,16 +13,22 @@ import (
 // the chaos harness, its checker and history, the benchmark kit and the
 // linearizability checker. The product binary links none of them.
 var labOnly = []string{
-	"github.com/leasehold/leasehold/internal/testserver",
+	"github.com/leasehold/leasehold/internal/testkit/testserver",
 	"github.com/leasehold/leasehold/internal/chaos",
 	"github.com/leasehold/leasehold/cmd/leasehold-lab",
 	"github.com/anishathalye/porcupine",
 }
 
+// testOnly is the home of the test-only helpers (test servers, waiting on
+// a condition, a goroutine-safe buffer): the product binary links nothing
+// under it.
+const testOnly = "github.com/leasehold/leasehold/internal/testkit"
+
 // TestBinaryLinksNoLab: the shipped binary must not link package testing
 // (the chaos harness once passed a fake testing.TB to the test servers,
-// which pulled the test framework into leasehold) nor any package of the
-// lab (bench and chaos live in cmd/leasehold-lab).
+// which pulled the test framework into leasehold), any package of the lab
+// (bench and chaos live in cmd/leasehold-lab), nor anything under
+// internal/testkit.
 func TestBinaryLinksNoLab(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -49,6 +55,9 @@ func TestBinaryLinksNoLab(t *testing.T) {
 				if under(d, p) {
 					t.Errorf("GOOS=%s: leasehold links %s, a package of the lab (cmd/leasehold-lab)", goos, d)
 				}
+			}
+			if under(d, testOnly) {
+				t.Errorf("GOOS=%s: leasehold links %s, a test-only package (internal/testkit)", goos, d)
 			}
 		}
 	}

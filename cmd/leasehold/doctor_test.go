@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	bopen "github.com/leasehold/leasehold/backend/open"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // TestDoctorSQLite: the default SQLite file (synchronous FULL) gives every

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"os"
 	"strconv"
 	"strings"
@@ -23,7 +24,7 @@ func TestSigkilledLockKillsGrandchildren(t *testing.T) {
 	holder := e.start("lock", "--ttl", "20s", "k", "--", "sh", "-c", script, ready, gcFile)
 	_, pid := readReady(t, holder, ready)
 	var gc int
-	waitFor(t, 20*time.Second, "the grandchild's pid", func() bool {
+	eventually.True(t, 20*time.Second, "the grandchild's pid", func() bool {
 		data, err := os.ReadFile(gcFile)
 		if err != nil {
 			return false
@@ -39,8 +40,8 @@ func TestSigkilledLockKillsGrandchildren(t *testing.T) {
 	}
 	holder.wait(t, 20*time.Second)
 	// Well within the 20 s lease: nobody else could hold the key yet.
-	waitFor(t, 10*time.Second, fmt.Sprintf("grandchild %d to die after leasehold was killed", gc), func() bool { return !alive(gc) })
-	waitFor(t, 10*time.Second, fmt.Sprintf("command %d to die", pid), func() bool { return !alive(pid) })
+	eventually.True(t, 10*time.Second, fmt.Sprintf("grandchild %d to die after leasehold was killed", gc), func() bool { return !alive(gc) })
+	eventually.True(t, 10*time.Second, fmt.Sprintf("command %d to die", pid), func() bool { return !alive(pid) })
 }
 
 // TestLockKillsLeftoversBeforeRelease: background processes the command
@@ -59,6 +60,6 @@ func TestLockKillsLeftoversBeforeRelease(t *testing.T) {
 			t.Fatal(err)
 		}
 		gc, _ := strconv.Atoi(strings.TrimSpace(string(data)))
-		waitFor(t, 10*time.Second, fmt.Sprintf("leftover %d (%s) to die", gc, bg), func() bool { return !alive(gc) })
+		eventually.True(t, 10*time.Second, fmt.Sprintf("leftover %d (%s) to die", gc, bg), func() bool { return !alive(gc) })
 	}
 }

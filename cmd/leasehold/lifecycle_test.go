@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/childproc"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // lifeJob is a config job that appends "<job> <scheduled instant>" to the
@@ -101,15 +102,15 @@ func TestSIGHUPReloadsTheConfig(t *testing.T) {
 	p := e.start("run", "--config", conf, "--http", "off")
 	logOnFailure(t, "daemon", p)
 	start := time.Now()
-	waitFor(t, 20*time.Second, "a and b run", func() bool {
+	eventually.True(t, 20*time.Second, "a and b run", func() bool {
 		return runsAfter(t, effects, "a", start) >= 2 && runsAfter(t, effects, "b", start) >= 2
 	})
 
 	writeLifeConfig(t, e, conf, "life", lifeJob("a", "500ms", effects), lifeJob("c", "300ms", effects))
 	_ = p.cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, 20*time.Second, "the reload", func() bool { return strings.Contains(p.stderr.String(), "config reloaded") })
+	eventually.True(t, 20*time.Second, "the reload", func() bool { return strings.Contains(p.stderr.String(), "config reloaded") })
 	reloaded := time.Now() // after the reload returned: every later instant is the new config's
-	waitFor(t, 20*time.Second, "c runs and a runs on its new schedule", func() bool {
+	eventually.True(t, 20*time.Second, "c runs and a runs on its new schedule", func() bool {
 		return runsAfter(t, effects, "c", reloaded) >= 3 && runsAfter(t, effects, "a", reloaded) >= 2
 	})
 	seen := map[string]bool{}
@@ -133,19 +134,19 @@ func TestSIGHUPReloadsTheConfig(t *testing.T) {
 	// A config with an error: refused, logged with the field and value.
 	_ = os.WriteFile(conf, []byte(fmt.Sprintf("backend: %s\nnamespace: life\nhttp: {listen: \"off\"}\njobs:\n  - name: c\n    schedule: \"99 * * * *\"\n    command: {argv: [x]}\n", e.url)), 0o644)
 	_ = p.cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, 20*time.Second, "the bad config refused", func() bool {
+	eventually.True(t, 20*time.Second, "the bad config refused", func() bool {
 		s := p.stderr.String()
 		return strings.Contains(s, "config not reloaded") && logHas(s, `jobs[0].schedule: job "c": leasehold/schedule: invalid schedule: schedule "99 * * * *"`)
 	})
 	// A namespace change cannot be applied live: refused.
 	writeLifeConfig(t, e, conf, "elsewhere", lifeJob("c", "300ms", effects))
 	_ = p.cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, 20*time.Second, "the namespace change refused", func() bool {
+	eventually.True(t, 20*time.Second, "the namespace change refused", func() bool {
 		s := p.stderr.String()
 		return strings.Contains(s, "config not reloaded") && logHas(s, `namespace "life" → "elsewhere"`)
 	})
 	refused := time.Now()
-	waitFor(t, 20*time.Second, "the running config goes on (a and c run)", func() bool {
+	eventually.True(t, 20*time.Second, "the running config goes on (a and c run)", func() bool {
 		return runsAfter(t, effects, "c", refused) >= 2 && runsAfter(t, effects, "a", refused) >= 1
 	})
 	select {
@@ -185,7 +186,7 @@ func TestPausePastTheInstanceTTLRejoins(t *testing.T) {
 	p := e.start("run", "--config", conf, "--instance", "pausy", "--http", "off")
 	logOnFailure(t, "daemon", p)
 	start := time.Now()
-	waitFor(t, 20*time.Second, "a runs", func() bool { return runsAfter(t, effects, "a", start) >= 1 })
+	eventually.True(t, 20*time.Second, "a runs", func() bool { return runsAfter(t, effects, "a", start) >= 1 })
 	if !instanceLeaseHeld(t, e, "life", "pausy") {
 		t.Fatal("the running daemon does not hold its instance lease")
 	}
@@ -198,10 +199,10 @@ func TestPausePastTheInstanceTTLRejoins(t *testing.T) {
 		t.Fatal(err)
 	}
 	expired := stopped.Add(leasehold.DefaultTTL + time.Second)
-	waitFor(t, leasehold.DefaultTTL+10*time.Second, "the paused daemon's instance lease to expire", func() bool { return time.Now().After(expired) })
+	eventually.True(t, leasehold.DefaultTTL+10*time.Second, "the paused daemon's instance lease to expire", func() bool { return time.Now().After(expired) })
 	_ = p.cmd.Process.Signal(childproc.SigCont)
 	resumed := time.Now()
-	waitFor(t, 30*time.Second, "the lease loss noticed, the instance id held again and a running again", func() bool {
+	eventually.True(t, 30*time.Second, "the lease loss noticed, the instance id held again and a running again", func() bool {
 		s := p.stderr.String()
 		return strings.Contains(s, "instance id lease lost") && strings.Contains(s, "instance id held again") && runsAfter(t, effects, "a", resumed) >= 2
 	})
@@ -223,7 +224,7 @@ func TestRestartAfterKill9TakesOverAtOnce(t *testing.T) {
 	conf, effects := e.path("life.yaml"), e.path("effects.log")
 	writeLifeConfig(t, e, conf, "life", lifeJob("a", "300ms", effects))
 	first := e.start("run", "--config", conf, "--instance", "phoenix", "--http", "off")
-	waitFor(t, 20*time.Second, "the first daemon runs", func() bool { return strings.Contains(first.stderr.String(), "leasehold daemon running") })
+	eventually.True(t, 20*time.Second, "the first daemon runs", func() bool { return strings.Contains(first.stderr.String(), "leasehold daemon running") })
 	_ = first.cmd.Process.Kill()
 	<-first.done
 	if !instanceLeaseHeld(t, e, "life", "phoenix") {
@@ -231,12 +232,12 @@ func TestRestartAfterKill9TakesOverAtOnce(t *testing.T) {
 	}
 	second := e.start("run", "--config", conf, "--instance", "phoenix", "--http", "off")
 	logOnFailure(t, "restarted", second)
-	waitFor(t, 20*time.Second, "the restarted daemon runs", func() bool { return strings.Contains(second.stderr.String(), "leasehold daemon running") })
+	eventually.True(t, 20*time.Second, "the restarted daemon runs", func() bool { return strings.Contains(second.stderr.String(), "leasehold daemon running") })
 	if s := second.stderr.String(); !strings.Contains(s, "taking the instance id over") {
 		t.Fatalf("the restarted daemon did not take the id over (it waited for the lease to expire?):\n%s", s)
 	}
 	started := time.Now()
-	waitFor(t, 20*time.Second, "a runs under the restarted daemon", func() bool { return runsAfter(t, effects, "a", started) >= 1 })
+	eventually.True(t, 20*time.Second, "a runs under the restarted daemon", func() bool { return runsAfter(t, effects, "a", started) >= 1 })
 }
 
 // A second daemon with the id of one that is alive waits, saying why, and
@@ -246,10 +247,10 @@ func TestSecondDaemonWithTheSameInstanceWaits(t *testing.T) {
 	conf, effects := e.path("life.yaml"), e.path("effects.log")
 	writeLifeConfig(t, e, conf, "life", lifeJob("a", "300ms", effects))
 	first := e.start("run", "--config", conf, "--instance", "same", "--http", "off")
-	waitFor(t, 20*time.Second, "the first daemon runs", func() bool { return strings.Contains(first.stderr.String(), "leasehold daemon running") })
+	eventually.True(t, 20*time.Second, "the first daemon runs", func() bool { return strings.Contains(first.stderr.String(), "leasehold daemon running") })
 	second := e.start("run", "--config", conf, "--instance", "same", "--http", "off")
 	logOnFailure(t, "second", second)
-	waitFor(t, 20*time.Second, "the second daemon says why it waits", func() bool {
+	eventually.True(t, 20*time.Second, "the second daemon says why it waits", func() bool {
 		return logHas(second.stderr.String(), `instance id already running: "same"`)
 	})
 	if s := second.stderr.String(); strings.Contains(s, "leasehold daemon running") {
@@ -259,7 +260,7 @@ func TestSecondDaemonWithTheSameInstanceWaits(t *testing.T) {
 	if code := first.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("first daemon exit %d", code)
 	}
-	waitFor(t, 30*time.Second, "the second daemon takes over", func() bool { return strings.Contains(second.stderr.String(), "leasehold daemon running") })
+	eventually.True(t, 30*time.Second, "the second daemon takes over", func() bool { return strings.Contains(second.stderr.String(), "leasehold daemon running") })
 	started := time.Now()
-	waitFor(t, 20*time.Second, "a runs under the second daemon", func() bool { return runsAfter(t, effects, "a", started) >= 1 })
+	eventually.True(t, 20*time.Second, "a runs under the second daemon", func() bool { return runsAfter(t, effects, "a", started) >= 1 })
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/childproc"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 func TestLockPassesEnvAndExitCode(t *testing.T) {
@@ -210,7 +211,7 @@ func TestPdeathsig(t *testing.T) {
 		t.Fatal(err)
 	}
 	holder.wait(t, 20*time.Second)
-	waitFor(t, 10*time.Second, fmt.Sprintf("command %d to die after leasehold was killed", pid), func() bool { return !alive(pid) })
+	eventually.True(t, 10*time.Second, fmt.Sprintf("command %d to die after leasehold was killed", pid), func() bool { return !alive(pid) })
 }
 
 // TestLeaseLost pauses a holder past its lease: another process acquires
@@ -243,7 +244,7 @@ func TestLeaseLost(t *testing.T) {
 	}
 	// The supervisor killed the stopped holder's command at the deadline,
 	// which comes before the backend's expiry; reaping may lag a little.
-	waitFor(t, 10*time.Second, fmt.Sprintf("the stopped holder's command %d to be dead", pid), func() bool { return !alive(pid) })
+	eventually.True(t, 10*time.Second, fmt.Sprintf("the stopped holder's command %d to be dead", pid), func() bool { return !alive(pid) })
 	if err := holder.cmd.Process.Signal(childproc.SigCont); err != nil {
 		t.Fatal(err)
 	}

@@ -14,12 +14,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/childproc"
-	"github.com/leasehold/leasehold/internal/eventually"
+	"github.com/leasehold/leasehold/internal/testkit"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // bin is the leasehold binary under test, built by TestMain.
@@ -134,7 +134,7 @@ func (e *env) expect(code int, args ...string) result {
 // proc is a leasehold process running in the background.
 type proc struct {
 	cmd    *exec.Cmd
-	stderr syncBuffer
+	stderr testkit.Buffer
 	done   chan struct{}
 	err    error
 }
@@ -178,12 +178,6 @@ func (p *proc) wait(t *testing.T, timeout time.Duration) int {
 	return 0
 }
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	eventually.True(t, timeout, what, cond)
-}
-
 // holderScript is a command for "leasehold lock" that writes
 // "$LEASEHOLD_TOKEN $$" atomically to the file $0 and then runs the rest of
 // the script. "exec" keeps $$ the pid of the command that runs last.
@@ -196,7 +190,7 @@ func holderScript(then string) string {
 func readReady(t *testing.T, p *proc, file string) (token uint64, pid int) {
 	t.Helper()
 	var data []byte
-	waitFor(t, 20*time.Second, "the command under the lock to start ("+file+")", func() bool {
+	eventually.True(t, 20*time.Second, "the command under the lock to start ("+file+")", func() bool {
 		select {
 		case <-p.done:
 			t.Fatalf("leasehold exited before its command started: %v; stderr: %s", p.err, p.stderr.String())
@@ -237,23 +231,4 @@ func alive(pid int) bool {
 	s := string(data)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
-}
-
-// syncBuffer is a bytes.Buffer that the process's output copier and the test
-// may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

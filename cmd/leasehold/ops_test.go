@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -43,7 +44,7 @@ jobs:
 `)
 	e.start("run", "--config", conf, "--instance", "d1", "--http", "off")
 	var runs []runInfo
-	waitFor(t, 30*time.Second, "runs --config to list the daemon's runs", func() bool {
+	eventually.True(t, 30*time.Second, "runs --config to list the daemon's runs", func() bool {
 		r := e.run("runs", "--config", conf, "--json")
 		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &runs) == nil && len(runs) > 0
 	})
@@ -124,7 +125,7 @@ jobs:
 	p := e.start("run", "--config", conf, "--instance", "a1")
 	tokenFile := e.path("leasehold.db.admin-token")
 	var token string
-	waitFor(t, 30*time.Second, "the daemon to generate its admin token and lead", func() bool {
+	eventually.True(t, 30*time.Second, "the daemon to generate its admin token and lead", func() bool {
 		b, err := os.ReadFile(tokenFile)
 		if err != nil {
 			return false
@@ -146,7 +147,7 @@ jobs:
 	if !strings.Contains(r.stdout, "triggered job tick: key k1") {
 		t.Errorf("trigger: %s", r.stdout)
 	}
-	waitFor(t, 30*time.Second, "the triggered run in the history", func() bool {
+	eventually.True(t, 30*time.Second, "the triggered run in the history", func() bool {
 		var rows []runInfo
 		r := e.run("runs", "--config", conf, "--job", "tick", "--json")
 		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &rows) == nil && len(rows) == 1 && rows[0].Trigger == "k1" && rows[0].State == "succeeded"
@@ -227,7 +228,7 @@ jobs:
 `)
 	p := e.start("run", "--config", conf, "--instance", "p1", "--log-level", "debug", "--log-format", "json")
 	// Three occurrences pass unclaimed (the daemon logs each).
-	waitFor(t, 30*time.Second, "three occurrences skipped as paused", func() bool {
+	eventually.True(t, 30*time.Second, "three occurrences skipped as paused", func() bool {
 		return strings.Count(p.stderr.String(), "occurrence not claimed: the job is paused") >= 3
 	})
 	if out := e.expect(0, "runs", "--config", conf, "--json").stdout; strings.TrimSpace(out) != "[]" {
@@ -241,7 +242,7 @@ jobs:
 		t.Fatalf("status of a job paused at start: %+v", st.Jobs)
 	}
 	e.expect(0, "resume", "tick", "--config", conf)
-	waitFor(t, 30*time.Second, "runs after resume", func() bool {
+	eventually.True(t, 30*time.Second, "runs after resume", func() bool {
 		var rows []runInfo
 		r := e.run("runs", "--config", conf, "--json")
 		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &rows) == nil && len(rows) > 0
@@ -279,7 +280,7 @@ jobs:
     command: {argv: [/bin/true]}
 `)
 	e.start("run", "--config", conf, "--instance", "c1")
-	waitFor(t, 30*time.Second, "the daemon's API", func() bool { return e.run("status", "--config", conf).code == 0 })
+	eventually.True(t, 30*time.Second, "the daemon's API", func() bool { return e.run("status", "--config", conf).code == 0 })
 	for _, args := range [][]string{{"pause", "tick"}, {"resume", "tick"}, {"trigger", "tick", "--key", "c1"}} {
 		r := e.expect(0, append(args, "--config", conf)...)
 		if strings.Contains(r.stdout+r.stderr, secret) {

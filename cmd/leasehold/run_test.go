@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -75,18 +76,18 @@ func TestDaemonsEndToEnd(t *testing.T) {
 	}
 	effects := e.path("effects.log")
 	count := func() int { return len(readDemo(effects)) }
-	waitFor(t, 30*time.Second, "4 runs", func() bool { return count() >= 8 })
+	eventually.True(t, 30*time.Second, "4 runs", func() bool { return count() >= 8 })
 	_ = ps[0].cmd.Process.Signal(syscall.SIGKILL)
 	_ = ps[1].cmd.Process.Signal(syscall.SIGTERM)
 	if code := ps[1].wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("SIGTERM: exit %d; stderr: %s", code, ps[1].stderr.String())
 	}
 	n := count()
-	waitFor(t, 30*time.Second, "runs on the survivor", func() bool { return count() >= n+10 })
+	eventually.True(t, 30*time.Second, "runs on the survivor", func() bool { return count() >= n+10 })
 	// The run the SIGKILL cut is reclaimed once its lease lapses; wait for
 	// every started occurrence to have an end before the last stop, so a
 	// gap below is a miss and not a reclaim still due.
-	waitFor(t, 30*time.Second, "the cut run's retry", func() bool {
+	eventually.True(t, 30*time.Second, "the cut run's retry", func() bool {
 		ended := map[string]bool{}
 		ls := readDemo(effects)
 		for _, l := range ls {

@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/daemon"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -40,7 +41,7 @@ func TestRunsShowTriggeredRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the triggered run is recorded", func() bool {
+	eventually.True(t, 10*time.Second, "the triggered run is recorded", func() bool {
 		r, err := b.GetRun(ctx, "tick", run.ScheduledAt)
 		return err == nil && r.State == backend.Succeeded
 	})
@@ -97,7 +98,7 @@ func TestRunsAndLocksListNoSchedulerState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the triggered run is recorded", func() bool {
+	eventually.True(t, 10*time.Second, "the triggered run is recorded", func() bool {
 		r, err := b.GetRun(ctx, "tick", run.ScheduledAt)
 		return err == nil && r.State == backend.Succeeded
 	})

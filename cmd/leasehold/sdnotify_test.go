@@ -3,6 +3,7 @@
 package main
 
 import (
+	"github.com/leasehold/leasehold/internal/testkit"
 	"net"
 	"os"
 	"strings"
@@ -30,7 +31,7 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	}
 	cmd := e.command("run", "--config", conf, "--http", "off")
 	cmd.Env = append(cmd.Env, "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC=200000", "WATCHDOG_PID=")
-	var stderr syncBuffer
+	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

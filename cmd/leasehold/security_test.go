@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/daemon"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // rawHTTPServer answers every request on a loopback port with the raw
@@ -76,7 +77,7 @@ func TestCLITablesEscapeControlCharacters(t *testing.T) {
     lease_ttl: 2s
     http: {url: "`+evil+`/x"}
 `)
-	waitFor(t, 30*time.Second, "a failed run of the evil job", func() bool {
+	eventually.True(t, 30*time.Second, "a failed run of the evil job", func() bool {
 		r := e.run("runs", "--job", "evil", "--state", "failed", "--json")
 		var rows []runInfo
 		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &rows) == nil && len(rows) > 0
@@ -87,7 +88,7 @@ func TestCLITablesEscapeControlCharacters(t *testing.T) {
 		{"status", "--api", api, "--token", token},
 	} {
 		var r result
-		waitFor(t, 30*time.Second, fmt.Sprintf("leasehold %q succeeds", args), func() bool { r = e.run(args...); return r.code == 0 })
+		eventually.True(t, 30*time.Second, fmt.Sprintf("leasehold %q succeeds", args), func() bool { r = e.run(args...); return r.code == 0 })
 		if strings.ContainsAny(r.stdout, "\x1b\x07\u009b") || strings.Contains(r.stdout, "\x9b") {
 			t.Errorf("leasehold %q printed raw control characters: %q", args, r.stdout)
 		}
@@ -141,7 +142,7 @@ func TestSecretsRedactedEverywhere(t *testing.T) {
 `)
 	var outputs []string
 	for _, job := range []string{"hook", "refused"} {
-		waitFor(t, 30*time.Second, "a failed run of "+job, func() bool {
+		eventually.True(t, 30*time.Second, "a failed run of "+job, func() bool {
 			r := e.run("--backend", pg, "runs", "--job", job, "--state", "failed", "--json")
 			var rows []runInfo
 			ok := r.code == 0 && json.Unmarshal([]byte(r.stdout), &rows) == nil && len(rows) > 0 && rows[0].Error != ""
@@ -159,7 +160,7 @@ func TestSecretsRedactedEverywhere(t *testing.T) {
 		{"status", "--api", api, "--token", token, "--json"},
 	} {
 		var r result
-		waitFor(t, 30*time.Second, fmt.Sprintf("leasehold %q succeeds", args), func() bool { r = e.run(args...); return r.code == 0 })
+		eventually.True(t, 30*time.Second, fmt.Sprintf("leasehold %q succeeds", args), func() bool { r = e.run(args...); return r.code == 0 })
 		outputs = append(outputs, r.stdout, r.stderr)
 	}
 	// Errors that repeat the backend URL.

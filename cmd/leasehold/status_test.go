@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/daemon"
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
@@ -48,7 +49,7 @@ jobs:
 	e.start("run", "--config", conf, "--instance", "s1", "--http", addr, "--log-format", "json")
 	api := "http://" + addr
 	var st admin.Status
-	waitFor(t, 30*time.Second, "status showing runs and the leader", func() bool {
+	eventually.True(t, 30*time.Second, "status showing runs and the leader", func() bool {
 		r := e.run("status", "--api", api, "--token", secret, "--json", "--runs", "3")
 		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &st) != nil || len(st.Leaders) != 1 {
 			return false

@@ -22,6 +22,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/leasehold/leasehold/internal/supervisor"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // killModes runs f once per kill mode, with the mode in the environment of
@@ -109,7 +110,7 @@ func TestTimedOutJobUnderShellWrapper(t *testing.T) {
 		conf := workDaemonConfig(e, `(trap '' TERM; exec "$W" >/dev/null 2>&1); true`, workEnv(e, "10", true), "    timeout: 1s\n")
 		d := e.start("run", "--config", conf, "--instance", "a")
 		log := e.path("work.log")
-		waitFor(t, 60*time.Second, "three occurrences' work", func() bool { return len(tokens(readWork(log))) >= 3 })
+		eventually.True(t, 60*time.Second, "three occurrences' work", func() bool { return len(tokens(readWork(log))) >= 3 })
 		stopDaemon(t, d)
 		ls := readWork(log)
 		if o := overlaps(ls); o != "" {
@@ -128,11 +129,11 @@ func TestSigkilledDaemonKillsJobTree(t *testing.T) {
 		conf := workDaemonConfig(e, `"$W"; true`, workEnv(e, "15", false), "")
 		log := e.path("work.log")
 		a := e.start("run", "--config", conf, "--instance", "a")
-		waitFor(t, 60*time.Second, "the first run's work", func() bool { return len(readWork(log)) >= 3 })
+		eventually.True(t, 60*time.Second, "the first run's work", func() bool { return len(readWork(log)) >= 3 })
 		_ = a.cmd.Process.Kill()
 		a.wait(t, 30*time.Second)
 		b := e.start("run", "--config", conf, "--instance", "b")
-		waitFor(t, 60*time.Second, "work of a run of daemon b", func() bool {
+		eventually.True(t, 60*time.Second, "work of a run of daemon b", func() bool {
 			for _, l := range readWork(log) {
 				if l.instance == "b" {
 					return true
@@ -162,7 +163,7 @@ func TestLeftoverOfExitedCommandKilled(t *testing.T) {
 			workEnv(e, "12", false), "")
 		d := e.start("run", "--config", conf, "--instance", "a")
 		log := e.path("work.log")
-		waitFor(t, 60*time.Second, "three occurrences' work", func() bool { return len(tokens(readWork(log))) >= 3 })
+		eventually.True(t, 60*time.Second, "three occurrences' work", func() bool { return len(tokens(readWork(log))) >= 3 })
 		stopDaemon(t, d)
 		ls := readWork(log)
 		if o := overlaps(ls); o != "" {
@@ -205,14 +206,14 @@ func TestPausedDaemonJobKilledBeforeNextGrant(t *testing.T) {
 		conf := workDaemonConfig(e, `"$W"; true`, workEnv(e, "30", false), "    crash: skip\n")
 		log := e.path("work.log")
 		a := e.start("run", "--config", conf, "--instance", "a")
-		waitFor(t, 60*time.Second, "the first run's work", func() bool { return len(readWork(log)) >= 3 })
+		eventually.True(t, 60*time.Second, "the first run's work", func() bool { return len(readWork(log)) >= 3 })
 		first := readWork(log)[0].token
 		b := e.start("run", "--config", conf, "--instance", "b")
 		if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		defer func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) }()
-		waitFor(t, 60*time.Second, "work of a later run on daemon b", func() bool {
+		eventually.True(t, 60*time.Second, "work of a later run on daemon b", func() bool {
 			for _, l := range readWork(log) {
 				if l.token != first {
 					return true
@@ -257,7 +258,7 @@ func TestPausedLockCommandKilledBeforeNextGrant(t *testing.T) {
 			t.Setenv(k, v)
 		}
 		h1 := e.start("lock", "--ttl", "3s", "k", "--", os.Args[0])
-		waitFor(t, 60*time.Second, "the first holder's work", func() bool { return len(readWork(log)) >= 3 })
+		eventually.True(t, 60*time.Second, "the first holder's work", func() bool { return len(readWork(log)) >= 3 })
 		if err := h1.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +266,7 @@ func TestPausedLockCommandKilledBeforeNextGrant(t *testing.T) {
 		const ttl2 = 60 * time.Second // not renewed within the test: its row keeps the grant's time
 		t.Setenv("LEASEHOLD_TEST_WORK", "1")
 		h2 := e.start("lock", "--ttl", ttl2.String(), "k", "--", os.Args[0])
-		waitFor(t, 60*time.Second, "the second holder's work", func() bool { return tokens(readWork(log))[2] })
+		eventually.True(t, 60*time.Second, "the second holder's work", func() bool { return tokens(readWork(log))[2] })
 		var expires int64
 		if err := leaseDB(t, e).QueryRow(`SELECT expires_ns FROM leases WHERE token = 2`).Scan(&expires); err != nil {
 			t.Fatal(err)
@@ -318,7 +319,7 @@ jobs:
 		}
 		defer func() { _ = d.Process.Kill(); _ = d.Wait() }()
 		var rows []runInfo
-		waitFor(t, 60*time.Second, "a finished run", func() bool {
+		eventually.True(t, 60*time.Second, "a finished run", func() bool {
 			r := e.run("runs", "--config", conf, "--json")
 			rows = nil
 			_ = json.Unmarshal([]byte(r.stdout), &rows)

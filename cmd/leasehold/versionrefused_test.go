@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/open"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -38,7 +39,7 @@ func TestJobsShowsARefusedVersion(t *testing.T) {
 		}
 		defer s.Shutdown(ctx)
 		var js schedule.JobStatus
-		waitFor(t, 20*time.Second, instance+"'s version is recorded as current", func() bool {
+		eventually.True(t, 20*time.Second, instance+"'s version is recorded as current", func() bool {
 			js = s.JobStatuses(0)[0]
 			return js.CurrentVersion == js.Version
 		})
@@ -58,7 +59,7 @@ func TestJobsShowsARefusedVersion(t *testing.T) {
 	if !strings.Contains(r.stdout, oldV+" REFUSED: superseded by "+newV) {
 		t.Fatalf("jobs with the old config does not show the refusal of %s in favour of %s:\n%s", oldV, newV, r.stdout)
 	}
-	waitFor(t, 10*time.Second, "the new version's switch instant passes", func() bool {
+	eventually.True(t, 10*time.Second, "the new version's switch instant passes", func() bool {
 		r = e.expect(0, "jobs", "--config", conf("new.yaml", "@every 2s"))
 		return strings.Contains(r.stdout, newV+" (current)")
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -44,7 +45,7 @@ func TestEndpoints(t *testing.T) {
 
 	// The leader job makes d1 the leader of schedule/leader.
 	var leaders struct{ Leaders []admin.Leader }
-	waitFor(t, 10*time.Second, "d1 leading", func() bool {
+	eventually.True(t, 10*time.Second, "d1 leading", func() bool {
 		n.mustGet("/api/v1/leaders", &leaders)
 		return len(leaders.Leaders) == 1
 	})
@@ -64,7 +65,7 @@ func TestEndpoints(t *testing.T) {
 	}
 
 	var page admin.RunPage
-	waitFor(t, 20*time.Second, "3 succeeded runs of a-tick", func() bool {
+	eventually.True(t, 20*time.Second, "3 succeeded runs of a-tick", func() bool {
 		n.mustGet("/api/v1/runs?job=a-tick&state=succeeded", &page)
 		return len(page.Runs) >= 3
 	})
@@ -91,7 +92,7 @@ func TestEndpoints(t *testing.T) {
 		!strings.Contains(m["error"].(string), `"deploy-42"`) {
 		t.Fatalf("second trigger with the same key = %d %v", code, m)
 	}
-	waitFor(t, 10*time.Second, "the triggered run recorded", func() bool {
+	eventually.True(t, 10*time.Second, "the triggered run recorded", func() bool {
 		n.mustGet(trig.Runs, &page)
 		return len(page.Runs) == 1 && page.Runs[0].State == "succeeded"
 	})

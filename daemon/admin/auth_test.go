@@ -24,6 +24,7 @@ import (
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/daemon"
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -101,7 +102,7 @@ func TestAuth(t *testing.T) {
 			t.Errorf("GET %s without a token = %d", p, code)
 		}
 	}
-	waitFor(t, 20*time.Second, "a run logged", func() bool { return strings.Contains(n.log.String(), `"msg":"run finished"`) })
+	eventually.True(t, 20*time.Second, "a run logged", func() bool { return strings.Contains(n.log.String(), `"msg":"run finished"`) })
 	logs := n.log.String()
 	if !strings.Contains(logs, "request refused") || !strings.Contains(logs, "unknown token") || !strings.Contains(logs, "lacks admin") {
 		t.Fatalf("failed attempts not logged:\n%s", logs)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // EnvScreenshotDir names a directory the incident dashboard test also
@@ -41,7 +42,7 @@ func (p *browserPage) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 // retried until the element is there.
 func (p *browserPage) clickRow(what, sel string) {
 	p.t.Helper()
-	waitFor(p.t, 60*time.Second, what, func() bool {
+	eventually.True(p.t, 60*time.Second, what, func() bool {
 		return p.is(`(() => { const el = document.querySelector('` + sel + `'); if (!el) return false; el.click(); return true })()`)
 	})
 }
@@ -123,9 +124,9 @@ func TestDashboardAsAnIncidentTool(t *testing.T) {
 		}
 	}()
 	p.do("navigate", chromedp.Navigate(n.url+"/"))
-	waitFor(t, 60*time.Second, "the login form", func() bool { return p.is(`!document.getElementById("login").hidden`) })
+	eventually.True(t, 60*time.Second, "the login form", func() bool { return p.is(`!document.getElementById("login").hidden`) })
 	p.do("login", chromedp.SetValue(chromedp.CSS("#token"), n.token), chromedp.Click(chromedp.CSS("#login-form button")))
-	waitFor(t, 60*time.Second, "the runs listed", func() bool {
+	eventually.True(t, 60*time.Second, "the runs listed", func() bool {
 		return p.is(`document.body.dataset.loaded === "true" && document.querySelectorAll("#runs tbody tr[data-job]").length > 0`)
 	})
 	// The cluster-wide state of each job (item 2) is shown.
@@ -137,7 +138,7 @@ func TestDashboardAsAnIncidentTool(t *testing.T) {
 	all := len(p.strs(`[...document.querySelectorAll("#runs tbody tr[data-job]")].map(r => r.dataset.job)`))
 	p.do("filter flaky, failed", chromedp.SetValue(chromedp.CSS("#f-job"), "flaky"), chromedp.SetValue(chromedp.CSS("#f-state"), "failed"),
 		chromedp.Click(chromedp.CSS(`#filters button[type="submit"]`)))
-	waitFor(t, 60*time.Second, "only failed runs of flaky listed", func() bool {
+	eventually.True(t, 60*time.Second, "only failed runs of flaky listed", func() bool {
 		return p.is(`(() => { const rs = [...document.querySelectorAll("#runs tbody tr[data-job]")];
 			return rs.length > 0 && rs.every(r => r.dataset.job === "flaky" && r.children[2].textContent === "failed") })()`)
 	})
@@ -146,9 +147,9 @@ func TestDashboardAsAnIncidentTool(t *testing.T) {
 	}
 	// A click on the failed run: its detail.
 	sel := `#runs tbody tr[data-at="` + in.failed.ScheduledAt + `"]`
-	waitFor(t, 60*time.Second, "the failed run listed", func() bool { return p.is(`document.querySelector('` + sel + `') !== null`) })
+	eventually.True(t, 60*time.Second, "the failed run listed", func() bool { return p.is(`document.querySelector('` + sel + `') !== null`) })
 	p.clickRow("click the failed run", sel)
-	waitFor(t, 60*time.Second, "the run's detail", func() bool {
+	eventually.True(t, 60*time.Second, "the run's detail", func() bool {
 		return p.is(`!document.getElementById("detail").hidden && document.getElementById("detail").dataset.at === "` + in.failed.ScheduledAt + `"`)
 	})
 	fact := func(k string) string {
@@ -181,7 +182,7 @@ func TestDashboardAsAnIncidentTool(t *testing.T) {
 	p.do("filter web-2", chromedp.SetValue(chromedp.CSS("#f-instance"), "web-2"), chromedp.SetValue(chromedp.CSS("#f-limit"), "10"),
 		chromedp.Click(chromedp.CSS(`#filters button[type="submit"]`)))
 	rowsOf := `[...document.querySelectorAll("#runs tbody tr[data-job]")].map(r => r.dataset.instance + "|" + r.dataset.job + "@" + r.dataset.at)`
-	waitFor(t, 60*time.Second, "ten runs of web-2 and an older page", func() bool {
+	eventually.True(t, 60*time.Second, "ten runs of web-2 and an older page", func() bool {
 		rs := p.strs(rowsOf)
 		for _, r := range rs {
 			if !strings.HasPrefix(r, "web-2|") {
@@ -192,7 +193,7 @@ func TestDashboardAsAnIncidentTool(t *testing.T) {
 	})
 	first := p.strs(rowsOf)
 	p.do("older page", chromedp.Click(chromedp.CSS("#page-older")))
-	waitFor(t, 60*time.Second, "page 2 of web-2's runs", func() bool {
+	eventually.True(t, 60*time.Second, "page 2 of web-2's runs", func() bool {
 		rs := p.strs(rowsOf)
 		for _, r := range rs {
 			if !strings.HasPrefix(r, "web-2|") || contains(first, r) {
@@ -203,7 +204,7 @@ func TestDashboardAsAnIncidentTool(t *testing.T) {
 	})
 
 	// The time axis: the late run and the missed instants of ok.
-	waitFor(t, 40*time.Second, "the late run and missed instants of ok on its axis", func() bool {
+	eventually.True(t, 40*time.Second, "the late run and missed instants of ok on its axis", func() bool {
 		return p.is(`(() => { const row = document.querySelector('#timeline .tl-row[data-job="ok"]');
 			return row && row.querySelectorAll(".mark.missed").length >= 2 && row.querySelector('.cell.late[data-instance="web-9"]') !== null })()`)
 	})
@@ -214,7 +215,7 @@ func TestDashboardAsAnIncidentTool(t *testing.T) {
 	if !p.is(`document.getElementById("axis-window").dispatchEvent(new Event("change"))`) {
 		t.Fatal("window change not dispatched")
 	}
-	waitFor(t, 60*time.Second, "the axes redrawn", func() bool {
+	eventually.True(t, 60*time.Second, "the axes redrawn", func() bool {
 		return p.is(`document.querySelector('#timeline .tl-row[data-job="ok"] .mark.missed') !== null`)
 	})
 	p.shot("#timeline", "dashboard-axis.png")
@@ -222,12 +223,12 @@ func TestDashboardAsAnIncidentTool(t *testing.T) {
 	// An action: cancel does nothing; confirm pauses and says so.
 	const pauseReport = `#jobs tbody tr[data-job="report"] button.pause`
 	p.clickRow("pause report", pauseReport)
-	waitFor(t, 60*time.Second, "the confirmation", func() bool { return p.is(`document.getElementById("confirm").open`) })
+	eventually.True(t, 60*time.Second, "the confirmation", func() bool { return p.is(`document.getElementById("confirm").open`) })
 	if txt := p.str(`document.getElementById("confirm-text").textContent`); txt != "Pause report?" {
 		t.Errorf("confirmation asks %q", txt)
 	}
 	p.do("cancel", chromedp.Click(chromedp.CSS("#confirm-cancel")))
-	waitFor(t, 60*time.Second, "the cancel said", func() bool {
+	eventually.True(t, 60*time.Second, "the cancel said", func() bool {
 		return p.is(`document.getElementById("result").dataset.kind === "muted" && !document.getElementById("confirm").open`)
 	})
 	var job struct{ Paused bool }
@@ -235,10 +236,10 @@ func TestDashboardAsAnIncidentTool(t *testing.T) {
 		t.Fatal("cancel paused the job")
 	}
 	p.clickRow("pause report again", pauseReport)
-	waitFor(t, 60*time.Second, "the confirmation", func() bool { return p.is(`document.getElementById("confirm").open`) })
+	eventually.True(t, 60*time.Second, "the confirmation", func() bool { return p.is(`document.getElementById("confirm").open`) })
 	p.shot("#confirm", "dashboard-confirm.png")
 	p.do("confirm", chromedp.Click(chromedp.CSS("#confirm-ok")))
-	waitFor(t, 60*time.Second, "the result message and the job paused", func() bool {
+	eventually.True(t, 60*time.Second, "the result message and the job paused", func() bool {
 		return p.is(`document.getElementById("result").dataset.kind === "ok" &&
 			document.getElementById("result-text").textContent === "Paused report on every instance." &&
 			document.querySelector('#jobs tbody tr[data-job="report"] button.resume') !== null`)

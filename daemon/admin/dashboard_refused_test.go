@@ -9,6 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -35,7 +36,7 @@ func TestDashboardShowsARefusedRevert(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Shutdown(context.Background())
-		waitFor(t, 20*time.Second, spec+" recorded as the current version", func() bool {
+		eventually.True(t, 20*time.Second, spec+" recorded as the current version", func() bool {
 			js := s.JobStatuses(0)[0]
 			return js.CurrentVersion == js.Version
 		})
@@ -50,7 +51,7 @@ func TestDashboardShowsARefusedRevert(t *testing.T) {
 		t.Fatalf("login: %v", err)
 	}
 	var cell, note string
-	waitFor(t, 40*time.Second, "the job shown refused and running nowhere", func() bool {
+	eventually.True(t, 40*time.Second, "the job shown refused and running nowhere", func() bool {
 		var err error
 		if cell, err = chromedp.Run(ctx, chromedp.Evaluate[string](`(document.querySelector('#jobs tbody tr[data-job="report"] td[data-state]') || {}).textContent || ""`)); err != nil {
 			return false

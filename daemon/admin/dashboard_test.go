@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -89,7 +90,7 @@ func TestDashboardLogin(t *testing.T) {
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
 		return err == nil && v
 	}
-	waitFor(t, 30*time.Second, "the login form", func() bool { return js(`!document.getElementById("login").hidden`) })
+	eventually.True(t, 30*time.Second, "the login form", func() bool { return js(`!document.getElementById("login").hidden`) })
 	if js(`document.body.dataset.loaded === "true"`) {
 		t.Fatal("data shown without a token")
 	}
@@ -100,11 +101,11 @@ func TestDashboardLogin(t *testing.T) {
 		}
 	}
 	login("wrong-token-0123456789")
-	waitFor(t, 30*time.Second, "the wrong token refused", func() bool {
+	eventually.True(t, 30*time.Second, "the wrong token refused", func() bool {
 		return js(`document.getElementById("login-msg").textContent.includes("not valid")`)
 	})
 	login(readSecret)
-	waitFor(t, 30*time.Second, "the data shown after login", func() bool {
+	eventually.True(t, 30*time.Second, "the data shown after login", func() bool {
 		return js(`document.body.dataset.loaded === "true" && document.getElementById("login").hidden && document.querySelector('#instances tbody tr[data-instance="d1"]') !== null`)
 	})
 }
@@ -142,7 +143,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		return m
 	}
 	var first string
-	waitFor(t, 20*time.Second, "a leader that ran the leader job", func() bool {
+	eventually.True(t, 20*time.Second, "a leader that ran the leader job", func() bool {
 		first, _ = leaderOf()
 		return first != "" && leadRunners()[first]
 	})
@@ -151,11 +152,11 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("resign = %d %v", code, m)
 	}
 	var second string
-	waitFor(t, 20*time.Second, "a new leader that ran the leader job", func() bool {
+	eventually.True(t, 20*time.Second, "a new leader that ran the leader job", func() bool {
 		second, _ = leaderOf()
 		return second != "" && second != first && leadRunners()[second]
 	})
-	waitFor(t, 20*time.Second, "a failed and a succeeded run of report", func() bool {
+	eventually.True(t, 20*time.Second, "a failed and a succeeded run of report", func() bool {
 		var f, s admin.RunPage
 		n.mustGet("/api/v1/runs?job=flaky&state=failed", &f)
 		n.mustGet("/api/v1/runs?job=report&state=succeeded", &s)
@@ -170,7 +171,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// The API needs the admin token the daemon generated (no token is
 	// configured): paste it into the login form, as a user does from the
 	// token file.
-	waitFor(t, 30*time.Second, "the login form", func() bool {
+	eventually.True(t, 30*time.Second, "the login form", func() bool {
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!document.getElementById("login").hidden`))
 		return err == nil && v
 	})
@@ -178,7 +179,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("login: %v", err)
 	}
 	var loaded bool
-	waitFor(t, 30*time.Second, "the page loaded its data", func() bool {
+	eventually.True(t, 30*time.Second, "the page loaded its data", func() bool {
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.body.dataset.loaded === "true" && document.querySelectorAll("#runs tbody tr[data-job]").length > 0`))
 		loaded = err == nil && v
 		return loaded
@@ -224,7 +225,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1120, 900), chromedp.SetValue(chromedp.CSS("#f-limit"), "10"), chromedp.Click(chromedp.CSS(`#filters button[type="submit"]`))); err != nil {
 		t.Fatalf("ten runs a page: %v", err)
 	}
-	waitFor(t, 30*time.Second, "ten runs listed", func() bool {
+	eventually.True(t, 30*time.Second, "ten runs listed", func() bool {
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelectorAll("#runs tbody tr[data-job]").length === 10`))
 		return err == nil && v
 	})
@@ -232,7 +233,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#axis-window"), "120")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the two-minute axis", func() bool {
+	eventually.True(t, 30*time.Second, "the two-minute axis", func() bool {
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("axis-window").dispatchEvent(new Event("change")) &&
 			document.querySelector("#timeline .tick") !== null && document.querySelector("#timeline .tick").textContent !== ""`))
 		return err == nil && v
@@ -284,7 +285,7 @@ func TestDashboardCannotBeFramed(t *testing.T) {
 		return f.URL, f.UnreachableURL
 	}
 	var url, unreachable string
-	waitFor(t, 30*time.Second, "the decoy's frame to load", func() bool {
+	eventually.True(t, 30*time.Second, "the decoy's frame to load", func() bool {
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.framed === true`))
 		if err != nil || !v {
 			return false

@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,13 +11,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/daemon"
-	"github.com/leasehold/leasehold/internal/eventually"
+	"github.com/leasehold/leasehold/internal/testkit"
 )
 
 // node is a real daemon (daemon.Daemon, in process) serving its admin API
@@ -29,26 +27,9 @@ type node struct {
 	url    string
 	cancel context.CancelFunc
 	done   chan error
-	log    *syncBuffer
+	log    *testkit.Buffer
 	client *http.Client
 	token  string // sent as the bearer token when not ""
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // jobsYAML: a fast job in once mode and one in leader mode.
@@ -79,7 +60,7 @@ func startNode(t *testing.T, b backend.Backend, instance, namespace, conf string
 	if cfg.HTTP.Listen == "127.0.0.1:7070" {
 		cfg.SetListen("127.0.0.1:0")
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	log, err := daemon.NewLogger(logs, "json", "debug")
 	if err != nil {
 		t.Fatal(err)
@@ -154,11 +135,6 @@ func (n *node) mustGet(path string, out any) {
 	if code, m := n.call("GET", path, out); code != http.StatusOK {
 		n.t.Fatalf("GET %s = %d %v", path, code, m)
 	}
-}
-
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	eventually.True(t, within, what, cond)
 }
 
 func inCI() bool { return os.Getenv("CI") == "true" }

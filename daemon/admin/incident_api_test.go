@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // TestRunDetailForAnIncident (issue 28 item 12): after a job failed every
@@ -134,7 +135,7 @@ func TestJobInstantsMarksLateAndMissed(t *testing.T) {
 	in := startIncident(t)
 	n := in.nodes[1]
 	var a admin.JobInstants
-	waitFor(t, 40*time.Second, "the paused instants judged missed", func() bool {
+	eventually.True(t, 40*time.Second, "the paused instants judged missed", func() bool {
 		a = n.axis("ok", 2*time.Minute)
 		return marks(a)["missed"] >= 2
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -58,7 +59,7 @@ func startIncident(t *testing.T) *incident {
 		in.nodes = append(in.nodes, startNode(t, b, name, "default", incidentJobs))
 	}
 	n := in.nodes[0]
-	waitFor(t, 90*time.Second, "a run of flaky that failed its third attempt", func() bool {
+	eventually.True(t, 90*time.Second, "a run of flaky that failed its third attempt", func() bool {
 		var p admin.RunPage
 		code, _ := n.call("GET", "/api/v1/runs?job=flaky&state=failed&limit=20", &p) // a 502 under load: ask again
 		for _, r := range p.Runs {
@@ -76,7 +77,7 @@ func startIncident(t *testing.T) *incident {
 	}
 	paused := time.Now()
 	in.lateAt = paused.Truncate(time.Second).Add(2 * time.Second)
-	waitFor(t, 30*time.Second, "four instants of ok passed while it is paused", func() bool {
+	eventually.True(t, 30*time.Second, "four instants of ok passed while it is paused", func() bool {
 		return time.Since(paused) > 4*time.Second
 	})
 	var job admin.Job

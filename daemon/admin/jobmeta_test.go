@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // TestRunsAndLocksShowNoSchedulerState: the scheduler keeps a job's
@@ -32,12 +33,12 @@ func TestRunsAndLocksShowNoSchedulerState(t *testing.T) {
 	ctx := t.Context()
 	// The metadata is in the ledger…
 	for _, name := range []string{"m-tick!version", "m-lead!pause!default", "m-tick!trigger!k1"} {
-		waitFor(t, 10*time.Second, name+" recorded", func() bool {
+		eventually.True(t, 10*time.Second, name+" recorded", func() bool {
 			rs, err := b.ListRuns(ctx, backend.RunFilter{Job: name})
 			return err == nil && len(rs) > 0
 		})
 	}
-	waitFor(t, 10*time.Second, "runs of m-tick recorded", func() bool {
+	eventually.True(t, 10*time.Second, "runs of m-tick recorded", func() bool {
 		var p admin.RunPage
 		n.mustGet("/api/v1/runs?job=m-tick&state=succeeded", &p)
 		return len(p.Runs) > 0

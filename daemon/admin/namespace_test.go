@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/daemon/admin"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // TestNamespaceIsolation: two daemons in different namespaces share one
@@ -32,7 +33,7 @@ func TestNamespaceIsolation(t *testing.T) {
 	defer l.Release(context.Background())
 
 	var stB admin.Status
-	waitFor(t, 20*time.Second, "both namespaces leading and running", func() bool {
+	eventually.True(t, 20*time.Second, "both namespaces leading and running", func() bool {
 		var stA admin.Status
 		a.mustGet("/api/v1/status", &stA)
 		bn.mustGet("/api/v1/status", &stB)

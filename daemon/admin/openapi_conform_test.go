@@ -20,6 +20,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // TestOpenAPIResponsesConform: every operation of openapi.yaml is called
@@ -83,7 +84,7 @@ jobs:
 		} `json:"runs"`
 	}
 	n.token = adminToken
-	waitFor(t, 20*time.Second, "a finished run of tick and the leader elected", func() bool {
+	eventually.True(t, 20*time.Second, "a finished run of tick and the leader elected", func() bool {
 		n.mustGet("/api/v1/runs?job=tick&state=succeeded&limit=1", &page)
 		var leaders struct {
 			Leaders []struct{ Self bool } `json:"leaders"`

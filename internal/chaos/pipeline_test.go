@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/chaos"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // TestDropReplyKeepsEarlierReplies: three pipelined commands to a real

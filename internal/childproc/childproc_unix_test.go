@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // gone reports whether pid no longer runs (a zombie counts as gone).

@@ -17,8 +17,8 @@ import (
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/internal/chaos/harness"
 	"github.com/leasehold/leasehold/internal/doctor"
-	"github.com/leasehold/leasehold/internal/eventually"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 func line(t *testing.T, r doctor.Report, capability string) doctor.Line {

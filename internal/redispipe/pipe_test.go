@@ -13,7 +13,8 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/chaos"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // countLua counts its own applications: every run INCRs KEYS[1].
@@ -76,15 +77,10 @@ func (p *Pipe) inflightNow() int {
 	return p.inflight
 }
 
+// waitFor waits up to 20 s for cond (what it waits for) to hold.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually.True(t, 20*time.Second, what, cond)
 }
 
 // TestNoResendAfterCallerStopped: a batch is sent once. A caller whose

@@ -3,19 +3,18 @@
 package supervisor
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/eventually"
+	"github.com/leasehold/leasehold/internal/testkit"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // The test binary doubles as the supervisor (os.Executable is Start's
@@ -283,31 +282,13 @@ func TestSupervisorKilledOrPaused(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the copying goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestPoolRoutesOutput: each command started from a pool — on a spare
 // spawned ahead, or a new one — writes to its own Start's writers, and a
 // closed pool refuses.
 func TestPoolRoutesOutput(t *testing.T) {
 	p := NewPool("", time.Second)
 	for i := range 4 {
-		var out syncBuffer
+		var out testkit.Buffer
 		h, err := p.Start(Spec{Argv: []string{"sh", "-c", "echo out $0; echo err $0 >&2", strconv.Itoa(i)}}, Options{Stdout: &out, Stderr: &out})
 		if err != nil {
 			t.Fatal(err)

@@ -35,7 +35,7 @@ import (
 	"github.com/leasehold/leasehold/internal/chaos/history"
 	"github.com/leasehold/leasehold/internal/childproc"
 	"github.com/leasehold/leasehold/internal/open"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // jobGrace is both jobs' misfire grace: an occurrence that would start
@@ -99,7 +99,7 @@ type Config struct {
 	// WorkerCommand returns the command that runs one worker: it must call
 	// WorkerFromEnv (the harness adds EnvWorker to env).
 	WorkerCommand func(env []string) *exec.Cmd
-	// TB is used to start servers (internal/testserver); nil outside tests.
+	// TB is used to start servers (internal/testkit/testserver); nil outside tests.
 	TB testserver.TB
 	// Log receives progress lines (default: discard).
 	Log io.Writer

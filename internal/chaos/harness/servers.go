@@ -11,7 +11,7 @@ import (
 	"sync"
 
 	"github.com/leasehold/leasehold/backend/open"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // serverKind is how the harness brings up one backend of backend/open's
@@ -183,9 +183,9 @@ func viaProxy(rawURL, proxyAddr string) (string, error) {
 	return u.String(), nil
 }
 
-// runTB is the testserver.TB of the command line (internal/testserver is
-// written for tests): Fatalf and Skipf panic with a tbAbort that Run recovers, Cleanup
-// functions run (last first) when the run ends.
+// runTB is the testserver.TB of the command line (internal/testkit/testserver
+// is written for tests): Fatalf and Skipf panic with a tbAbort that Run
+// recovers, Cleanup functions run (last first) when the run ends.
 type runTB struct {
 	mu       sync.Mutex
 	dir      string

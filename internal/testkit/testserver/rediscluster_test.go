@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // TestRedisCluster: six nodes join a Cluster with three primaries and

@@ -4,7 +4,8 @@
 // condition with a deadline, never a sleep that hopes.
 //
 // It imports testing, so only tests may import it (cmd/leasehold's
-// TestBinaryDoesNotLinkTesting keeps it out of the binary).
+// TestBinaryLinksNoLab keeps it, and all of internal/testkit, out of the
+// binary).
 package eventually
 
 import (
