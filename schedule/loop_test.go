@@ -2,11 +2,13 @@ package schedule_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -115,4 +117,103 @@ func TestStartUpSlotWaitIsNoSilentGap(t *testing.T) {
 	eventually.True(t, 10*time.Second, "half a second of instants passed", func() bool { return time.Since(registered) > 500*time.Millisecond })
 	b.release()
 	eventually.True(t, 10*time.Second, `"late"'s instants of its start-up wait reported as misfires`, func() bool { return misfired.Load() > 0 })
+}
+
+// TestEveryInstantOnceInVirtualTime: three schedulers on one memory
+// backend run an @every 1s job for 20 seconds of synctest's virtual clock
+// (no real waiting, and no timing left to chance): every instant between
+// the first and the last ran exactly once.
+func TestEveryInstantOnceInVirtualTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		defer b.Close()
+		var mu sync.Mutex
+		ran := map[time.Time][]string{}
+		var scheds []*schedule.Scheduler
+		for _, name := range []string{"a", "b", "c"} {
+			s, err := schedule.New(b, schedule.WithInstance(name), schedule.WithSweepEvery(50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = s.Register(schedule.Job{Name: "tick", Schedule: "@every 1s", Func: func(_ context.Context, r schedule.Run) error {
+				mu.Lock()
+				ran[r.ScheduledAt] = append(ran[r.ScheduledAt], name)
+				mu.Unlock()
+				return nil
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			scheds = append(scheds, s)
+		}
+		time.Sleep(20 * time.Second) // virtual: returns once every goroutine waits on the clock
+		for _, s := range scheds {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := s.Shutdown(ctx); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			cancel()
+		}
+		synctest.Wait()
+
+		mu.Lock()
+		defer mu.Unlock()
+		var first, last time.Time
+		for at, on := range ran {
+			if len(on) != 1 {
+				t.Errorf("%v ran on %v", at, on)
+			}
+			if first.IsZero() || at.Before(first) {
+				first = at
+			}
+			if at.After(last) {
+				last = at
+			}
+		}
+		if len(ran) < 19 {
+			t.Fatalf("%d instants ran in 20 virtual seconds; want at least 19", len(ran))
+		}
+		for at := first; !at.After(last); at = at.Add(time.Second) {
+			if _, ok := ran[at]; !ok {
+				t.Errorf("instant %v between the first and the last did not run", at)
+			}
+		}
+	})
+}
+
+// TestJitterBeyondMisfireWindowStillRuns (found by review; the bug it shows): Jitter "delays the run,
+// never the key" and "Jitter is not counted as lateness". But occur()
+// sends MaxLate = MisfireWindow + tolerance after the jitter delay, so any
+// jitter drawn above that is refused by the ledger as ErrTooLate and the
+// occurrence never runs. Validation accepts Jitter > MisfireWindow.
+//
+// It runs in a synctest bubble and asserts once ten occurrences were
+// judged (run or refused), rather than after a fixed 5 s.
+func TestJitterBeyondMisfireWindowStillRuns(t *testing.T) {
+	synctest.Test(t, jitterBeyondMisfireWindowStillRuns)
+}
+
+// jitterBeyondMisfireWindowStillRuns is TestJitterBeyondMisfireWindowStillRuns
+// inside its bubble.
+func jitterBeyondMisfireWindowStillRuns(t *testing.T) {
+	var tooLate atomic.Int64
+	var ran atomic.Int64
+	s := newScheduler(t, memory.New(), "a", schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
+		if ev.Kind == schedule.EventMisfire && errors.Is(ev.Err, backend.ErrOccurrenceTooLate) {
+			tooLate.Add(1)
+		}
+	})))
+	err := s.Register(schedule.Job{Name: "tick", Schedule: "@every 500ms", Jitter: 2 * time.Second, MisfireWindow: 300 * time.Millisecond,
+		Func: func(ctx context.Context, r schedule.Run) error { ran.Add(1); return nil }})
+	if err != nil {
+		t.Fatalf("Register: %v (a validation error would also be a fix)", err)
+	}
+	start(t, s)
+	eventually.True(t, 20*time.Second, "ten occurrences run or refused", func() bool { return ran.Load()+tooLate.Load() >= 10 })
+	if n := tooLate.Load(); n > 0 {
+		t.Errorf("%d jittered occurrences refused by the ledger as too late (%d ran): jitter is counted as lateness by MaxLate", n, ran.Load())
+	}
 }

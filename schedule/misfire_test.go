@@ -3,6 +3,7 @@ package schedule_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -434,5 +435,53 @@ func clockBehindSkipsByTheLedgersClock(t *testing.T) {
 		if r.late > grace+100*time.Millisecond {
 			t.Errorf("instant %v started %v late by the ledger's clock (grace %v)", r.at, r.late, grace)
 		}
+	}
+}
+
+func TestMisfirePolicies(t *testing.T) {
+	cases := []struct {
+		policy schedule.Misfire
+		want   int // missed occurrences run
+	}{
+		{schedule.MisfireSkip, 0},
+		{schedule.MisfireRunOnce, 1},
+		{schedule.MisfireRunAll, 3}, // MaxCatchUp
+	}
+	for _, c := range cases {
+		t.Run(string(c.policy), func(t *testing.T) {
+			b := memory.New()
+			fx := newEffects()
+			spec, _ := schedule.Parse("@every 1h", "")
+			now := time.Now()
+			// The job last ran 6 hours ago; nobody was alive since.
+			last := spec.Next(now.Add(-7 * time.Hour))
+			g, err := b.Claim(context.Background(), backend.ClaimRequest{Job: "job", ScheduledAt: last, SpecVersion: spec.Version(),
+				Owner: backend.Owner{Instance: "old", Nonce: backend.NewNonce()}, TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := newScheduler(t, b, "back")
+			if err := s.Register(schedule.Job{Name: "job", Schedule: "@every 1h", Misfire: c.policy, MaxCatchUp: 3, MisfireWindow: 24 * time.Hour,
+				Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
+				t.Fatal(err)
+			}
+			_ = g
+			start(t, s)
+			if c.want > 0 {
+				eventually.True(t, 10*time.Second, fmt.Sprintf("%d catch-up runs", c.want), func() bool { return fx.count() >= c.want })
+			}
+			if err := s.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			got := fx.instants()
+			if len(got) != c.want {
+				t.Fatalf("%d missed occurrences ran (%v), want %d", len(got), got, c.want)
+			}
+			// The ones run are the latest missed.
+			latest := spec.Next(now.Add(-time.Hour))
+			if !latest.After(now) && c.want > 0 && got[len(got)-1] != latest.UnixMilli() && got[len(got)-1] != latest.Add(-time.Hour).UnixMilli() {
+				t.Fatalf("latest caught up %v, want the latest missed", time.UnixMilli(got[len(got)-1]).UTC())
+			}
+		})
 	}
 }

@@ -67,44 +67,50 @@ func TestPauseIsClusterWide(t *testing.T) {
 	}
 }
 
-// TestResignLeadership resigns the scheduler's leadership and checks that
-// the other instance takes it.
-func TestResignLeadership(t *testing.T) {
+// TestStartPausedIsThePauseState: a job registered with StartPaused reads
+// as paused and refuses triggers until Resume; the state recorded then
+// rules, for a restarted instance with StartPaused too.
+func TestStartPausedIsThePauseState(t *testing.T) {
 	b := memory.New()
-	var scheds []*schedule.Scheduler
-	for _, name := range []string{"a", "b"} {
-		s := newScheduler(t, b, name)
-		if err := s.Register(schedule.Job{Name: "lead", Schedule: "@every 1h", Mode: schedule.Leader,
-			Func: func(context.Context, schedule.Run) error { return nil }}); err != nil {
-			t.Fatal(err)
-		}
-		start(t, s)
-		scheds = append(scheds, s)
+	ctx := context.Background()
+	ran := make(chan struct{}, 10)
+	job := schedule.Job{Name: "tick", Schedule: "@yearly", StartPaused: true,
+		Func: func(context.Context, schedule.Run) error { ran <- struct{}{}; return nil }}
+	s := newScheduler(t, b, "a")
+	if err := s.Register(job); err != nil {
+		t.Fatal(err)
 	}
-	leader := func() *schedule.Scheduler {
-		for _, s := range scheds {
-			if ok, _, _ := s.Leadership(); ok {
-				return s
-			}
-		}
-		return nil
+	start(t, s)
+	if p, err := s.Paused(ctx, "tick"); err != nil || !p {
+		t.Fatalf("Paused = %v, %v; want true before any Resume", p, err)
 	}
-	eventually.True(t, 10*time.Second, "a leader", func() bool { return leader() != nil })
-	first := leader()
-	_, _, tok1 := first.Leadership()
-	for _, s := range scheds {
-		if s != first {
-			if ok, err := s.ResignLeadership(context.Background()); ok || err != nil {
-				t.Fatalf("a non-leader resigned: %v, %v", ok, err)
-			}
-		}
+	if err := s.Trigger(ctx, "tick", "k1"); !errors.Is(err, schedule.ErrJobPaused) {
+		t.Fatalf("Trigger of a job paused at start = %v, want ErrPaused", err)
 	}
-	if ok, err := first.ResignLeadership(context.Background()); !ok || err != nil {
-		t.Fatalf("ResignLeadership = %v, %v", ok, err)
+	if err := s.Resume(ctx, "tick"); err != nil {
+		t.Fatal(err)
 	}
-	eventually.True(t, 10*time.Second, "the other instance leading", func() bool { l := leader(); return l != nil && l != first })
-	_, _, tok2 := leader().Leadership()
-	if tok2 <= tok1 {
-		t.Fatalf("new leader's token %v is not greater than %v", tok2, tok1)
+	if p, err := s.Paused(ctx, "tick"); err != nil || p {
+		t.Fatalf("Paused after Resume = %v, %v; want false", p, err)
+	}
+	if err := s.Trigger(ctx, "tick", "k1"); err != nil {
+		t.Fatalf("Trigger after Resume: %v", err)
+	}
+	<-ran
+	// Another instance (a restart) with the same StartPaused job: the
+	// recorded "resumed" rules.
+	s2 := newScheduler(t, b, "b")
+	if err := s2.Register(job); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := s2.Paused(ctx, "tick"); err != nil || p {
+		t.Fatalf("a restarted instance: Paused = %v, %v; want false (resumed was recorded)", p, err)
+	}
+	// Pause and Resume work as for any job.
+	if err := s2.Pause(ctx, "tick"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := s.Paused(ctx, "tick"); err != nil || !p {
+		t.Fatalf("after Pause: Paused = %v, %v; want true", p, err)
 	}
 }

@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,7 +12,113 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
+
+// TestLeaseDeadlineFollowsHeartbeats: Run.LeaseDeadline starts at the
+// claim's deadline, and each confirmed heartbeat moves it later and closes
+// the channel it returned — what a command's supervisor is told.
+func TestLeaseDeadlineFollowsHeartbeats(t *testing.T) {
+	mem := memory.New()
+	t.Cleanup(func() { mem.Close() })
+	s, err := New(mem, WithInstance("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 600 * time.Millisecond
+	type moved struct{ before, after time.Time }
+	got := make(chan []moved, 1)
+	if err := s.Register(Job{Name: "follow", Schedule: "0 0 1 1 *", LeaseTTL: ttl,
+		Func: func(ctx context.Context, r Run) error {
+			var ms []moved
+			d, ch := r.LeaseDeadline()
+			if d.IsZero() || ch == nil || time.Until(d) > ttl {
+				t.Errorf("first deadline %v (in %v), channel %v; want one within the TTL", d, time.Until(d), ch)
+			}
+			for len(ms) < 3 {
+				select {
+				case <-ch:
+				case <-time.After(30 * time.Second):
+					got <- ms
+					return nil
+				}
+				var nd time.Time
+				nd, ch = r.LeaseDeadline()
+				ms = append(ms, moved{d, nd})
+				d = nd
+			}
+			got <- ms
+			return nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	})
+	go s.occur(s.loopCtx, s.jobs["follow"], backend.Instant(time.Now()))
+	ms := <-got
+	if len(ms) < 3 {
+		t.Fatalf("the deadline moved %d times in 30 s; want 3 (heartbeats every %v)", len(ms), ttl/3)
+	}
+	for i, m := range ms {
+		if !m.after.After(m.before) {
+			t.Fatalf("move %d: %v → %v; want later", i, m.before, m.after)
+		}
+	}
+}
+
+// stalledHeartbeats is a ledger whose heartbeats never get an answer (a
+// partition from the runner's side): the lease runs out.
+type stalledHeartbeats struct{ backend.Backend }
+
+func (stalledHeartbeats) Heartbeat(ctx context.Context, _ backend.HeartbeatRequest) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestLeaseLostAfterTimeout: a job still stopping after its timeout ended
+// its context learns through Run.LeaseLost that its lease ran out — the
+// moment it must be gone, since another instance may now run the
+// occurrence.
+func TestLeaseLostAfterTimeout(t *testing.T) {
+	mem := memory.New()
+	t.Cleanup(func() { mem.Close() })
+	type seen struct {
+		cause    error
+		lost     bool
+		lostLate time.Duration // after the claim's lease TTL, by this host's clock
+	}
+	got := make(chan seen, 1)
+	const ttl = 600 * time.Millisecond
+	s := startJob(t, stalledHeartbeats{mem}, "a", Job{Name: "stopping", Schedule: "0 0 1 1 *", LeaseTTL: ttl, Timeout: 50 * time.Millisecond,
+		Func: func(ctx context.Context, r Run) error {
+			start := time.Now()
+			<-ctx.Done()
+			cause := context.Cause(ctx)
+			select {
+			case <-r.LeaseLost():
+				got <- seen{cause: cause, lost: true, lostLate: time.Since(start) - ttl}
+			case <-time.After(20 * time.Second):
+				got <- seen{cause: cause}
+			}
+			return cause
+		}})
+	at := backend.Instant(time.Now())
+	go s.occur(s.loopCtx, s.jobs["stopping"], at)
+	g := <-got
+	if !errors.Is(g.cause, ErrJobTimeout) || !g.lost {
+		t.Fatalf("context ended by %v, lease lost seen: %v; want the timeout, then LeaseLost closed", g.cause, g.lost)
+	}
+	if g.lostLate >= 0 {
+		t.Fatalf("LeaseLost closed %v after the lease's TTL from the job's start: it must close before the backend can expire the lease", g.lostLate)
+	}
+}
 
 // unreachableHeartbeats is a ledger whose heartbeats fail (not refused:
 // unreachable), recording the deadline of each heartbeat's context and
@@ -133,3 +240,144 @@ func TestLeaseTimingIsValidated(t *testing.T) {
 		t.Fatalf("a lease with room is refused: %v", err)
 	}
 }
+
+// TestTimedOutJobNeverRunsBesideItself (issue 15 item 2): a job that
+// ignores its context after its timeout is still running, so its lease
+// must be held until its function has returned. The heartbeats stopped at
+// the timeout; another instance reclaimed the occurrence once the lease
+// expired and ran attempt 2 beside attempt 1.
+func TestTimedOutJobNeverRunsBesideItself(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	mem := memory.New()
+	t.Cleanup(func() { mem.Close() }) // after the schedulers stop
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var (
+		mu               sync.Mutex
+		running, overlap int
+		attempts         []int
+	)
+	returned := make(chan struct{}, 10)
+	job := func(ctx context.Context, r Run) error {
+		mu.Lock()
+		running++
+		if running > 1 {
+			overlap++
+		}
+		attempts = append(attempts, r.Attempt)
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			running--
+			mu.Unlock()
+			returned <- struct{}{}
+		}()
+		<-ctx.Done()        // the timeout
+		time.Sleep(6 * ttl) // ... ignored for twice the lease
+		return context.Cause(ctx)
+	}
+	var scheds []*Scheduler
+	for _, name := range []string{"a", "b"} {
+		scheds = append(scheds, startJob(t, mem, name, Job{Name: "slow", Schedule: "0 0 1 1 *", LeaseTTL: ttl,
+			Timeout: 100 * time.Millisecond, Crash: CrashRetry, MaxAttempts: 3, Func: job}))
+	}
+	at := backend.Instant(time.Now())
+	go scheds[0].occur(scheds[0].loopCtx, scheds[0].jobs["slow"], at)
+	select {
+	case <-returned:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the job never returned")
+	}
+	// Give a reclaim every chance it would have had: the sweep runs every
+	// 20 ms, and attempt 1's lease (if still heartbeated) ends 300 ms after
+	// it returned; wait until the ledger settles.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := mem.GetRun(ctx, "slow", at)
+		if err == nil && r.State.Finished() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the occurrence never finished: %+v, %v", r, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if overlap > 0 || len(attempts) > 1 {
+		t.Fatalf("attempts %v ran, %d of them beside another: the lease lapsed while attempt 1 still ran", attempts, overlap)
+	}
+	if r, _ := mem.GetRun(ctx, "slow", at); r.State != backend.Failed || r.Attempt != 1 {
+		t.Fatalf("ledger: %s attempt %d, want failed (timeout) attempt 1", r.State, r.Attempt)
+	}
+}
+
+// openSQLite opens a SQLite ledger in the test's temp dir, closed after
+// the schedulers the test starts (t.Cleanup runs last-in first-out).
+func openSQLite(t *testing.T) backend.Backend {
+	t.Helper()
+	b, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// waitRun polls the ledger until the occurrence's record satisfies done,
+// and returns it; the test fails after within.
+func waitRun(t *testing.T, l backend.Ledger, job string, at time.Time, within time.Duration, what string, done func(backend.Run) bool) backend.Run {
+	t.Helper()
+	var r backend.Run
+	var err error
+	if !eventually.Within(within, func() bool {
+		r, err = l.GetRun(context.Background(), job, at)
+		return err == nil && done(r)
+	}) {
+		t.Fatalf("%s: not true within %v: last record %+v, %v", what, within, r, err)
+	}
+	return r
+}
+
+// TestTimeoutRecordedAsFailedTimeout (issue 15 item 2): a run stopped by
+// its Timeout is recorded as failed with an error that says it timed out —
+// also when the job returns its context's ctx.Err() ("context canceled"),
+// which said nothing of a timeout — and never as a crash (abandoned or
+// reclaimed). A job that returns nil after its timeout did its work: it is
+// recorded as succeeded (retrying it would repeat the effect).
+func TestTimeoutRecordedAsFailedTimeout(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		ret       func(ctx context.Context) error
+		wantState backend.RunState
+	}{
+		{"returns ctx.Err()", func(ctx context.Context) error { return ctx.Err() }, backend.Failed},
+		{"returns the cause", func(ctx context.Context) error { return context.Cause(ctx) }, backend.Failed},
+		{"returns its own error", func(ctx context.Context) error { return errCustom }, backend.Failed},
+		{"returns nil", func(ctx context.Context) error { return nil }, backend.Succeeded},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := openSQLite(t)
+			s := startJob(t, b, "a", Job{Name: "t", Schedule: "0 0 1 1 *", LeaseTTL: 2 * time.Second, Timeout: 50 * time.Millisecond,
+				Crash: CrashSkip, Func: func(ctx context.Context, r Run) error { <-ctx.Done(); return c.ret(ctx) }})
+			at := backend.Instant(time.Now())
+			s.occur(s.loopCtx, s.jobs["t"], at)
+			r := waitRun(t, b, "t", at, 10*time.Second, "the run finished", func(r backend.Run) bool { return r.State.Finished() })
+			if r.State != c.wantState || r.Attempt != 1 {
+				t.Fatalf("ledger: %s attempt %d (error %q), want %s attempt 1", r.State, r.Attempt, r.Error, c.wantState)
+			}
+			if c.wantState == backend.Failed && !strings.Contains(r.Error, "timed out after 50ms") {
+				t.Fatalf("recorded error %q does not say the run timed out after its 50ms timeout", r.Error)
+			}
+			if c.name == "returns its own error" && !strings.Contains(r.Error, errCustom.Error()) {
+				t.Fatalf("recorded error %q lost the job's own error %q", r.Error, errCustom)
+			}
+		})
+	}
+}
+
+var errCustom = customError("flush interrupted")
+
+type customError string
+
+func (e customError) Error() string { return string(e) }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
@@ -61,4 +62,37 @@ func TestSweeperReclaimHonoursMaxConcurrent(t *testing.T) {
 			t.Fatalf("runs of the reclaimed occurrence %+v, want one, attempt 2, by survivor", runs)
 		}
 	})
+}
+
+func TestCrashPolicies(t *testing.T) {
+	for _, policy := range []schedule.Crash{schedule.CrashRetry, schedule.CrashSkip} {
+		t.Run(string(policy), func(t *testing.T) {
+			b := memory.New()
+			fx := newEffects()
+			at := backend.Instant(time.Now().Add(-time.Second))
+			dead := deadRunner(t, b, "job", at)
+			s := newScheduler(t, b, "survivor")
+			if err := s.Register(schedule.Job{Name: "job", Schedule: "@yearly", Crash: policy,
+				Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
+				t.Fatal(err)
+			}
+			start(t, s)
+			eventually.True(t, 10*time.Second, "the occurrence left by the dead runner is settled", func() bool {
+				r, err := b.GetRun(context.Background(), "job", at)
+				return err == nil && r.State.Finished()
+			})
+			r, _ := b.GetRun(context.Background(), "job", at)
+			runs := fx.get(at)
+			switch policy {
+			case schedule.CrashRetry:
+				if len(runs) != 1 || runs[0].Attempt != 2 || uint64(runs[0].Token) <= dead.Token || r.State != backend.Succeeded {
+					t.Fatalf("retry: runs %+v, ledger %+v; want one run, attempt 2, token > %d", runs, r, dead.Token)
+				}
+			case schedule.CrashSkip:
+				if len(runs) != 0 || r.State != backend.Abandoned {
+					t.Fatalf("skip: runs %+v, ledger state %s; want no run and abandoned", runs, r.State)
+				}
+			}
+		})
+	}
 }

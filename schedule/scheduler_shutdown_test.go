@@ -3,6 +3,7 @@ package schedule_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -109,4 +110,34 @@ func TestShutdownDeadlineCutsGrace(t *testing.T) {
 			t.Errorf("job's cause = %v, want ErrShutdown", c)
 		}
 	})
+}
+
+func TestShutdownGraceThenCancel(t *testing.T) {
+	b := memory.New()
+	started := make(chan struct{}, 1)
+	var cause error
+	s := newScheduler(t, b, "a", schedule.WithGrace(100*time.Millisecond))
+	_ = s.Register(schedule.Job{Name: "slow", Schedule: "@every 50ms", Misfire: schedule.MisfireSkip,
+		Func: func(ctx context.Context, r schedule.Run) error {
+			select {
+			case started <- struct{}{}:
+			default:
+				return nil
+			}
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return cause
+		}})
+	start(t, s)
+	<-started
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(cause, schedule.ErrSchedulerShutdown) {
+		t.Fatalf("job's cause = %v, want ErrShutdown", cause)
+	}
+	runs, _ := b.ListRuns(context.Background(), backend.RunFilter{Job: "slow", State: backend.Failed})
+	if len(runs) != 1 || !strings.Contains(runs[0].Error, "shut down") {
+		t.Fatalf("failed runs after shutdown: %+v", runs)
+	}
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -17,66 +17,6 @@ import (
 	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
-
-// effects is what jobs themselves wrote: the test compares it with the
-// schedule, never the ledger with itself.
-type effects struct {
-	mu   sync.Mutex
-	runs map[int64][]schedule.Run // by ScheduledAt (ms)
-}
-
-func newEffects() *effects { return &effects{runs: map[int64][]schedule.Run{}} }
-
-func (f *effects) add(r schedule.Run) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	k := r.ScheduledAt.UnixMilli()
-	f.runs[k] = append(f.runs[k], r)
-}
-
-func (f *effects) get(at time.Time) []schedule.Run {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]schedule.Run(nil), f.runs[at.UnixMilli()]...)
-}
-
-func (f *effects) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.runs)
-}
-
-func (f *effects) instants() []int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var ks []int64
-	for k := range f.runs {
-		ks = append(ks, k)
-	}
-	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
-	return ks
-}
-
-func newScheduler(t *testing.T, b backend.Backend, name string, opts ...schedule.Option) *schedule.Scheduler {
-	t.Helper()
-	s, err := schedule.New(b, append([]schedule.Option{schedule.WithInstance(name), schedule.WithSweepEvery(50 * time.Millisecond), schedule.WithVersionSettle(time.Second), schedule.WithClaimTolerance(100 * time.Millisecond)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func start(t *testing.T, s *schedule.Scheduler) {
-	t.Helper()
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
-}
 
 func TestRegistry(t *testing.T) {
 	s := newScheduler(t, memory.New(), "a")
@@ -178,184 +118,6 @@ func eachOccurrenceOnceAcrossInstances(t *testing.T) {
 	t.Logf("%d occurrences, each once; runs per instance: %v", len(ks), per)
 }
 
-// deadRunner claims an occurrence the way a runner that then dies would:
-// with a short lease and no heartbeats.
-func deadRunner(t *testing.T, b backend.Backend, job string, at time.Time) backend.Grant {
-	t.Helper()
-	g, err := b.Claim(context.Background(), backend.ClaimRequest{
-		Job: job, ScheduledAt: at, Owner: backend.Owner{Instance: "dead", Nonce: backend.NewNonce()},
-		TTL: 150 * time.Millisecond, SpecVersion: "dead",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
-func TestCrashPolicies(t *testing.T) {
-	for _, policy := range []schedule.Crash{schedule.CrashRetry, schedule.CrashSkip} {
-		t.Run(string(policy), func(t *testing.T) {
-			b := memory.New()
-			fx := newEffects()
-			at := backend.Instant(time.Now().Add(-time.Second))
-			dead := deadRunner(t, b, "job", at)
-			s := newScheduler(t, b, "survivor")
-			if err := s.Register(schedule.Job{Name: "job", Schedule: "@yearly", Crash: policy,
-				Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
-				t.Fatal(err)
-			}
-			start(t, s)
-			eventually.True(t, 10*time.Second, "the occurrence left by the dead runner is settled", func() bool {
-				r, err := b.GetRun(context.Background(), "job", at)
-				return err == nil && r.State.Finished()
-			})
-			r, _ := b.GetRun(context.Background(), "job", at)
-			runs := fx.get(at)
-			switch policy {
-			case schedule.CrashRetry:
-				if len(runs) != 1 || runs[0].Attempt != 2 || uint64(runs[0].Token) <= dead.Token || r.State != backend.Succeeded {
-					t.Fatalf("retry: runs %+v, ledger %+v; want one run, attempt 2, token > %d", runs, r, dead.Token)
-				}
-			case schedule.CrashSkip:
-				if len(runs) != 0 || r.State != backend.Abandoned {
-					t.Fatalf("skip: runs %+v, ledger state %s; want no run and abandoned", runs, r.State)
-				}
-			}
-		})
-	}
-}
-
-func TestMisfirePolicies(t *testing.T) {
-	cases := []struct {
-		policy schedule.Misfire
-		want   int // missed occurrences run
-	}{
-		{schedule.MisfireSkip, 0},
-		{schedule.MisfireRunOnce, 1},
-		{schedule.MisfireRunAll, 3}, // MaxCatchUp
-	}
-	for _, c := range cases {
-		t.Run(string(c.policy), func(t *testing.T) {
-			b := memory.New()
-			fx := newEffects()
-			spec, _ := schedule.Parse("@every 1h", "")
-			now := time.Now()
-			// The job last ran 6 hours ago; nobody was alive since.
-			last := spec.Next(now.Add(-7 * time.Hour))
-			g, err := b.Claim(context.Background(), backend.ClaimRequest{Job: "job", ScheduledAt: last, SpecVersion: spec.Version(),
-				Owner: backend.Owner{Instance: "old", Nonce: backend.NewNonce()}, TTL: time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := newScheduler(t, b, "back")
-			if err := s.Register(schedule.Job{Name: "job", Schedule: "@every 1h", Misfire: c.policy, MaxCatchUp: 3, MisfireWindow: 24 * time.Hour,
-				Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
-				t.Fatal(err)
-			}
-			_ = g
-			start(t, s)
-			if c.want > 0 {
-				eventually.True(t, 10*time.Second, fmt.Sprintf("%d catch-up runs", c.want), func() bool { return fx.count() >= c.want })
-			}
-			if err := s.Shutdown(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			got := fx.instants()
-			if len(got) != c.want {
-				t.Fatalf("%d missed occurrences ran (%v), want %d", len(got), got, c.want)
-			}
-			// The ones run are the latest missed.
-			latest := spec.Next(now.Add(-time.Hour))
-			if !latest.After(now) && c.want > 0 && got[len(got)-1] != latest.UnixMilli() && got[len(got)-1] != latest.Add(-time.Hour).UnixMilli() {
-				t.Fatalf("latest caught up %v, want the latest missed", time.UnixMilli(got[len(got)-1]).UTC())
-			}
-		})
-	}
-}
-
-func TestRollingSpecChangeNeverRunsBothVersions(t *testing.T) {
-	b := memory.New()
-	fx := newEffects()
-	mk := func(name, spec string) *schedule.Scheduler {
-		s := newScheduler(t, b, name)
-		if err := s.Register(schedule.Job{Name: "job", Schedule: spec,
-			Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	old := mk("old", "@every 100ms")
-	start(t, old)
-	eventually.True(t, 10*time.Second, "old version runs", func() bool { return fx.count() >= 5 })
-	newer := mk("new", "@every 150ms")
-	switchFrom := time.Now()
-	start(t, newer)
-	eventually.True(t, 20*time.Second, "new version runs after the switch", func() bool {
-		for _, k := range fx.instants() {
-			if k%150 == 0 && k%100 != 0 && fx.get(time.UnixMilli(k))[0].Instance == "new" {
-				return true
-			}
-		}
-		return false
-	})
-	eventually.True(t, 5*time.Second, "a few more", func() bool { return fx.count() >= 40 })
-	_ = old.Shutdown(context.Background())
-	_ = newer.Shutdown(context.Background())
-	// Find the switch: the first instant run by the new version.
-	var sw int64
-	for _, k := range fx.instants() {
-		if fx.get(time.UnixMilli(k))[0].Instance == "new" {
-			sw = k
-			break
-		}
-	}
-	if sw == 0 || time.UnixMilli(sw).Before(switchFrom.Add(time.Second)) {
-		t.Fatalf("switch at %v, want at least the settle time (1s) after the new version started at %v", time.UnixMilli(sw), switchFrom)
-	}
-	for _, k := range fx.instants() {
-		runs := fx.get(time.UnixMilli(k))
-		if len(runs) != 1 {
-			t.Fatalf("instant %d ran %d times", k, len(runs))
-		}
-		if k < sw && (runs[0].Instance != "old" || k%100 != 0) {
-			t.Fatalf("before the switch instant %d ran on %s", k, runs[0].Instance)
-		}
-		if k >= sw && (runs[0].Instance != "new" || k%150 != 0) {
-			t.Fatalf("after the switch instant %d ran on %s", k, runs[0].Instance)
-		}
-	}
-}
-
-func TestShutdownGraceThenCancel(t *testing.T) {
-	b := memory.New()
-	started := make(chan struct{}, 1)
-	var cause error
-	s := newScheduler(t, b, "a", schedule.WithGrace(100*time.Millisecond))
-	_ = s.Register(schedule.Job{Name: "slow", Schedule: "@every 50ms", Misfire: schedule.MisfireSkip,
-		Func: func(ctx context.Context, r schedule.Run) error {
-			select {
-			case started <- struct{}{}:
-			default:
-				return nil
-			}
-			<-ctx.Done()
-			cause = context.Cause(ctx)
-			return cause
-		}})
-	start(t, s)
-	<-started
-	if err := s.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if !errors.Is(cause, schedule.ErrSchedulerShutdown) {
-		t.Fatalf("job's cause = %v, want ErrShutdown", cause)
-	}
-	runs, _ := b.ListRuns(context.Background(), backend.RunFilter{Job: "slow", State: backend.Failed})
-	if len(runs) != 1 || !strings.Contains(runs[0].Error, "shut down") {
-		t.Fatalf("failed runs after shutdown: %+v", runs)
-	}
-}
-
 func TestModes(t *testing.T) {
 	b := memory.New()
 	every, lead := newEffects(), newEffects()
@@ -398,42 +160,6 @@ func TestModes(t *testing.T) {
 	}
 }
 
-func TestTriggerIsIdempotentPerKey(t *testing.T) {
-	b := memory.New()
-	fx := newEffects()
-	var scheds []*schedule.Scheduler
-	for i := range 2 {
-		s := newScheduler(t, b, fmt.Sprint("n", i))
-		_ = s.Register(schedule.Job{Name: "report", Schedule: "@yearly", Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }})
-		start(t, s)
-		scheds = append(scheds, s)
-	}
-	ctx := context.Background()
-	if err := scheds[0].Trigger(ctx, "report", "deploy-42"); err != nil {
-		t.Fatal(err)
-	}
-	if err := scheds[1].Trigger(ctx, "report", "deploy-42"); !errors.Is(err, backend.ErrOccurrenceClaimed) {
-		t.Fatalf("second trigger with the same key = %v, want ErrClaimed", err)
-	}
-	if err := scheds[1].Trigger(ctx, "report", "deploy-43"); err != nil {
-		t.Fatal(err)
-	}
-	if err := scheds[1].Trigger(ctx, "nope", "k"); !errors.Is(err, schedule.ErrJobNotFound) {
-		t.Fatalf("trigger of an unknown job = %v", err)
-	}
-	eventually.True(t, 5*time.Second, "two triggered runs", func() bool { return totalRuns(fx) == 2 })
-}
-
-func totalRuns(f *effects) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, rs := range f.runs {
-		n += len(rs)
-	}
-	return n
-}
-
 func TestNoOverlapAcrossInstances(t *testing.T) {
 	b := memory.New()
 	var running, peak, runs atomicCounter
@@ -457,21 +183,6 @@ func TestNoOverlapAcrossInstances(t *testing.T) {
 	}
 	if peak.get() != 1 {
 		t.Fatalf("%d runs at once across the cluster with MaxConcurrent 1", peak.get())
-	}
-}
-
-type atomicCounter struct {
-	mu sync.Mutex
-	v  int
-}
-
-func (c *atomicCounter) add(d int) int { c.mu.Lock(); defer c.mu.Unlock(); c.v += d; return c.v }
-func (c *atomicCounter) get() int      { c.mu.Lock(); defer c.mu.Unlock(); return c.v }
-func (c *atomicCounter) max(v int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if v > c.v {
-		c.v = v
 	}
 }
 
@@ -511,5 +222,175 @@ func TestHotReloadNeverLeavesTwoTimers(t *testing.T) {
 	}
 	if got := len(s.Jobs()); got != 1 {
 		t.Fatalf("%d jobs registered", got)
+	}
+}
+
+// leasesOnly hides every method of a backend but those of backend.Leases,
+// as a backend that keeps no run ledger (redlock) is built.
+type leasesOnly struct{ backend.Leases }
+
+// TestNewRefusesBackendWithoutLedger: the ledger is optional at the seam,
+// so the scheduler asks for it, and refuses a backend without one by name.
+func TestNewRefusesBackendWithoutLedger(t *testing.T) {
+	m := memory.New()
+	defer m.Close()
+	if _, err := schedule.New(leasesOnly{m}); err == nil {
+		t.Fatal("New over a backend without a ledger succeeded")
+	} else if !errors.Is(err, backend.ErrNoLedger) || !strings.Contains(err.Error(), `"memory"`) {
+		t.Fatalf("New = %v, want an error wrapping backend.ErrNoLedger naming the backend", err)
+	}
+	if _, err := schedule.New(m); err != nil {
+		t.Fatalf("New over the full backend: %v", err)
+	}
+}
+
+// Every option refuses a bad argument with ErrInvalid, naming the option and
+// the value; an option of the Locker's own is refused by New and one of the
+// Scheduler's own by NewLocker.
+func TestOptionsValidated(t *testing.T) {
+	mem := memory.New()
+	t.Cleanup(func() { mem.Close() })
+	for _, tc := range []struct {
+		name string
+		opts []schedule.Option
+		want string
+	}{
+		{"empty instance", []schedule.Option{leasehold.WithInstance("")}, `WithInstance("")`},
+		{"long instance", []schedule.Option{leasehold.WithInstance(strings.Repeat("i", 129))}, `WithInstance("iii`},
+		{"namespace", []schedule.Option{leasehold.WithNamespace("a/../b")}, `WithNamespace("a/../b")`},
+		{"drift", []schedule.Option{leasehold.WithDrift(0.5)}, "WithDrift(0.5)"},
+		{"margin", []schedule.Option{leasehold.WithMargin(-time.Millisecond)}, "WithMargin(-1ms)"},
+		{"logger", []schedule.Option{leasehold.WithLogger(nil)}, "WithLogger(nil)"},
+		{"deprecated instance", []schedule.Option{schedule.WithInstance("")}, `WithInstance("")`},
+		{"deprecated drift", []schedule.Option{schedule.WithDrift(-1)}, "WithDrift(-1)"},
+		{"clock", []schedule.Option{schedule.WithClock(nil)}, "WithClock(nil)"},
+		{"grace", []schedule.Option{schedule.WithGrace(-time.Second)}, "WithGrace(-1s)"},
+		{"tolerance", []schedule.Option{schedule.WithClaimTolerance(-time.Second)}, "WithClaimTolerance(-1s)"},
+		{"retention", []schedule.Option{schedule.WithRetention(0)}, "WithRetention(0s)"},
+		{"sweep", []schedule.Option{schedule.WithSweepEvery(-time.Second)}, "WithSweepEvery(-1s)"},
+		{"settle", []schedule.Option{schedule.WithVersionSettle(0)}, "WithVersionSettle(0s)"},
+		{"settle within tolerance", []schedule.Option{schedule.WithClaimTolerance(2 * time.Second), schedule.WithVersionSettle(time.Second)}, "version settle 1s must exceed the claim tolerance 2s"},
+		{"a Locker's option", []schedule.Option{leasehold.WithTTL(time.Second)}, "leasehold.WithTTL configures a Locker or an Elector, not a Scheduler"},
+		{"a Locker's observer", []schedule.Option{leasehold.WithObserver(nil)}, "leasehold.WithObserver configures a Locker or an Elector, not a Scheduler"},
+	} {
+		_, err := schedule.New(mem, tc.opts...)
+		if !errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New = %v, want ErrInvalid containing %q", tc.name, err, tc.want)
+		}
+	}
+	_, err := leasehold.NewLocker(mem, schedule.WithGrace(time.Second))
+	if want := "schedule.WithGrace configures a Scheduler, not a Locker or an Elector"; !errors.Is(err, leasehold.ErrInvalid) || !strings.Contains(err.Error(), want) {
+		t.Errorf("NewLocker(schedule.WithGrace) = %v, want ErrInvalid containing %q", err, want)
+	}
+}
+
+// The shared options, defined once in the root package, configure a
+// Scheduler as they do a Locker; the deprecated copies in this package still
+// work.
+func TestSharedOptions(t *testing.T) {
+	mem := memory.New()
+	t.Cleanup(func() { mem.Close() })
+	shared := []leasehold.Option{
+		leasehold.WithInstance("web-1"), leasehold.WithNamespace("prod/billing"),
+		leasehold.WithDrift(0.02), leasehold.WithMargin(time.Millisecond), leasehold.WithLogger(slog.Default()),
+	}
+	s, err := schedule.New(mem, append(shared, schedule.WithGrace(time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Instance() != "web-1" || s.Namespace() != "prod/billing" {
+		t.Fatalf("Scheduler instance %q namespace %q, want web-1 prod/billing", s.Instance(), s.Namespace())
+	}
+	lk, err := leasehold.NewLocker(mem, append(shared, leasehold.WithTTL(time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lk.Instance() != "web-1" || lk.Namespace() != "prod/billing" {
+		t.Fatalf("Locker instance %q namespace %q, want web-1 prod/billing", lk.Instance(), lk.Namespace())
+	}
+	old, err := schedule.New(mem, schedule.WithInstance("web-2"), schedule.WithNamespace("old"), schedule.WithLogger(slog.Default()),
+		schedule.WithDrift(0.02), schedule.WithMargin(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.Instance() != "web-2" || old.Namespace() != "old" {
+		t.Fatalf("Scheduler instance %q namespace %q, want web-2 old", old.Instance(), old.Namespace())
+	}
+}
+
+// TestReplaceRemoveChurnNeverDoublesNorLosesAJob: a job replaced, removed
+// and registered again under the same name while its instants come due
+// (a SIGHUP reload storm) never runs one instant twice — two timers for
+// one name would — and still runs once the churn ends.
+func TestReplaceRemoveChurnNeverDoublesNorLosesAJob(t *testing.T) {
+	s, err := schedule.New(memory.New(), schedule.WithInstance("i1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	type occ struct {
+		job string
+		at  time.Time
+	}
+	runs := map[occ]int{}
+	var latest time.Time
+	job := schedule.Job{Name: "churn", Schedule: "@every 20ms", Mode: schedule.EveryInstance,
+		Func: func(_ context.Context, r schedule.Run) error {
+			mu.Lock()
+			defer mu.Unlock()
+			runs[occ{r.Job, r.ScheduledAt}]++
+			if r.Job == "churn" && r.ScheduledAt.After(latest) {
+				latest = r.ScheduledAt
+			}
+			return nil
+		}}
+	if err := s.Register(job); err != nil {
+		t.Fatal(err)
+	}
+	other := job
+	other.Name = "other"
+	if err := s.Register(other); err != nil { // shares the timer heap
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	for i := range 300 {
+		switch i % 3 {
+		case 0, 1:
+			if err := s.Replace(job); err != nil {
+				t.Fatal(err)
+			}
+		case 2:
+			if err := s.Remove("churn"); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Register(job); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i%10 == 0 {
+			time.Sleep(time.Millisecond) // let instants come due between bursts
+		}
+	}
+	ended := time.Now()
+	eventually.True(t, 10*time.Second, "a run of the job after the churn", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return latest.After(ended)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for o, n := range runs {
+		if n > 1 {
+			t.Errorf("job %s's instant %v ran %d times on one instance", o.job, o.at, n)
+		}
 	}
 }

@@ -2,12 +2,15 @@ package schedule
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // slowMarkerFinish holds the Finish of a trigger key's marker until
@@ -71,5 +74,114 @@ func TestTriggeredRunStartsBeforeTheMarkerIsRecorded(t *testing.T) {
 	close(b.release)
 	if err := <-triggered; err != nil {
 		t.Fatalf("Trigger: %v", err)
+	}
+}
+
+// frozenClock reads one instant; its timers run in real time.
+type frozenClock struct{ t time.Time }
+
+func (c frozenClock) Now() time.Time                         { return c.t }
+func (c frozenClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// TestTriggerBurstInOneMillisecond: triggers that read the same
+// millisecond move on by 1 ms per collision, at most 10 times; past that
+// the trigger is refused with ErrOverlap, a documented refusal that frees
+// its key (it runs when retried).
+func TestTriggerBurstInOneMillisecond(t *testing.T) {
+	b := memory.New()
+	t.Cleanup(func() { b.Close() })
+	s, err := New(b, WithInstance("a"), WithClock(frozenClock{time.Now()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Register(Job{Name: "j", Schedule: "0 0 1 1 *", Func: func(context.Context, Run) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	for i := range 12 {
+		if _, err := s.TriggerRun(context.Background(), "j", "key-"+string(rune('a'+i))); err != nil && (i < 10 || !errors.Is(err, backend.ErrOccurrenceOverlap)) {
+			t.Fatalf("trigger %d of an unlimited job, with its own key, in one millisecond: %v", i+1, err)
+		}
+	}
+}
+
+// TestTriggerAfterShutdownRefused (found by review; the bug it shows): Shutdown "stops claiming" and waits for
+// the runs; TriggerRun checks only that the scheduler was started, so a
+// trigger that arrives during or after Shutdown (an admin request racing
+// the daemon's stop) claims and starts a run that Shutdown no longer waits
+// for — the process exits under it, and the occurrence is left to the
+// crash policy. (s.runs.Add after s.runs.Wait returned is also a misuse
+// of sync.WaitGroup.)
+func TestTriggerAfterShutdownRefused(t *testing.T) {
+	b := memory.New()
+	t.Cleanup(func() { b.Close() })
+	ran := make(chan Run, 1)
+	s := startJob(t, b, "a", Job{Name: "j", Schedule: "0 0 1 1 *",
+		Func: func(_ context.Context, r Run) error { ran <- r; return nil }})
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.TriggerRun(context.Background(), "j", "late")
+	if err == nil {
+		select {
+		case <-ran:
+			t.Fatalf("a trigger after Shutdown returned claimed and ran the job (at %s token %d)", r.ScheduledAt.Format(time.RFC3339Nano), r.Token)
+		case <-time.After(time.Second):
+			t.Fatalf("a trigger after Shutdown returned was accepted (at %s token %d)", r.ScheduledAt.Format(time.RFC3339Nano), r.Token)
+		}
+	}
+}
+
+// slowTriggerClaim delays the claims of triggered runs (not of the key
+// markers): a loaded backend.
+type slowTriggerClaim struct {
+	backend.Backend
+	delay time.Duration
+}
+
+func (b *slowTriggerClaim) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	if strings.HasPrefix(req.SpecVersion, TriggerVersionPrefix) {
+		time.Sleep(b.delay)
+	}
+	return b.Backend.Claim(ctx, req)
+}
+
+// TestRefusedTriggerKeepsKeyOnSlowClaim (found by review; the bug it shows): "one at its MaxConcurrent
+// (ErrOverlap) refuses the trigger, runs nothing, and leaves the key free
+// to retry" (README). The key's marker is claimed with the job's LeaseTTL
+// and never heartbeated, so when the run's claim takes longer than the
+// TTL the refusal cannot be recorded (the marker's lease is gone) and the
+// key is burned: the retry with it is refused as "used before", though
+// nothing ever ran under it.
+func TestRefusedTriggerKeepsKeyOnSlowClaim(t *testing.T) {
+	m := memory.New()
+	t.Cleanup(func() { m.Close() })
+	b := &slowTriggerClaim{Backend: m, delay: 250 * time.Millisecond}
+	release := make(chan struct{})
+	var once sync.Once
+	s := startJob(t, b, "a", Job{Name: "j", Schedule: "0 0 1 1 *", LeaseTTL: 150 * time.Millisecond, MaxConcurrent: 1,
+		Func: func(ctx context.Context, r Run) error {
+			<-release
+			return nil
+		}})
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	first, err := s.TriggerRun(context.Background(), "j", "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.TriggerRun(context.Background(), "j", "second")
+	if !errors.Is(err, backend.ErrOccurrenceOverlap) {
+		t.Fatalf("trigger at the limit: %v, want ErrOverlap", err)
+	}
+	once.Do(func() { close(release) })
+	eventually.True(t, 10*time.Second, "the first run finished", func() bool {
+		r, err := m.GetRun(context.Background(), LedgerJob(s.cfg.namespace, "j"), first.ScheduledAt)
+		return err == nil && r.State == backend.Succeeded
+	})
+	if _, err := s.TriggerRun(context.Background(), "j", "second"); err != nil {
+		t.Fatalf("retrying a key whose trigger was refused at the limit (nothing ran under it): %v", err)
 	}
 }

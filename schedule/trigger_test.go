@@ -409,3 +409,75 @@ func TestIsTriggeredOfAScheduledRun(t *testing.T) {
 		}
 	}
 }
+
+// TestTriggerHeldToMaxConcurrentAtOnce (found by review; the bug it shows): the new chaos fault "trigger"
+// fires a burst of Trigger calls at a MaxConcurrent 1 job and the new
+// checker rule fails a run where the job exceeds its max_concurrent. But
+// Trigger claims under its own key with ClaimOccurrence, which sends no
+// MaxRunning: every triggered run starts at once.
+func TestTriggerHeldToMaxConcurrentAtOnce(t *testing.T) {
+	s := newScheduler(t, memory.New(), "a")
+	var conc concurrency
+	var ran atomic.Int64
+	err := s.Register(schedule.Job{Name: "limited", Schedule: "@daily", MaxConcurrent: 1,
+		Func: func(ctx context.Context, r schedule.Run) error {
+			conc.enter()
+			defer conc.leave()
+			ran.Add(1)
+			time.Sleep(300 * time.Millisecond)
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.Trigger(context.Background(), "limited", "k"+string(rune('a'+i)))
+		}()
+	}
+	wg.Wait()
+	eventually.True(t, 5*time.Second, "triggered runs", func() bool { return ran.Load() >= 1 && conc.cur.Load() == 0 })
+	if p := conc.peak.Load(); p > 1 {
+		t.Errorf("%d triggered runs of a MaxConcurrent 1 job ran at once", p)
+	}
+}
+
+func TestTriggerIsIdempotentPerKey(t *testing.T) {
+	b := memory.New()
+	fx := newEffects()
+	var scheds []*schedule.Scheduler
+	for i := range 2 {
+		s := newScheduler(t, b, fmt.Sprint("n", i))
+		_ = s.Register(schedule.Job{Name: "report", Schedule: "@yearly", Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }})
+		start(t, s)
+		scheds = append(scheds, s)
+	}
+	ctx := context.Background()
+	if err := scheds[0].Trigger(ctx, "report", "deploy-42"); err != nil {
+		t.Fatal(err)
+	}
+	if err := scheds[1].Trigger(ctx, "report", "deploy-42"); !errors.Is(err, backend.ErrOccurrenceClaimed) {
+		t.Fatalf("second trigger with the same key = %v, want ErrClaimed", err)
+	}
+	if err := scheds[1].Trigger(ctx, "report", "deploy-43"); err != nil {
+		t.Fatal(err)
+	}
+	if err := scheds[1].Trigger(ctx, "nope", "k"); !errors.Is(err, schedule.ErrJobNotFound) {
+		t.Fatalf("trigger of an unknown job = %v", err)
+	}
+	eventually.True(t, 5*time.Second, "two triggered runs", func() bool { return totalRuns(fx) == 2 })
+}
+
+func totalRuns(f *effects) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, rs := range f.runs {
+		n += len(rs)
+	}
+	return n
+}
