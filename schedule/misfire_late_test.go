@@ -16,8 +16,9 @@ import (
 	"github.com/leasehold/leasehold/schedule"
 )
 
-// Review findings against the late wake-up misfire change. Each test here
-// FAILS on the reviewed commits: it demonstrates a broken promise.
+// Late instants, catch-up and the misfire grace: each test here began as a
+// review finding against the late wake-up misfire change and failed on the
+// commits it was found on.
 
 // concurrency tracks how many job functions run at once.
 type concurrency struct {
