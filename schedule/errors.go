@@ -25,6 +25,17 @@ var (
 	ErrSchedulerShutdown = errors.New("leasehold/schedule: shut down")
 	// ErrSpecInvalid: a schedule spec or time zone could not be parsed.
 	ErrSpecInvalid = errors.New("leasehold/schedule: invalid schedule")
+	// ErrOnceFailed wraps the error of a RunOnce function that ran here and
+	// failed. The failure is recorded, and the key is not run again (until
+	// its run is pruned): a failure counts as the key's one run.
+	ErrOnceFailed = errors.New("leasehold/schedule: the once function failed")
+	// ErrOnceAbandoned: the key's run had been claimed, but its runner's
+	// lease expired before it recorded an outcome (it died, or a claim
+	// whose answer was lost left the key held): RunOnce recorded the run as
+	// abandoned and did not run fn. Whatever the first runner did may have
+	// happened: treat it as "maybe done" (dead-letter, alert, check the
+	// effect).
+	ErrOnceAbandoned = errors.New("leasehold/schedule: the once key's earlier run was abandoned (maybe done)")
 )
 
 // Former names, kept so that existing callers and their errors.Is tests go

@@ -19,18 +19,6 @@ const OncePrefix = "once/"
 // has one occurrence, not one per instant.
 var onceInstant = time.Unix(0, 0).UTC()
 
-// ErrOnceFailed wraps the error of a RunOnce function that ran here and
-// failed. The failure is recorded, and the key is not run again (until its
-// run is pruned): a failure counts as the key's one run.
-var ErrOnceFailed = errors.New("leasehold/schedule: the once function failed")
-
-// ErrOnceAbandoned: the key's run had been claimed, but its runner's lease
-// expired before it recorded an outcome (it died, or a claim whose answer
-// was lost left the key held): RunOnce recorded the run as abandoned and
-// did not run fn. Whatever the first runner did may have happened: treat
-// it as "maybe done" (dead-letter, alert, check the effect).
-var ErrOnceAbandoned = errors.New("leasehold/schedule: the once key's earlier run was abandoned (maybe done)")
-
 // OnceOptions tune RunOnce. The zero value takes the defaults.
 type OnceOptions struct {
 	// Namespace confines the key (as NamespaceLedger); "" is

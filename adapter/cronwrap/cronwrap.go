@@ -30,14 +30,6 @@ import (
 	"github.com/leasehold/leasehold/schedule"
 )
 
-// ErrNoInstant is what an occurrence fails with when the cron entry has no
-// instant it fired for (the job was run by hand, or its entry was removed).
-var ErrNoInstant = errors.New("leasehold/cronwrap: no scheduled instant for this run")
-
-// ErrEvery is returned by Add for a robfig "@every" spec, whose instants
-// differ on every instance.
-var ErrEvery = errors.New("leasehold/cronwrap: @every counts from each process's start, so instances share no instants")
-
 // Options configure Add. Ledger and Instance are required.
 type Options struct {
 	Ledger backend.Ledger // the shared run ledger
@@ -109,7 +101,7 @@ func Add(c *cron.Cron, spec, job string, fn Func, o Options) (cron.EntryID, erro
 	}
 	if _, every := c.Entry(id).Schedule.(cron.ConstantDelaySchedule); every {
 		c.Remove(id)
-		return 0, fmt.Errorf("%w: job %q: spec %q: %w; use a cron spec (e.g. \"*/10 * * * * *\") or package schedule", leasehold.ErrInvalid, job, spec, ErrEvery)
+		return 0, fmt.Errorf("%w: job %q: spec %q: %w; use a cron spec (e.g. \"*/10 * * * * *\") or package schedule", leasehold.ErrInvalid, job, spec, ErrSpecEvery)
 	}
 	w.id.Store(int64(id))
 	return id, nil
@@ -133,7 +125,7 @@ func (w *wrapped) Run() {
 		at = w.c.Entry(cron.EntryID(id)).Prev
 	}
 	if at.IsZero() {
-		w.fail(at, "occurrence not run: no scheduled instant", ErrNoInstant)
+		w.fail(at, "occurrence not run: no scheduled instant", ErrRunNoInstant)
 		return
 	}
 	cl, err := schedule.ClaimOccurrence(ctx, w.l, w.job, at, w.o.Claim)

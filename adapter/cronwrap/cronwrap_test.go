@@ -156,8 +156,8 @@ func TestAddRefusesEvery(t *testing.T) {
 	c := cron.New()
 	_, err := cronwrap.Add(c, "@every 1m", "report", func(context.Context, leasehold.Token) error { return nil },
 		cronwrap.Options{Ledger: memory.New(), Instance: "a"})
-	if !errors.Is(err, cronwrap.ErrEvery) || !errors.Is(err, leasehold.ErrInvalid) {
-		t.Fatalf("Add(@every 1m) = %v, want ErrEvery", err)
+	if !errors.Is(err, cronwrap.ErrSpecEvery) || !errors.Is(err, leasehold.ErrInvalid) {
+		t.Fatalf("Add(@every 1m) = %v, want ErrSpecEvery", err)
 	}
 	if n := len(c.Entries()); n != 0 {
 		t.Fatalf("the refused job left %d entries", n)

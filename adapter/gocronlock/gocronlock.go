@@ -48,12 +48,12 @@
 // common instants to agree on, and different instances would name one
 // occurrence differently and run it twice. Lock refuses such a job at run
 // time: Attach the scheduler to the Locker (NewScheduler does), so that Lock
-// sees each job's definition. It then refuses (ErrDurationJob) a
+// sees each job's definition. It then refuses (ErrJobDurationBased) a
 // DurationJob, a DurationRandomJob or a robfig "@every" spec, refuses
-// (ErrSpecMismatch) a job whose cron spec is not the one NewJobLocker was
+// (ErrJobSpecMismatch) a job whose cron spec is not the one NewJobLocker was
 // given, or whose instants are not multiples of NewLocker's quantum, and
 // logs each refusal once per job. A Locker with no scheduler attached
-// refuses every Lock (ErrNotAttached).
+// refuses every Lock (ErrLockerNotAttached).
 //
 // The job's fencing token: a job whose task takes a context.Context as its
 // first parameter gets the same context Lock got; Locker.Run(ctx) returns
@@ -110,26 +110,6 @@ func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns
 // instance's claim) are logged. Default slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-var (
-	// ErrDurationJob refuses a job whose instants count from each
-	// scheduler's start (gocron.DurationJob, DurationRandomJob, "@every"):
-	// instances would name one occurrence differently and run it twice.
-	ErrDurationJob = errors.New("leasehold/gocronlock: the job's instants count from each scheduler's start (DurationJob, DurationRandomJob or @every), so instances cannot agree on an occurrence: use a cron spec")
-	// ErrSpecMismatch refuses a job whose cron spec differs from the
-	// Locker's (NewJobLocker), or whose instants are not multiples of the
-	// Locker's quantum (NewLocker).
-	ErrSpecMismatch = errors.New("leasehold/gocronlock: the job's schedule does not match the Locker's")
-	// ErrNotAttached refuses a Lock before Attach (or NewScheduler): the
-	// Locker cannot see the job's definition.
-	ErrNotAttached = errors.New("leasehold/gocronlock: no scheduler attached to the Locker (call Attach, or create the scheduler with gocronlock.NewScheduler)")
-	// ErrNoRun is returned by Run for a context of no job running under
-	// a claim of this Locker.
-	ErrNoRun = errors.New("leasehold/gocronlock: no claimed run for this context")
-	// ErrAmbiguousRun is returned by Run when several runs of the job are
-	// in progress on this scheduler (use gocron.WithSingletonMode).
-	ErrAmbiguousRun = errors.New("leasehold/gocronlock: several runs of the job are in progress here; use gocron.WithSingletonMode to get each run's token")
-)
-
 var _ gocron.Locker = (*Locker)(nil)
 
 // NewLocker returns a Locker over the ledger b for jobs whose instants are
@@ -152,7 +132,7 @@ func NewLocker(b backend.Ledger, instance string, quantum time.Duration, opts ..
 // instant of spec at or before the call (see the package comment).
 func NewJobLocker(b backend.Ledger, instance, spec, zone string, opts ...Option) (*Locker, error) {
 	if strings.HasPrefix(strings.TrimSpace(cutZone(spec)), "@every") {
-		return nil, fmt.Errorf("%w: spec %q: %w", leasehold.ErrInvalid, spec, ErrDurationJob)
+		return nil, fmt.Errorf("%w: spec %q: %w", leasehold.ErrInvalid, spec, ErrJobDurationBased)
 	}
 	s, err := schedule.Parse(spec, zone)
 	if err != nil {
@@ -231,7 +211,7 @@ func NewScheduler(l *Locker, opts ...gocron.SchedulerOption) (gocron.Scheduler, 
 func (l *Locker) check(key string) error {
 	sp := l.sched.Load()
 	if sp == nil {
-		return ErrNotAttached
+		return ErrLockerNotAttached
 	}
 	found := false
 	for _, j := range (*sp).Jobs() {
@@ -244,7 +224,7 @@ func (l *Locker) check(key string) error {
 		}
 	}
 	if !found {
-		return fmt.Errorf("%w: no job named %q in the attached scheduler (a per-job Locker attached to another scheduler?)", ErrNotAttached, key)
+		return fmt.Errorf("%w: no job named %q in the attached scheduler (a per-job Locker attached to another scheduler?)", ErrLockerNotAttached, key)
 	}
 	return nil
 }
@@ -252,22 +232,22 @@ func (l *Locker) check(key string) error {
 func (l *Locker) checkSchedule(js gocron.JobSchedule) error {
 	switch d := js.(type) {
 	case gocron.DurationJobSchedule:
-		return fmt.Errorf("%w: DurationJob(%v)", ErrDurationJob, d.Duration)
+		return fmt.Errorf("%w: DurationJob(%v)", ErrJobDurationBased, d.Duration)
 	case gocron.DurationRandomJobSchedule:
-		return fmt.Errorf("%w: DurationRandomJob(%v, %v)", ErrDurationJob, d.Min, d.Max)
+		return fmt.Errorf("%w: DurationRandomJob(%v, %v)", ErrJobDurationBased, d.Min, d.Max)
 	case gocron.CronJobSchedule:
 		if strings.HasPrefix(cutZone(d.Crontab), "@every") {
-			return fmt.Errorf("%w: CronJob(%q)", ErrDurationJob, d.Crontab)
+			return fmt.Errorf("%w: CronJob(%q)", ErrJobDurationBased, d.Crontab)
 		}
 		if l.spec != nil {
 			if cutZone(d.Crontab) != cutZone(l.spec.String()) || zoneOf(d.Crontab, l.zone) != zoneOf(l.spec.String(), l.zone) {
-				return fmt.Errorf("%w: the job's spec is %q, the Locker's %q (zone %q): define the job with l.CronJob()", ErrSpecMismatch, d.Crontab, l.spec.String(), l.zone)
+				return fmt.Errorf("%w: the job's spec is %q, the Locker's %q (zone %q): define the job with l.CronJob()", ErrJobSpecMismatch, d.Crontab, l.spec.String(), l.zone)
 			}
 			return nil
 		}
 		js, err := schedule.Parse(d.Crontab, "")
 		if err != nil {
-			return fmt.Errorf("%w: the job's spec %q: %w", ErrSpecMismatch, d.Crontab, err)
+			return fmt.Errorf("%w: the job's spec %q: %w", ErrJobSpecMismatch, d.Crontab, err)
 		}
 		t := l.now()
 		for range 16 {
@@ -275,13 +255,13 @@ func (l *Locker) checkSchedule(js gocron.JobSchedule) error {
 				break
 			}
 			if t.UnixNano()%l.quantum.Nanoseconds() != 0 {
-				return fmt.Errorf("%w: the job's spec %q fires at %v, not a multiple of the Locker's quantum %v: the Locker would name two of its instants alike", ErrSpecMismatch, d.Crontab, t, l.quantum)
+				return fmt.Errorf("%w: the job's spec %q fires at %v, not a multiple of the Locker's quantum %v: the Locker would name two of its instants alike", ErrJobSpecMismatch, d.Crontab, t, l.quantum)
 			}
 		}
 		return nil
 	default:
 		if l.spec != nil {
-			return fmt.Errorf("%w: the job is a %T, not the Locker's cron spec %q: define the job with l.CronJob()", ErrSpecMismatch, js, l.spec.String())
+			return fmt.Errorf("%w: the job is a %T, not the Locker's cron spec %q: define the job with l.CronJob()", ErrJobSpecMismatch, js, l.spec.String())
 		}
 		return nil // daily, weekly, monthly and one-time jobs fire at fixed wall-clock times
 	}
@@ -301,19 +281,19 @@ func zoneOf(spec, def string) string {
 
 // Run returns the claimed occurrence (with its fencing token, Run.Token)
 // of the job whose context is ctx, while it runs: a gocron task whose first
-// parameter is a context.Context gets the context Lock got. ErrNoRun if
-// that job holds no claim of l now; ErrAmbiguousRun if several of its runs
+// parameter is a context.Context gets the context Lock got. ErrRunNotFound if
+// that job holds no claim of l now; ErrRunAmbiguous if several of its runs
 // are in progress on this scheduler.
 func (l *Locker) Run(ctx context.Context) (schedule.Run, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch cs := l.running[ctx]; len(cs) {
 	case 0:
-		return schedule.Run{}, ErrNoRun
+		return schedule.Run{}, ErrRunNotFound
 	case 1:
 		return cs[0].Run(), nil
 	default:
-		return schedule.Run{}, ErrAmbiguousRun
+		return schedule.Run{}, ErrRunAmbiguous
 	}
 }
 
@@ -328,7 +308,7 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	if err := l.check(key); err != nil {
 		err = fmt.Errorf("gocronlock: job %q refused: %w", key, err)
 		reason := err.Error()
-		for _, r := range []error{ErrNotAttached, ErrDurationJob, ErrSpecMismatch} {
+		for _, r := range []error{ErrLockerNotAttached, ErrJobDurationBased, ErrJobSpecMismatch} {
 			if errors.Is(err, r) {
 				reason = r.Error()
 			}
@@ -477,7 +457,7 @@ func NewElector(ctx context.Context, b backend.Leases, role string, opts ...leas
 // IsLeader returns nil while this instance leads.
 func (e *Elector) IsLeader(context.Context) error {
 	if !e.leading.Load() {
-		return ErrNotLeader
+		return ErrElectorNotLeader
 	}
 	return nil
 }

@@ -176,7 +176,7 @@ func TestElector(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	c, _ := gocronlock.NewElector(ctx, b, "gocron", leasehold.WithInstance("c"))
-	if err := c.IsLeader(ctx); !errors.Is(err, gocronlock.ErrNotLeader) {
+	if err := c.IsLeader(ctx); !errors.Is(err, gocronlock.ErrElectorNotLeader) {
 		t.Fatalf("c.IsLeader = %v while a leads", err)
 	}
 	if err := a.Close(ctx); err != nil {

@@ -101,8 +101,8 @@ func TestDurationJobRefused(t *testing.T) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, err := range e.errs {
-		if !errors.Is(err, gocronlock.ErrDurationJob) {
-			t.Fatalf("Lock refused with %v, want ErrDurationJob", err)
+		if !errors.Is(err, gocronlock.ErrJobDurationBased) {
+			t.Fatalf("Lock refused with %v, want ErrJobDurationBased", err)
 		}
 	}
 	if e.ran != 0 {
@@ -122,8 +122,8 @@ func TestSpecMismatchRefused(t *testing.T) {
 	e.wait(t, 2)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !errors.Is(e.errs[0], gocronlock.ErrSpecMismatch) || e.ran != 0 {
-		t.Fatalf("Lock = %v (ran %d), want ErrSpecMismatch", e.errs[0], e.ran)
+	if !errors.Is(e.errs[0], gocronlock.ErrJobSpecMismatch) || e.ran != 0 {
+		t.Fatalf("Lock = %v (ran %d), want ErrJobSpecMismatch", e.errs[0], e.ran)
 	}
 }
 
@@ -136,15 +136,15 @@ func TestQuantumMismatchRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := l.Lock(context.Background(), "report")
-	if !errors.Is(err, gocronlock.ErrSpecMismatch) {
-		t.Fatalf("Lock of a per-second job under a 1m quantum = %v, want ErrSpecMismatch", err)
+	if !errors.Is(err, gocronlock.ErrJobSpecMismatch) {
+		t.Fatalf("Lock of a per-second job under a 1m quantum = %v, want ErrJobSpecMismatch", err)
 	}
 }
 
 func TestNotAttachedRefused(t *testing.T) {
 	l, _ := gocronlock.NewLocker(memory.New(), "a", time.Second)
-	if _, err := l.Lock(context.Background(), "report"); !errors.Is(err, gocronlock.ErrNotAttached) {
-		t.Fatalf("Lock without a scheduler = %v, want ErrNotAttached", err)
+	if _, err := l.Lock(context.Background(), "report"); !errors.Is(err, gocronlock.ErrLockerNotAttached) {
+		t.Fatalf("Lock without a scheduler = %v, want ErrLockerNotAttached", err)
 	}
 }
 
@@ -186,13 +186,13 @@ func TestCronJobTokenNamespace(t *testing.T) {
 	if err != nil || len(runs) == 0 || runs[len(runs)-1].Token != uint64(run.Token) {
 		t.Fatalf("the billing namespace's runs = %+v, %v; want the first with token %v", runs, err, run.Token)
 	}
-	if _, err := l.Run(context.Background()); !errors.Is(err, gocronlock.ErrNoRun) {
-		t.Fatalf("Run outside a job = %v, want ErrNoRun", err)
+	if _, err := l.Run(context.Background()); !errors.Is(err, gocronlock.ErrRunNotFound) {
+		t.Fatalf("Run outside a job = %v, want ErrRunNotFound", err)
 	}
 }
 
 func TestJobLockerRefusesEvery(t *testing.T) {
-	if _, err := gocronlock.NewJobLocker(memory.New(), "a", "@every 1m", ""); !errors.Is(err, gocronlock.ErrDurationJob) {
-		t.Fatalf("NewJobLocker(@every 1m) = %v, want ErrDurationJob", err)
+	if _, err := gocronlock.NewJobLocker(memory.New(), "a", "@every 1m", ""); !errors.Is(err, gocronlock.ErrJobDurationBased) {
+		t.Fatalf("NewJobLocker(@every 1m) = %v, want ErrJobDurationBased", err)
 	}
 }
