@@ -10,24 +10,25 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
 
 // slowAcquires answers every Acquire after delay (or ctx's end, with its
 // error: a request cut short, whose outcome is unknown).
-type slowAcquires struct {
-	backend.Backend
-	delay time.Duration
-}
-
-func (b *slowAcquires) Acquire(ctx context.Context, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	t := time.NewTimer(b.delay)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return backend.Grant{}, ctx.Err()
-	case <-t.C:
+func slowAcquires(b backend.Backend, delay time.Duration) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnAcquire: func(ctx context.Context, next faultbackend.AcquireFunc, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
+			t := time.NewTimer(delay)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return backend.Grant{}, ctx.Err()
+			case <-t.C:
+			}
+			return next(ctx, key, o, ttl)
+		},
 	}
-	return b.Backend.Acquire(ctx, key, o, ttl)
 }
 
 // TestAcquireAtDeadlineIsNotAcquired: an Acquire whose context ends while
@@ -78,7 +79,7 @@ func TestAcquireWaitsOutADeadlineItCannotBeat(t *testing.T) {
 	defer l.Release(context.Background())
 	// Round trips of 200 ms, a deadline of 700 ms: the second attempt is
 	// answered with about 250 ms left, less than two round trips.
-	waiter, err := leasehold.NewLocker(&slowAcquires{Backend: mem, delay: 200 * time.Millisecond},
+	waiter, err := leasehold.NewLocker(slowAcquires(mem, 200*time.Millisecond),
 		leasehold.WithInstance("waiter-b"), leasehold.WithBackoff(time.Millisecond, 50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -93,27 +94,26 @@ func TestAcquireWaitsOutADeadlineItCannotBeat(t *testing.T) {
 
 // outlierAcquires answers one Acquire (the slow-th, counting from 1) after
 // delay, every other at once, and closes slowDone when that one returned.
-type outlierAcquires struct {
-	backend.Backend
-	slow     int
-	delay    time.Duration
-	n        int
-	slowDone chan struct{}
-}
-
-func (b *outlierAcquires) Acquire(ctx context.Context, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	b.n++ // one caller: Acquire's attempts are sequential
-	if b.n == b.slow {
-		defer close(b.slowDone)
-		t := time.NewTimer(b.delay)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return backend.Grant{}, ctx.Err()
-		case <-t.C:
-		}
-	}
-	return b.Backend.Acquire(ctx, key, o, ttl)
+func outlierAcquires(b backend.Backend, slow int, delay time.Duration) (_ *faultbackend.Backend, slowDone <-chan struct{}) {
+	n := 0
+	done := make(chan struct{})
+	return &faultbackend.Backend{
+		Next: b,
+		OnAcquire: func(ctx context.Context, next faultbackend.AcquireFunc, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
+			n++ // one caller: Acquire's attempts are sequential
+			if n == slow {
+				defer close(done)
+				t := time.NewTimer(delay)
+				defer t.Stop()
+				select {
+				case <-ctx.Done():
+					return backend.Grant{}, ctx.Err()
+				case <-t.C:
+				}
+			}
+			return next(ctx, key, o, ttl)
+		},
+	}, done
 }
 
 // TestAcquireDeadlineIgnoresOneSlowRoundTrip: one slow answer (a GC pause,
@@ -131,13 +131,13 @@ func TestAcquireDeadlineIgnoresOneSlowRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &outlierAcquires{Backend: mem, slow: 2, delay: 1500 * time.Millisecond, slowDone: make(chan struct{})}
+	b, slowDone := outlierAcquires(mem, 2, 1500*time.Millisecond)
 	waiter, err := leasehold.NewLocker(b, leasehold.WithInstance("waiter-b"), leasehold.WithBackoff(time.Millisecond, 20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	released := make(chan error, 1)
-	go func() { <-b.slowDone; released <- l.Release(context.Background()) }()
+	go func() { <-slowDone; released <- l.Release(context.Background()) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	got, err := waiter.Acquire(ctx, "jobs/x")

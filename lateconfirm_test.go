@@ -4,32 +4,30 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
 
 // blipFirst fails the first Acquire as a broken connection would: a plain
 // error, so the outcome is unknown to the caller (here nothing was applied).
 // Every later request goes through.
-type blipFirst struct {
-	backend.Backend
-	mu sync.Mutex
-	n  int
-}
-
-func (b *blipFirst) Acquire(ctx context.Context, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	b.mu.Lock()
-	b.n++
-	n := b.n
-	b.mu.Unlock()
-	if n == 1 {
-		return backend.Grant{}, errors.New("connection reset by peer")
+func blipFirst(b backend.Backend) *faultbackend.Backend {
+	var n atomic.Int64
+	return &faultbackend.Backend{
+		Next: b,
+		OnAcquire: func(ctx context.Context, next faultbackend.AcquireFunc, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
+			if n.Add(1) == 1 {
+				return backend.Grant{}, errors.New("connection reset by peer")
+			}
+			return next(ctx, key, o, ttl)
+		},
 	}
-	return b.Backend.Acquire(ctx, key, o, ttl)
 }
 
 // TestAcquireAfterBlipAndLongWait: a blocking Acquire whose first attempt's
@@ -41,7 +39,7 @@ func (b *blipFirst) Acquire(ctx context.Context, key string, o backend.Owner, tt
 func TestAcquireAfterBlipAndLongWait(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	mem := memory.New()
-	lk, err := leasehold.NewLocker(&blipFirst{Backend: mem}, leasehold.WithTTL(ttl),
+	lk, err := leasehold.NewLocker(blipFirst(mem), leasehold.WithTTL(ttl),
 		leasehold.WithBackoff(5*time.Millisecond, 20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +102,7 @@ func TestElectionAfterBlipDoesNotFlap(t *testing.T) {
 		OnElected: func(leasehold.Token) { mu.Lock(); elected++; mu.Unlock() },
 		OnDemoted: func() { mu.Lock(); demoted++; mu.Unlock() },
 	}
-	el, err := leasehold.NewElector(&blipFirst{Backend: mem}, "r", cb,
+	el, err := leasehold.NewElector(blipFirst(mem), "r", cb,
 		leasehold.WithInstance("me"), leasehold.WithTTL(ttl), leasehold.WithBackoff(5*time.Millisecond, 20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -9,19 +9,20 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
 
 // slowAcquireReply applies Acquire at once and delivers its reply after
 // delay, as a slow network does.
-type slowAcquireReply struct {
-	backend.Backend
-	delay time.Duration
-}
-
-func (b *slowAcquireReply) Acquire(ctx context.Context, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	g, err := b.Backend.Acquire(ctx, key, o, ttl)
-	time.Sleep(b.delay)
-	return g, err
+func slowAcquireReply(b backend.Backend, delay time.Duration) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnAcquire: func(ctx context.Context, next faultbackend.AcquireFunc, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
+			g, err := next(ctx, key, o, ttl)
+			time.Sleep(delay)
+			return g, err
+		},
+	}
 }
 
 // slowQueuedReply is a backend.Queue (as the ZooKeeper backend is) whose
@@ -56,7 +57,7 @@ func TestLateReplyNeverReturnsDeadLock(t *testing.T) {
 		acquire func(*leasehold.Locker, context.Context, string) (*leasehold.Lock, error)
 		refusal error
 	}{
-		{"TryAcquire", func(b backend.Backend, d time.Duration) backend.Backend { return &slowAcquireReply{b, d} },
+		{"TryAcquire", func(b backend.Backend, d time.Duration) backend.Backend { return slowAcquireReply(b, d) },
 			(*leasehold.Locker).TryAcquire, leasehold.ErrOutcomeIndeterminate},
 		{"queued Acquire", func(b backend.Backend, d time.Duration) backend.Backend { return &slowQueuedReply{b, d} },
 			(*leasehold.Locker).Acquire, leasehold.ErrLockNotAcquired},

@@ -10,28 +10,35 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
 
 // lostReply applies every Acquire on the real backend and then loses the
 // reply: the caller waits until its context ends, as it would for a reply
 // that never arrives.
-type lostReply struct{ backend.Backend }
-
-func (b lostReply) Acquire(ctx context.Context, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	if _, err := b.Backend.Acquire(context.WithoutCancel(ctx), key, o, ttl); err != nil {
-		return backend.Grant{}, err
+func lostReply(b backend.Backend) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnAcquire: func(ctx context.Context, next faultbackend.AcquireFunc, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
+			if _, err := next(context.WithoutCancel(ctx), key, o, ttl); err != nil {
+				return backend.Grant{}, err
+			}
+			<-ctx.Done()
+			return backend.Grant{}, fmt.Errorf("reply lost: %w", ctx.Err())
+		},
 	}
-	<-ctx.Done()
-	return backend.Grant{}, fmt.Errorf("reply lost: %w", ctx.Err())
 }
 
 // notSent fails every Acquire as a request that never left the client:
 // nothing is applied.
-type notSent struct{ backend.Backend }
-
-func (b notSent) Acquire(ctx context.Context, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	<-ctx.Done()
-	return backend.Grant{}, fmt.Errorf("queued: %w: %w", backend.ErrNotApplied, ctx.Err())
+func notSent(b backend.Backend) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnAcquire: func(ctx context.Context, _ faultbackend.AcquireFunc, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
+			<-ctx.Done()
+			return backend.Grant{}, fmt.Errorf("queued: %w: %w", backend.ErrNotApplied, ctx.Err())
+		},
+	}
 }
 
 // TestAcquireUnknownOutcome: when ctx ends while an applied acquire's reply
@@ -39,7 +46,7 @@ func (b notSent) Acquire(ctx context.Context, key string, o backend.Owner, ttl t
 // have left behind is released long before its TTL.
 func TestAcquireUnknownOutcome(t *testing.T) {
 	mem := memory.New()
-	lk, err := leasehold.NewLocker(lostReply{mem}, leasehold.WithTTL(time.Minute))
+	lk, err := leasehold.NewLocker(lostReply(mem), leasehold.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +73,7 @@ func TestAcquireUnknownOutcome(t *testing.T) {
 // TestAcquireNotSent: a request that was never sent is "not acquired", not
 // an unknown outcome, for both Acquire and TryAcquire.
 func TestAcquireNotSent(t *testing.T) {
-	lk, err := leasehold.NewLocker(notSent{memory.New()})
+	lk, err := leasehold.NewLocker(notSent(memory.New()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,24 +11,26 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
 
-// countAcquires counts the Acquire requests that reach the backend.
-type countAcquires struct {
-	backend.Backend
-	n atomic.Int64
-}
-
-func (b *countAcquires) Acquire(ctx context.Context, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	b.n.Add(1)
-	return b.Backend.Acquire(ctx, key, o, ttl)
+// countAcquires counts the Acquire requests that reach the backend in n.
+func countAcquires(b backend.Backend, n *atomic.Int64) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnAcquire: func(ctx context.Context, next faultbackend.AcquireFunc, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
+			n.Add(1)
+			return next(ctx, key, o, ttl)
+		},
+	}
 }
 
 // TestAcquireQueuesLocalWaiters: goroutines of one Locker blocked on one key
 // ask the backend one at a time, so each grant costs one request, and
 // mutual exclusion holds.
 func TestAcquireQueuesLocalWaiters(t *testing.T) {
-	b := &countAcquires{Backend: memory.New()}
+	var acquires atomic.Int64
+	b := countAcquires(memory.New(), &acquires)
 	lk, err := leasehold.NewLocker(b)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +66,7 @@ func TestAcquireQueuesLocalWaiters(t *testing.T) {
 	if overlap.Load() != 0 {
 		t.Fatalf("%d overlapping holders", overlap.Load())
 	}
-	if got := b.n.Load(); got != n {
+	if got := acquires.Load(); got != n {
 		t.Fatalf("%d Acquire requests reached the backend for %d grants, want one each", got, n)
 	}
 }
@@ -72,7 +74,8 @@ func TestAcquireQueuesLocalWaiters(t *testing.T) {
 // TestAcquireQueueContext: a context that ends while its goroutine waits
 // behind another of the same Locker is "not acquired", and nothing is sent.
 func TestAcquireQueueContext(t *testing.T) {
-	b := &countAcquires{Backend: memory.New()}
+	var acquires atomic.Int64
+	b := countAcquires(memory.New(), &acquires)
 	lk, err := leasehold.NewLocker(b)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +92,7 @@ func TestAcquireQueueContext(t *testing.T) {
 	if !errors.Is(err, leasehold.ErrLockNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire behind a local holder: %v, want ErrNotAcquired wrapping DeadlineExceeded", err)
 	}
-	if got := b.n.Load(); got != 1 {
+	if got := acquires.Load(); got != 1 {
 		t.Fatalf("%d Acquire requests reached the backend, want 1 (the holder's)", got)
 	}
 	// TryAcquire does not queue: it asks and is told who holds the key.
@@ -99,16 +102,19 @@ func TestAcquireQueueContext(t *testing.T) {
 }
 
 // loseRenewals answers every renewal with ErrLeaseLost.
-type loseRenewals struct{ backend.Backend }
-
-func (b loseRenewals) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	return backend.Grant{}, backend.ErrLeaseLost
+func loseRenewals(b backend.Backend) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnRenew: func(context.Context, faultbackend.RenewFunc, backend.RenewRequest) (backend.Grant, error) {
+			return backend.Grant{}, backend.ErrLeaseLost
+		},
+	}
 }
 
 // TestAcquireQueueLostLock: a lock that is lost gives its turn up at once,
 // without waiting for its holder to call Release.
 func TestAcquireQueueLostLock(t *testing.T) {
-	lk, err := leasehold.NewLocker(loseRenewals{memory.New()}, leasehold.WithTTL(300*time.Millisecond))
+	lk, err := leasehold.NewLocker(loseRenewals(memory.New()), leasehold.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
