@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/conformance"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
 
 // broken is a deliberately wrong backend: Renew and Release do not check
@@ -76,29 +77,30 @@ func TestNegativeControl(t *testing.T) {
 // saw before, without renewing it: the contract before issue #14, under
 // which a late-applied first attempt leaves a lease shorter than the answer
 // implies.
-type staleYours struct {
-	backend.Backend
-	mu     sync.Mutex
-	grants map[string]backend.Grant // key + owner -> first grant seen
-}
-
-func (b *staleYours) Acquire(ctx context.Context, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	id := key + "\x00" + o.String()
-	if l, err := b.Backend.Get(ctx, key); err == nil && l.Owner == o {
-		b.mu.Lock()
-		g, ok := b.grants[id]
-		b.mu.Unlock()
-		if ok {
-			return g, nil
-		}
+func staleYours(b backend.Backend) *faultbackend.Backend {
+	var mu sync.Mutex
+	grants := map[string]backend.Grant{} // key + owner -> first grant seen
+	return &faultbackend.Backend{
+		Next: b,
+		OnAcquire: func(ctx context.Context, next faultbackend.AcquireFunc, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
+			id := key + "\x00" + o.String()
+			if l, err := b.Get(ctx, key); err == nil && l.Owner == o {
+				mu.Lock()
+				g, ok := grants[id]
+				mu.Unlock()
+				if ok {
+					return g, nil
+				}
+			}
+			g, err := next(ctx, key, o, ttl)
+			if err == nil {
+				mu.Lock()
+				grants[id] = g
+				mu.Unlock()
+			}
+			return g, err
+		},
 	}
-	g, err := b.Backend.Acquire(ctx, key, o, ttl)
-	if err == nil {
-		b.mu.Lock()
-		b.grants[id] = g
-		b.mu.Unlock()
-	}
-	return g, err
 }
 
 // TestStaleYours: the backend check catches a retry that does not renew,
@@ -110,7 +112,7 @@ func TestStaleYours(t *testing.T) {
 		Want: memory.New().Capabilities(),
 	}
 	wrap := func(b backend.Backend) backend.Backend {
-		return &staleYours{Backend: b, grants: map[string]backend.Grant{}}
+		return staleYours(b)
 	}
 	conformance.NegativeControl(t, h, wrap, "RetriedAcquireRenewsExpiry")
 	conformance.RunWrapped(t, h, wrap, "LockLateAppliedAttemptNeverOutlivesLease", "LockRetryAfterLostReplyAnswersYours")
@@ -118,16 +120,18 @@ func TestStaleYours(t *testing.T) {
 
 // noLimit is a deliberately wrong ledger: claims and reclaims ignore the
 // job's MaxRunning.
-type noLimit struct{ backend.Backend }
-
-func (b *noLimit) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	req.MaxRunning = 0
-	return b.Backend.Claim(ctx, req)
-}
-
-func (b *noLimit) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
-	req.MaxRunning = 0
-	return b.Backend.Reclaim(ctx, req)
+func noLimit(b backend.Backend) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnClaim: func(ctx context.Context, next faultbackend.ClaimFunc, req backend.ClaimRequest) (backend.Grant, error) {
+			req.MaxRunning = 0
+			return next(ctx, req)
+		},
+		OnReclaim: func(ctx context.Context, next faultbackend.ReclaimFunc, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
+			req.MaxRunning = 0
+			return next(ctx, req)
+		},
+	}
 }
 
 // TestNegativeControlLedger: the randomized check catches a ledger that lets
@@ -137,5 +141,5 @@ func TestNegativeControlLedger(t *testing.T) {
 		New:  func(testing.TB) backend.Leases { return memory.New() },
 		Want: memory.New().Capabilities(),
 	}
-	conformance.NegativeControl(t, h, func(b backend.Backend) backend.Backend { return &noLimit{Backend: b} }, "Randomized")
+	conformance.NegativeControl(t, h, func(b backend.Backend) backend.Backend { return noLimit(b) }, "Randomized")
 }
