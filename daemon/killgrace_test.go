@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -83,25 +84,24 @@ func TestKillGraceEndsBeforeLease(t *testing.T) {
 // cutOff is a ledger the runner is cut off from once cut is set:
 // heartbeats and finishes never get an answer, so the run's lease runs out
 // and nothing the runner does can record its outcome.
-type cutOff struct {
-	backend.Backend
-	cut *atomic.Bool
-}
-
-func (c cutOff) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	if !c.cut.Load() {
-		return c.Backend.Heartbeat(ctx, req)
+func cutOff(b backend.Backend, cut *atomic.Bool) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnHeartbeat: func(ctx context.Context, next faultbackend.HeartbeatFunc, req backend.HeartbeatRequest) error {
+			if !cut.Load() {
+				return next(ctx, req)
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		},
+		OnFinish: func(ctx context.Context, next faultbackend.FinishFunc, req backend.FinishRequest) error {
+			if !cut.Load() {
+				return next(ctx, req)
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		},
 	}
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-func (c cutOff) Finish(ctx context.Context, req backend.FinishRequest) error {
-	if !c.cut.Load() {
-		return c.Backend.Finish(ctx, req)
-	}
-	<-ctx.Done()
-	return ctx.Err()
 }
 
 // TestCommandGoneBeforeReclaim (issue 15 item 2): when a command job's
@@ -151,7 +151,7 @@ func TestCommandGoneBeforeReclaim(t *testing.T) {
 		return err
 	}}
 	// a does not sweep: the retry is b's to run.
-	startSched(t, cutOff{mem, &cut}, "a", aJob, time.Hour)
+	startSched(t, cutOff(mem, &cut), "a", aJob, time.Hour)
 	eventually.True(t, 20*time.Second, "instance a started the command", func() bool { return readPid(t, pids) > 0 })
 	// Instance b reclaims the occurrence once the backend expired a's
 	// lease, and looks whether a's command still runs.
