@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
 
 // lateClaim stages issue #14 item 1 for claims: attempt 1 fails at once
@@ -140,43 +141,44 @@ func TestLateAppliedClaimNeverOutlivesLease(t *testing.T) {
 // unknown to the scheduler, nothing applied) and refuses the attempts after
 // it as too early until span has passed since attempt 1, as a ledger whose
 // clock runs behind this host's would.
-type unknownThenLongEarly struct {
-	backend.Backend
-	span time.Duration
-
-	mu    sync.Mutex
-	n     int
-	first time.Time
-}
-
-func (b *unknownThenLongEarly) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	if req.Job != "stale" {
-		return b.Backend.Claim(ctx, req)
+func unknownThenLongEarly(b backend.Backend, span time.Duration) *faultbackend.Backend {
+	var (
+		mu      sync.Mutex
+		calls   int
+		firstAt time.Time
+	)
+	return &faultbackend.Backend{
+		Next: b,
+		OnClaim: func(ctx context.Context, next faultbackend.ClaimFunc, req backend.ClaimRequest) (backend.Grant, error) {
+			if req.Job != "stale" {
+				return next(ctx, req)
+			}
+			mu.Lock()
+			calls++
+			n := calls
+			if n == 1 {
+				firstAt = time.Now()
+			}
+			first := firstAt
+			mu.Unlock()
+			switch {
+			case n == 1:
+				return backend.Grant{}, errors.New("injected: connection reset")
+			case time.Since(first) < span:
+				return backend.Grant{}, fmt.Errorf("injected: %w", backend.ErrOccurrenceTooEarly)
+			}
+			return next(ctx, req)
+		},
+		// Heartbeat honours ctx as every networked ledger's client does (a
+		// request is not sent after its context ended); the memory ledger
+		// ignores it.
+		OnHeartbeat: func(ctx context.Context, next faultbackend.HeartbeatFunc, req backend.HeartbeatRequest) error {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
+			}
+			return next(ctx, req)
+		},
 	}
-	b.mu.Lock()
-	b.n++
-	n := b.n
-	if n == 1 {
-		b.first = time.Now()
-	}
-	first := b.first
-	b.mu.Unlock()
-	switch {
-	case n == 1:
-		return backend.Grant{}, errors.New("injected: connection reset")
-	case time.Since(first) < b.span:
-		return backend.Grant{}, fmt.Errorf("injected: %w", backend.ErrOccurrenceTooEarly)
-	}
-	return b.Backend.Claim(ctx, req)
-}
-
-// Heartbeat honours ctx as every networked ledger's client does (a request
-// is not sent after its context ended); the memory ledger ignores it.
-func (b *unknownThenLongEarly) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
-	}
-	return b.Backend.Heartbeat(ctx, req)
 }
 
 // TestClaimAfterUnknownAndLongRefusalRunsLive: a claim won after an early
@@ -188,7 +190,7 @@ func TestClaimAfterUnknownAndLongRefusalRunsLive(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	mem := memory.New()
 	defer mem.Close()
-	lb := &unknownThenLongEarly{Backend: mem, span: 2 * ttl}
+	lb := unknownThenLongEarly(mem, 2*ttl)
 	s, err := New(lb, WithInstance("a"))
 	if err != nil {
 		t.Fatal(err)
@@ -227,17 +229,17 @@ func TestClaimAfterUnknownAndLongRefusalRunsLive(t *testing.T) {
 }
 
 // slowClaimReply applies Claim at once and delivers its reply after delay.
-type slowClaimReply struct {
-	backend.Backend
-	delay time.Duration
-}
-
-func (b *slowClaimReply) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	g, err := b.Backend.Claim(ctx, req)
-	if req.Job == "slow" {
-		time.Sleep(b.delay)
+func slowClaimReply(b backend.Backend, delay time.Duration) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnClaim: func(ctx context.Context, next faultbackend.ClaimFunc, req backend.ClaimRequest) (backend.Grant, error) {
+			g, err := next(ctx, req)
+			if req.Job == "slow" {
+				time.Sleep(delay)
+			}
+			return g, err
+		},
 	}
-	return g, err
 }
 
 // liveAtStart reports, from the job's first instant, whether the backend
@@ -271,7 +273,7 @@ func TestSlowClaimReplyNeverRunsExpired(t *testing.T) {
 	started := make(chan error, 10)
 
 	t.Run("Scheduler", func(t *testing.T) {
-		startJob(t, &slowClaimReply{Backend: mem, delay: 2 * ttl}, "a", Job{Name: "slow", Schedule: "@every 1s", LeaseTTL: ttl, Func: liveAtStart(mem, started)})
+		startJob(t, slowClaimReply(mem, 2*ttl), "a", Job{Name: "slow", Schedule: "@every 1s", LeaseTTL: ttl, Func: liveAtStart(mem, started)})
 		select {
 		case err := <-started:
 			if err != nil {
@@ -283,7 +285,7 @@ func TestSlowClaimReplyNeverRunsExpired(t *testing.T) {
 	})
 	t.Run("ClaimOccurrence", func(t *testing.T) {
 		at := backend.Instant(time.Now().Add(-time.Second))
-		c, err := ClaimOccurrence(ctx, &slowClaimReply{Backend: mem, delay: 2 * ttl}, "slow", at, ClaimOptions{Instance: "a", TTL: ttl})
+		c, err := ClaimOccurrence(ctx, slowClaimReply(mem, 2*ttl), "slow", at, ClaimOptions{Instance: "a", TTL: ttl})
 		// The claim expired before the reply: the confirming heartbeat finds
 		// it lost, so the only right answer is a refusal.
 		if !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {

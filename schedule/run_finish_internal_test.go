@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/backend/mysql"
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/internal/chaos"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
@@ -340,22 +341,22 @@ func TestFinishAppliedRealBackends(t *testing.T) {
 // the first Finish is applied and its reply "lost" (reported as a broken
 // connection); the retry is refused as lost; then the network goes dark
 // (the proxy black-holes every byte) just as finishRun reads the ledger.
-type dropAfterFinish struct {
-	backend.Backend
-	p *chaos.Proxy
-	n int
-}
-
-func (b *dropAfterFinish) Finish(ctx context.Context, req backend.FinishRequest) error {
-	b.n++
-	err := b.Backend.Finish(ctx, req)
-	if b.n == 1 && err == nil {
-		return errors.New("injected: connection reset (the Finish was applied)")
+func dropAfterFinish(b backend.Backend, p *chaos.Proxy) *faultbackend.Backend {
+	n := 0
+	return &faultbackend.Backend{
+		Next: b,
+		OnFinish: func(ctx context.Context, next faultbackend.FinishFunc, req backend.FinishRequest) error {
+			n++
+			err := next(ctx, req)
+			if n == 1 && err == nil {
+				return errors.New("injected: connection reset (the Finish was applied)")
+			}
+			if n == 2 {
+				p.SetDrop(true)
+			}
+			return err
+		},
 	}
-	if b.n == 2 {
-		b.p.SetDrop(true)
-	}
-	return err
 }
 
 // TestFinishRunBoundedOnPostgresPartition: the Scheduler calls finishRun with
@@ -383,7 +384,7 @@ func TestFinishRunBoundedOnPostgresPartition(t *testing.T) {
 		}
 	}()
 	defer pb.Close()
-	fb := &dropAfterFinish{Backend: pb, p: p}
+	fb := dropAfterFinish(pb, p)
 	at := backend.Instant(time.Now().Add(-time.Second))
 	owner := backend.Owner{Instance: "a", Nonce: backend.NewNonce()}
 	const ttl = 2 * time.Second

@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
 
 // TestLeaseDeadlineFollowsHeartbeats: Run.LeaseDeadline starts at the
@@ -75,11 +76,14 @@ func TestLeaseDeadlineFollowsHeartbeats(t *testing.T) {
 
 // stalledHeartbeats is a ledger whose heartbeats never get an answer (a
 // partition from the runner's side): the lease runs out.
-type stalledHeartbeats struct{ backend.Backend }
-
-func (stalledHeartbeats) Heartbeat(ctx context.Context, _ backend.HeartbeatRequest) error {
-	<-ctx.Done()
-	return ctx.Err()
+func stalledHeartbeats(b backend.Backend) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnHeartbeat: func(ctx context.Context, _ faultbackend.HeartbeatFunc, _ backend.HeartbeatRequest) error {
+			<-ctx.Done()
+			return ctx.Err()
+		},
+	}
 }
 
 // TestLeaseLostAfterTimeout: a job still stopping after its timeout ended
@@ -96,7 +100,7 @@ func TestLeaseLostAfterTimeout(t *testing.T) {
 	}
 	got := make(chan seen, 1)
 	const ttl = 600 * time.Millisecond
-	s := startJob(t, stalledHeartbeats{mem}, "a", Job{Name: "stopping", Schedule: "0 0 1 1 *", LeaseTTL: ttl, Timeout: 50 * time.Millisecond,
+	s := startJob(t, stalledHeartbeats(mem), "a", Job{Name: "stopping", Schedule: "0 0 1 1 *", LeaseTTL: ttl, Timeout: 50 * time.Millisecond,
 		Func: func(ctx context.Context, r Run) error {
 			start := time.Now()
 			<-ctx.Done()

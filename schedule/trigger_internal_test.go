@@ -11,20 +11,21 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
 
 // slowMarkerFinish holds the Finish of a trigger key's marker until
 // release is closed, as a loaded SQLite holds a write behind others.
-type slowMarkerFinish struct {
-	backend.Backend
-	release chan struct{}
-}
-
-func (b *slowMarkerFinish) Finish(ctx context.Context, req backend.FinishRequest) error {
-	if strings.Contains(req.Job, triggerInfix) {
-		<-b.release
+func slowMarkerFinish(b backend.Backend, release <-chan struct{}) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnFinish: func(ctx context.Context, next faultbackend.FinishFunc, req backend.FinishRequest) error {
+			if strings.Contains(req.Job, triggerInfix) {
+				<-release
+			}
+			return next(ctx, req)
+		},
 	}
-	return b.Backend.Finish(ctx, req)
 }
 
 // TestTriggeredRunStartsBeforeTheMarkerIsRecorded: TriggerRun recorded the
@@ -37,12 +38,13 @@ func (b *slowMarkerFinish) Finish(ctx context.Context, req backend.FinishRequest
 func TestTriggeredRunStartsBeforeTheMarkerIsRecorded(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
-	b := &slowMarkerFinish{Backend: mem, release: make(chan struct{})}
+	release := make(chan struct{})
+	b := slowMarkerFinish(mem, release)
 	defer func() {
 		select {
-		case <-b.release:
+		case <-release:
 		default:
-			close(b.release)
+			close(release)
 		}
 	}()
 	s, err := New(b, WithInstance("a"))
@@ -71,7 +73,7 @@ func TestTriggeredRunStartsBeforeTheMarkerIsRecorded(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the triggered run did not start while its trigger key's record was being written")
 	}
-	close(b.release)
+	close(release)
 	if err := <-triggered; err != nil {
 		t.Fatalf("Trigger: %v", err)
 	}
@@ -137,16 +139,16 @@ func TestTriggerAfterShutdownRefused(t *testing.T) {
 
 // slowTriggerClaim delays the claims of triggered runs (not of the key
 // markers): a loaded backend.
-type slowTriggerClaim struct {
-	backend.Backend
-	delay time.Duration
-}
-
-func (b *slowTriggerClaim) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	if strings.HasPrefix(req.SpecVersion, TriggerVersionPrefix) {
-		time.Sleep(b.delay)
+func slowTriggerClaim(b backend.Backend, delay time.Duration) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnClaim: func(ctx context.Context, next faultbackend.ClaimFunc, req backend.ClaimRequest) (backend.Grant, error) {
+			if strings.HasPrefix(req.SpecVersion, TriggerVersionPrefix) {
+				time.Sleep(delay)
+			}
+			return next(ctx, req)
+		},
 	}
-	return b.Backend.Claim(ctx, req)
 }
 
 // TestRefusedTriggerKeepsKeyOnSlowClaim (found by review; the bug it shows): "one at its MaxConcurrent
@@ -159,7 +161,7 @@ func (b *slowTriggerClaim) Claim(ctx context.Context, req backend.ClaimRequest) 
 func TestRefusedTriggerKeepsKeyOnSlowClaim(t *testing.T) {
 	m := memory.New()
 	t.Cleanup(func() { m.Close() })
-	b := &slowTriggerClaim{Backend: m, delay: 250 * time.Millisecond}
+	b := slowTriggerClaim(m, 250*time.Millisecond)
 	release := make(chan struct{})
 	var once sync.Once
 	s := startJob(t, b, "a", Job{Name: "j", Schedule: "0 0 1 1 *", LeaseTTL: 150 * time.Millisecond, MaxConcurrent: 1,
