@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -79,30 +81,24 @@ func TestClaimOccurrenceUnknownThenTooEarly(t *testing.T) {
 // slowUnknownFirst: attempt 1 of a Claim takes span and then fails with an
 // unknown outcome (nothing applied); later attempts go through. Heartbeat
 // honours ctx as networked ledgers do.
-type slowUnknownFirst struct {
-	backend.Backend
-	span time.Duration
-	mu   sync.Mutex
-	n    int
-}
-
-func (b *slowUnknownFirst) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	b.mu.Lock()
-	b.n++
-	n := b.n
-	b.mu.Unlock()
-	if n == 1 {
-		time.Sleep(b.span) // a request timing out
-		return backend.Grant{}, errors.New("injected: i/o timeout")
+func slowUnknownFirst(b backend.Backend, span time.Duration) *faultbackend.Backend {
+	var n atomic.Int64
+	return &faultbackend.Backend{
+		Next: b,
+		OnClaim: func(ctx context.Context, next faultbackend.ClaimFunc, req backend.ClaimRequest) (backend.Grant, error) {
+			if n.Add(1) == 1 {
+				time.Sleep(span) // a request timing out
+				return backend.Grant{}, errors.New("injected: i/o timeout")
+			}
+			return next(ctx, req)
+		},
+		OnHeartbeat: func(ctx context.Context, next faultbackend.HeartbeatFunc, req backend.HeartbeatRequest) error {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
+			}
+			return next(ctx, req)
+		},
 	}
-	return b.Backend.Claim(ctx, req)
-}
-
-func (b *slowUnknownFirst) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
-	}
-	return b.Backend.Heartbeat(ctx, req)
 }
 
 // TestClaimOccurrenceAfterSlowUnknownAttemptIsLive: when the first attempt
@@ -113,7 +109,7 @@ func TestClaimOccurrenceAfterSlowUnknownAttemptIsLive(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	mem := memory.New()
 	defer mem.Close()
-	b := &slowUnknownFirst{Backend: mem, span: 2 * ttl}
+	b := slowUnknownFirst(mem, 2*ttl)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := schedule.ClaimOccurrence(ctx, b, "job", time.Now().Add(-time.Second), schedule.ClaimOptions{Instance: "a", TTL: ttl})

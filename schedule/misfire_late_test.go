@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -145,17 +146,16 @@ func runAllCatchUpKeepsOrderAcrossLoop(t *testing.T) {
 }
 
 // slowHighWater delays HighWater of one job, as a slow backend at start-up.
-type slowHighWater struct {
-	backend.Backend
-	job  string
-	hold time.Duration
-}
-
-func (b *slowHighWater) HighWater(ctx context.Context, job string) (time.Time, string, error) {
-	if job == b.job {
-		time.Sleep(b.hold)
+func slowHighWater(b backend.Backend, slowJob string, hold time.Duration) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnHighWater: func(ctx context.Context, next faultbackend.HighWaterFunc, job string) (time.Time, string, error) {
+			if job == slowJob {
+				time.Sleep(hold)
+			}
+			return next(ctx, job)
+		},
 	}
-	return b.Backend.HighWater(ctx, job)
 }
 
 // TestStartupCatchUpAndLoopMisfireShareTheBound (found by review; the bug it shows): catchUp() at start-up
@@ -205,7 +205,7 @@ func startupCatchUpAndLoopMisfireShareTheBound(t *testing.T) {
 	var log2 startLog
 	var c2 concurrency
 	up := time.Now()
-	s2 := newScheduler(t, &slowHighWater{Backend: mem, job: "tick", hold: 3 * time.Second}, "b")
+	s2 := newScheduler(t, slowHighWater(mem, "tick", 3*time.Second), "b")
 	if err := s2.Register(job(&log2, &c2)); err != nil {
 		t.Fatal(err)
 	}

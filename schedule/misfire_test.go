@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -296,23 +297,23 @@ func TestMisfireGraceValidated(t *testing.T) {
 // made meanwhile wait for it. (A channel, not a sync.Once: a goroutine
 // blocked in Once.Do is not durably blocked, and would stall a synctest
 // bubble's clock.)
-type stalledSend struct {
-	backend.Backend
-	hold     time.Duration
-	first    atomic.Bool
-	released chan struct{} // closed when the first claim was let go
-}
-
-func (b *stalledSend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	if req.Job == "tick" {
-		if b.first.CompareAndSwap(false, true) {
-			time.Sleep(b.hold)
-			close(b.released)
-		} else {
-			<-b.released
-		}
+func stalledSend(b backend.Backend, hold time.Duration) *faultbackend.Backend {
+	var first atomic.Bool
+	released := make(chan struct{}) // closed when the first claim was let go
+	return &faultbackend.Backend{
+		Next: b,
+		OnClaim: func(ctx context.Context, next faultbackend.ClaimFunc, req backend.ClaimRequest) (backend.Grant, error) {
+			if req.Job == "tick" {
+				if first.CompareAndSwap(false, true) {
+					time.Sleep(hold)
+					close(released)
+				} else {
+					<-released
+				}
+			}
+			return next(ctx, req)
+		},
 	}
-	return b.Backend.Claim(ctx, req)
 }
 
 // TestLedgerRefusesClaimOlderThanMisfireWindow holds a claim back past the
@@ -331,7 +332,7 @@ func TestLedgerRefusesClaimOlderThanMisfireWindow(t *testing.T) {
 func ledgerRefusesClaimOlderThanMisfireWindow(t *testing.T) {
 	mem := memory.New()
 	var misfires atomic.Int64
-	s := newScheduler(t, &stalledSend{Backend: mem, hold: 1500 * time.Millisecond, released: make(chan struct{})}, "a",
+	s := newScheduler(t, stalledSend(mem, 1500*time.Millisecond), "a",
 		schedule.WithObserver(schedule.ObserverFunc(func(ev schedule.Event) {
 			if ev.Kind == schedule.EventMisfire && errors.Is(ev.Err, backend.ErrOccurrenceTooLate) {
 				misfires.Add(1)

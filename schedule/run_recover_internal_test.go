@@ -14,26 +14,30 @@ import (
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
 
 // lostReclaimReply applies the first Reclaim and loses its reply, as a
 // broken connection after the commit would.
-type lostReclaimReply struct {
-	backend.Backend
-	mu   sync.Mutex
-	lost bool
-}
-
-func (b *lostReclaimReply) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
-	g, r, err := b.Backend.Reclaim(ctx, req)
-	b.mu.Lock()
-	lose := err == nil && !b.lost
-	b.lost = b.lost || lose
-	b.mu.Unlock()
-	if lose {
-		return backend.Grant{}, backend.Run{}, errors.New("injected: connection reset after commit")
+func lostReclaimReply(b backend.Backend) *faultbackend.Backend {
+	var (
+		mu   sync.Mutex
+		lost bool
+	)
+	return &faultbackend.Backend{
+		Next: b,
+		OnReclaim: func(ctx context.Context, next faultbackend.ReclaimFunc, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
+			g, r, err := next(ctx, req)
+			mu.Lock()
+			lose := err == nil && !lost
+			lost = lost || lose
+			mu.Unlock()
+			if lose {
+				return backend.Grant{}, backend.Run{}, errors.New("injected: connection reset after commit")
+			}
+			return g, r, err
+		},
 	}
-	return g, r, err
 }
 
 // TestReclaimWithLostReplyStillRuns: a Reclaim whose reply is lost has
@@ -46,7 +50,7 @@ func TestReclaimWithLostReplyStillRuns(t *testing.T) {
 	const ttl = 200 * time.Millisecond
 	mem := memory.New()
 	defer mem.Close()
-	lb := &lostReclaimReply{Backend: mem}
+	lb := lostReclaimReply(mem)
 	s, err := New(lb, WithInstance("a"), WithSweepEvery(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -84,14 +88,17 @@ func TestReclaimWithLostReplyStillRuns(t *testing.T) {
 // staleListing answers every ListRuns with its runs as they were at
 // attempt 1: a sweep's listing read before another instance reclaimed the
 // occurrence (and that runner died too).
-type staleListing struct{ backend.Backend }
-
-func (b staleListing) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	runs, err := b.Backend.ListRuns(ctx, f)
-	for i := range runs {
-		runs[i].Attempt = 1
+func staleListing(b backend.Backend) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnListRuns: func(ctx context.Context, next faultbackend.ListRunsFunc, f backend.RunFilter) ([]backend.Run, error) {
+			runs, err := next(ctx, f)
+			for i := range runs {
+				runs[i].Attempt = 1
+			}
+			return runs, err
+		},
 	}
-	return runs, err
 }
 
 // TestStaleSweepDoesNotReclaimPastMaxAttempts: a sweep that decides from a
@@ -118,7 +125,7 @@ func TestStaleSweepDoesNotReclaimPastMaxAttempts(t *testing.T) {
 	eventually.True(t, 10*time.Second, "attempt 2's lease expires", expired)
 
 	ran := make(chan Run, 4)
-	startJob(t, staleListing{mem}, "a", Job{Name: "crashy", Schedule: "0 0 1 1 *", LeaseTTL: ttl, Crash: CrashRetry, MaxAttempts: 2,
+	startJob(t, staleListing(mem), "a", Job{Name: "crashy", Schedule: "0 0 1 1 *", LeaseTTL: ttl, Crash: CrashRetry, MaxAttempts: 2,
 		Func: func(ctx context.Context, r Run) error { ran <- r; return nil }})
 	var r backend.Run
 	eventually.True(t, 30*time.Second, "the sweep settles the exhausted occurrence", func() bool {
@@ -138,22 +145,23 @@ func TestStaleSweepDoesNotReclaimPastMaxAttempts(t *testing.T) {
 
 // lostAttempt answers every Heartbeat of the given attempt's runner
 // ErrLeaseLost (its lease is not kept alive: it expires at its TTL, as
-// when its heartbeats cannot reach the backend).
-type lostAttempt struct {
-	backend.Backend
-	token chan uint64 // the token of the run whose heartbeats are refused
-}
-
-func (b *lostAttempt) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	select {
-	case t := <-b.token:
-		b.token <- t
-		if t == req.Token {
-			return fmt.Errorf("%w: refused by the test", backend.ErrLeaseLost)
-		}
-	default:
+// when its heartbeats cannot reach the backend). token (buffer 1) holds
+// the token of the run whose heartbeats are refused, once the test sends it.
+func lostAttempt(b backend.Backend, token chan uint64) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnHeartbeat: func(ctx context.Context, next faultbackend.HeartbeatFunc, req backend.HeartbeatRequest) error {
+			select {
+			case t := <-token:
+				token <- t
+				if t == req.Token {
+					return fmt.Errorf("%w: refused by the test", backend.ErrLeaseLost)
+				}
+			default:
+			}
+			return next(ctx, req)
+		},
 	}
-	return b.Backend.Heartbeat(ctx, req)
 }
 
 // TestRecoveredRunSlowToStopDoesNotBlockRecovery: the "one recovery of an
@@ -168,7 +176,8 @@ func TestRecoveredRunSlowToStopDoesNotBlockRecovery(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	mem := memory.New()
 	defer mem.Close()
-	b := &lostAttempt{Backend: mem, token: make(chan uint64, 1)}
+	lostToken := make(chan uint64, 1)
+	b := lostAttempt(mem, lostToken)
 	s, err := New(b, WithInstance("a"), WithSweepEvery(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -179,9 +188,9 @@ func TestRecoveredRunSlowToStopDoesNotBlockRecovery(t *testing.T) {
 		Func: func(ctx context.Context, r Run) error {
 			ran <- r
 			if r.Attempt == 2 {
-				b.token <- uint64(r.Token) // its lease is lost from now on
-				<-ctx.Done()               // told...
-				<-stop                     // ...but slow to stop
+				lostToken <- uint64(r.Token) // its lease is lost from now on
+				<-ctx.Done()                 // told...
+				<-stop                       // ...but slow to stop
 			}
 			return nil
 		}})
@@ -385,15 +394,15 @@ func TestSweepRecoversExpiredRunsPastPagesOfOneInstant(t *testing.T) {
 	}
 }
 
-// listCounting counts ListRuns calls.
-type listCounting struct {
-	backend.Backend
-	lists atomic.Int64
-}
-
-func (c *listCounting) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	c.lists.Add(1)
-	return c.Backend.ListRuns(ctx, f)
+// listCounting counts ListRuns calls in lists.
+func listCounting(b backend.Backend, lists *atomic.Int64) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnListRuns: func(ctx context.Context, next faultbackend.ListRunsFunc, f backend.RunFilter) ([]backend.Run, error) {
+			lists.Add(1)
+			return next(ctx, f)
+		},
+	}
 }
 
 // BenchmarkIdleSweep is one crash sweep of an idle scheduler (nothing
@@ -410,7 +419,8 @@ func BenchmarkIdleSweep(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer db.Close()
-			lb := &listCounting{Backend: db}
+			var lists atomic.Int64
+			lb := listCounting(db, &lists)
 			s, err := New(lb, WithInstance("idle"))
 			if err != nil {
 				b.Fatal(err)
@@ -421,13 +431,13 @@ func BenchmarkIdleSweep(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			lb.lists.Store(0)
+			lists.Store(0)
 			b.ResetTimer()
 			for range b.N {
 				s.sweep(ctx)
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(lb.lists.Load())/float64(b.N), "lists/sweep")
+			b.ReportMetric(float64(lists.Load())/float64(b.N), "lists/sweep")
 		})
 	}
 }

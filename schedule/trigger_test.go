@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -249,41 +250,38 @@ func TestTriggerBadInputChangesNothing(t *testing.T) {
 	}
 }
 
-// partition cuts its instance off the backend once cut is set: every
-// ledger call then fails as a network error would (not applied).
-type partition struct {
-	backend.Backend
-	cut atomic.Bool
-}
-
 var errCut = errors.New("injected: partitioned from the backend")
 
-func (p *partition) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	if p.cut.Load() {
-		return errCut
+// partition cuts its instance off the backend once cut is set: every
+// ledger call then fails as a network error would (not applied).
+func partition(b backend.Backend, cut *atomic.Bool) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnHeartbeat: func(ctx context.Context, next faultbackend.HeartbeatFunc, req backend.HeartbeatRequest) error {
+			if cut.Load() {
+				return errCut
+			}
+			return next(ctx, req)
+		},
+		OnFinish: func(ctx context.Context, next faultbackend.FinishFunc, req backend.FinishRequest) error {
+			if cut.Load() {
+				return errCut
+			}
+			return next(ctx, req)
+		},
+		OnReclaim: func(ctx context.Context, next faultbackend.ReclaimFunc, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
+			if cut.Load() {
+				return backend.Grant{}, backend.Run{}, errCut
+			}
+			return next(ctx, req)
+		},
+		OnListRuns: func(ctx context.Context, next faultbackend.ListRunsFunc, f backend.RunFilter) ([]backend.Run, error) {
+			if cut.Load() {
+				return nil, errCut
+			}
+			return next(ctx, f)
+		},
 	}
-	return p.Backend.Heartbeat(ctx, req)
-}
-
-func (p *partition) Finish(ctx context.Context, req backend.FinishRequest) error {
-	if p.cut.Load() {
-		return errCut
-	}
-	return p.Backend.Finish(ctx, req)
-}
-
-func (p *partition) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
-	if p.cut.Load() {
-		return backend.Grant{}, backend.Run{}, errCut
-	}
-	return p.Backend.Reclaim(ctx, req)
-}
-
-func (p *partition) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	if p.cut.Load() {
-		return nil, errCut
-	}
-	return p.Backend.ListRuns(ctx, f)
 }
 
 // TestTriggeredRunOfDeadRunnerIsReclaimed: a triggered run whose runner is
@@ -299,14 +297,15 @@ func TestTriggeredRunOfDeadRunnerIsReclaimed(t *testing.T) {
 func testTriggeredRunOfDeadRunner(t *testing.T, mode schedule.Mode) {
 	triggerBackends(t, func(t *testing.T, b backend.Backend) {
 		fx := newEffects()
-		p := &partition{Backend: b}
+		var cut atomic.Bool
+		p := partition(b, &cut)
 		job := func(instance string) schedule.Job {
 			return schedule.Job{Name: "job", Schedule: "@yearly", Mode: mode, LeaseTTL: 300 * time.Millisecond,
 				Func: func(ctx context.Context, r schedule.Run) error {
 					fx.add(r)
 					if instance == "a" {
-						p.cut.Store(true) // the runner is cut off mid-run
-						<-ctx.Done()      // and its lease is lost
+						cut.Store(true) // the runner is cut off mid-run
+						<-ctx.Done()    // and its lease is lost
 					}
 					return nil
 				}}
