@@ -10,28 +10,27 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
 
 // slowPauseRead answers the paused-state read (HighWater of the pause key)
-// after delay, as a loaded backend does, and counts claims.
-type slowPauseRead struct {
-	backend.Backend
-	delay  time.Duration
-	claims atomic.Int32
-}
-
-func (b *slowPauseRead) HighWater(ctx context.Context, job string) (time.Time, string, error) {
-	if strings.Contains(job, "!pause!") {
-		time.Sleep(b.delay)
+// after delay, as a loaded backend does, and counts claims in claims.
+func slowPauseRead(b backend.Backend, delay time.Duration, claims *atomic.Int32) *faultbackend.Backend {
+	return &faultbackend.Backend{
+		Next: b,
+		OnHighWater: func(ctx context.Context, next faultbackend.HighWaterFunc, job string) (time.Time, string, error) {
+			if strings.Contains(job, "!pause!") {
+				time.Sleep(delay)
+			}
+			return next(ctx, job)
+		},
+		OnClaim: func(ctx context.Context, next faultbackend.ClaimFunc, req backend.ClaimRequest) (backend.Grant, error) {
+			if req.Job == "tick" { // not the version's record
+				claims.Add(1)
+			}
+			return next(ctx, req)
+		},
 	}
-	return b.Backend.HighWater(ctx, job)
-}
-
-func (b *slowPauseRead) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	if req.Job == "tick" { // not the version's record
-		b.claims.Add(1)
-	}
-	return b.Backend.Claim(ctx, req)
 }
 
 // TestClaimNotSentPastGraceAfterSlowReads: under policy skip an occurrence
@@ -45,7 +44,8 @@ func TestClaimNotSentPastGraceAfterSlowReads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memory.New()
 		defer mem.Close()
-		b := &slowPauseRead{Backend: mem, delay: 700 * time.Millisecond}
+		var claims atomic.Int32
+		b := slowPauseRead(mem, 700*time.Millisecond, &claims)
 		s, err := New(b, WithInstance("a"))
 		if err != nil {
 			t.Fatal(err)
@@ -65,7 +65,7 @@ func TestClaimNotSentPastGraceAfterSlowReads(t *testing.T) {
 		if err := s.Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if n := b.claims.Load(); n != 0 || ran.Load() != 0 {
+		if n := claims.Load(); n != 0 || ran.Load() != 0 {
 			t.Errorf("%d claims sent (%d ran) after the paused-state read made them later than the grace, want 0", n, ran.Load())
 		}
 	})
