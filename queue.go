@@ -3,6 +3,8 @@ package leasehold
 import (
 	"context"
 	"sync"
+
+	"github.com/leasehold/leasehold/backend"
 )
 
 // localQueue lines up the goroutines of one Locker that block in Acquire on
@@ -24,8 +26,10 @@ type localSlot struct {
 	refs int           // goroutines waiting for or holding the turn
 }
 
-// enter waits for key's turn, or returns ctx's error. The returned func
-// gives the turn up; it may be called more than once.
+// enter waits for key's turn, or returns backend.NotSent(ctx): ctx.Err(),
+// with its cause quoted but not matched (a context ended by a lost lock
+// must not make this call's "not acquired" read as a loss of its own).
+// The returned func gives the turn up; it may be called more than once.
 func (q *localQueue) enter(ctx context.Context, key string) (func(), error) {
 	q.mu.Lock()
 	if q.m == nil {
@@ -49,7 +53,7 @@ func (q *localQueue) enter(ctx context.Context, key string) (func(), error) {
 		}, nil
 	case <-ctx.Done():
 		q.drop(key, s)
-		return nil, context.Cause(ctx)
+		return nil, backend.NotSent(ctx)
 	}
 }
 

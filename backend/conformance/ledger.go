@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"time"
@@ -25,7 +26,58 @@ func ledgerChecks() []check {
 		{"LedgerListFilters", checkListRuns},
 		{"LedgerListLeavesOutJobMeta", checkListRunsLeavesOutJobMeta},
 		{"LedgerStoresAnyOutcomeText", checkOutcomeText},
+		{"LedgerEndedContextIsNoAnswer", checkLedgerEndedContext},
 	}
+}
+
+// checkLedgerEndedContext is EndedContextIsNoAnswer for the Ledger: a call
+// whose context was cancelled with a cause (ErrLeaseLost, as a run whose
+// lease was lost ends its context) answers with ctx's error, never with
+// the cause as if the ledger had said it (lost, claimed, overlap), and
+// changes nothing the owner holds.
+func checkLedgerEndedContext(t T, e *env) {
+	b, ctx := e.newLedger(t), e.ctx()
+	at, ttl := past(time.Second), e.ttl(30*time.Second)
+	a := owner("a")
+	g, err := b.Claim(ctx, claimReq("ended", at, a, ttl))
+	mustNil(t, err, "Claim")
+	ended, cancel := context.WithCancelCause(ctx)
+	cancel(backend.ErrLeaseLost)
+	calls := []struct {
+		what string
+		call func() error
+	}{
+		{"Claim of the held occurrence by another owner", func() error {
+			_, err := b.Claim(ended, claimReq("ended", at, owner("b"), ttl))
+			return err
+		}},
+		{"Claim of a free occurrence", func() error {
+			_, err := b.Claim(ended, claimReq("ended-free", at, owner("b"), ttl))
+			return err
+		}},
+		{"Heartbeat", func() error {
+			return b.Heartbeat(ended, backend.HeartbeatRequest{Job: "ended", ScheduledAt: at, Owner: a, Token: g.Token, TTL: ttl})
+		}},
+		{"Finish", func() error {
+			return b.Finish(ended, backend.FinishRequest{Job: "ended", ScheduledAt: at, Owner: a, Token: g.Token,
+				Outcome: backend.Outcome{State: backend.Succeeded, Duration: time.Millisecond, Result: "ok"}})
+		}},
+	}
+	for _, c := range calls {
+		err := c.call()
+		switch {
+		case err == nil:
+			t.Errorf("%s with an ended context succeeded", c.what)
+		case definiteAnswer(err) != nil:
+			t.Errorf("%s with a context cancelled with cause ErrLeaseLost: %v, which matches %v: the cause is not the ledger's answer", c.what, err, definiteAnswer(err))
+		case !errors.Is(err, context.Canceled):
+			t.Errorf("%s with a cancelled context: %v, want an error matching context.Canceled (and ErrNotApplied or nothing else)", c.what, err)
+		}
+	}
+	mustNil(t, b.Heartbeat(ctx, backend.HeartbeatRequest{Job: "ended", ScheduledAt: at, Owner: a, Token: g.Token, TTL: ttl}),
+		"Heartbeat with a live context after the calls with an ended one")
+	mustNil(t, b.Finish(ctx, backend.FinishRequest{Job: "ended", ScheduledAt: at, Owner: a, Token: g.Token,
+		Outcome: backend.Outcome{State: backend.Succeeded, Duration: time.Millisecond, Result: "ok"}}), "Finish")
 }
 
 // past returns a scheduled instant d before now, at ledger precision.

@@ -24,6 +24,7 @@ func libraryChecks() []check {
 		{"LockLateAppliedAttemptNeverOutlivesLease", checkLateAppliedAttempt},
 		{"LockDoSerialisesAndReportsLoss", checkDo},
 		{"LockReleaseWithALostLocksContextIsNotReleased", checkReleaseEndedByLoss},
+		{"LockWaitEndedByALostLocksContextIsNotLoss", checkWaitEndedByLoss},
 		{"LockBadInputAndNilFuncs", checkLibraryBadInput},
 		{"ElectionHandOverOnResign", checkResign},
 		{"ElectionHandOverOnHolderDeath", checkHolderDeath},
@@ -385,5 +386,50 @@ func checkReleaseEndedByLoss(t T, e *env) {
 	}
 	if gerr == nil {
 		mustNil(t, b.Release(ctx, "default:lock:svc/inner", got.Owner, got.Token), "backend Release")
+	}
+}
+
+// checkWaitEndedByLoss: an Acquire or Do whose context was ended by a lost
+// lock (cause ErrLeaseLost) never reports that loss as its own. Waiting
+// behind this process's holder of the key, or sent nothing, it acquired
+// nothing and fn did not run: the error wraps ErrLockNotAcquired and
+// ctx.Err(), never ErrLeaseLost (which, from Do, says fn ran and lost its
+// lock). On a free key the backend may not say whether the request was
+// applied; it still must not say "lost", and a "not acquired" leaves the
+// key free.
+func checkWaitEndedByLoss(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	lk := e.locker(t, b, "a", leasehold.WithTTL(e.ttl(30*time.Second)))
+	holder, err := lk.Acquire(ctx, "svc/turn")
+	mustNil(t, err, "Acquire")
+	defer holder.Release(ctx)
+	ended, cancel := context.WithCancelCause(ctx)
+	cancel(fmt.Errorf("the outer lock: %w", leasehold.ErrLeaseLost))
+	notLoss := func(what string, err error) {
+		t.Helper()
+		if errors.Is(err, leasehold.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with a context a lost lock ended: %v; want an error matching context.Canceled and not ErrLeaseLost", what, err)
+		}
+	}
+	_, err = lk.Acquire(ended, "svc/turn")
+	notLoss("Acquire behind this process's holder", err)
+	mustIs(t, err, leasehold.ErrLockNotAcquired, "Acquire behind this process's holder")
+	ran := false
+	err = lk.Do(ended, "svc/turn", func(context.Context, leasehold.Token) error { ran = true; return nil })
+	notLoss("Do behind this process's holder", err)
+	mustIs(t, err, leasehold.ErrLockNotAcquired, "Do behind this process's holder")
+	if ran {
+		t.Errorf("Do ran fn with a context that had ended before the call")
+	}
+	l, err := lk.Acquire(ended, "svc/free")
+	if err == nil {
+		l.Release(ctx)
+		t.Fatalf("Acquire of a free key with an ended context was granted")
+	}
+	notLoss("Acquire of a free key", err)
+	if errors.Is(err, leasehold.ErrLockNotAcquired) {
+		if got, gerr := b.Get(ctx, "default:lock:svc/free"); gerr == nil {
+			t.Errorf("Acquire with an ended context said not acquired (%v), yet the key is held (token %d)", err, got.Token)
+		}
 	}
 }

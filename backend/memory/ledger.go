@@ -98,6 +98,9 @@ func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) e
 		return err
 	}
 	job, at, owner, token, ttl := req.Job, req.ScheduledAt, req.Owner, req.Token, req.TTL
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
+	}
 	if err := b.lock(); err != nil {
 		return err
 	}
@@ -118,6 +121,9 @@ func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
 		return err
 	}
 	job, at, owner, token, out := req.Job, req.ScheduledAt, req.Owner, req.Token, req.Outcome
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
+	}
 	if err := b.lock(); err != nil {
 		return err
 	}
@@ -136,6 +142,9 @@ func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
 func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
 	if err := backend.CheckClaim(req, MinTTL); err != nil {
 		return backend.Grant{}, backend.Run{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
 	}
 	if err := b.lock(); err != nil {
 		return backend.Grant{}, backend.Run{}, err
@@ -179,6 +188,9 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 	}
 	if err := backend.CheckInstant(at); err != nil {
 		return backend.Run{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return backend.Run{}, fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
 	}
 	if err := b.lock(); err != nil {
 		return backend.Run{}, err

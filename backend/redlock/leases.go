@@ -348,8 +348,15 @@ func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.
 	if ok >= b.quorum && validity > 0 {
 		return backend.Grant{Token: token, TTL: ttl}, nil
 	}
-	if lost > len(b.nodes)-b.quorum || errs.first == nil {
+	if lost > len(b.nodes)-b.quorum {
 		return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: renewed on %d of %d nodes, quorum %d", backend.ErrLeaseLost, key, token, ok, len(b.nodes), b.quorum)
+	}
+	if ok >= b.quorum {
+		// A quorum renewed, but its replies came after the renewed TTL's
+		// validity: the lease may be live on those nodes or may have just
+		// ended there. No node said it was gone, so "lost" would be a
+		// guess; the outcome is unknown.
+		return backend.Grant{}, fmt.Errorf("redlock: renew %q token %d: renewed on %d of %d nodes, quorum %d, but the replies took %v, past the validity of a %v TTL: outcome unknown", key, token, ok, len(b.nodes), b.quorum, time.Since(start).Round(time.Millisecond), ttl)
 	}
 	return backend.Grant{}, fmt.Errorf("redlock: renew %q token %d: renewed on %d of %d nodes, quorum %d: %w", key, token, ok, len(b.nodes), b.quorum, errs.err())
 }

@@ -93,8 +93,8 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	if err := b.check(); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return backend.Grant{}, err
+	if ctx.Err() != nil {
+		return backend.Grant{}, backend.NotSent(ctx)
 	}
 	what := fmt.Sprintf("acquire key %q", key)
 	if err := b.waitAbandoned(ctx, owner.Nonce, what); err != nil {
@@ -323,8 +323,8 @@ func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.
 	if err := b.check(); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return backend.Grant{}, err
+	if ctx.Err() != nil {
+		return backend.Grant{}, backend.NotSent(ctx)
 	}
 	what := fmt.Sprintf("renew key %q", key)
 	if err := b.waitAbandoned(ctx, owner.Nonce, what); err != nil {
@@ -372,8 +372,8 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	if err := b.check(); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	if ctx.Err() != nil {
+		return backend.NotSent(ctx)
 	}
 	what := fmt.Sprintf("release key %q", key)
 	if err := b.waitAbandoned(ctx, owner.Nonce, what); err != nil {

@@ -182,6 +182,9 @@ func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) e
 	if err := b.check(); err != nil {
 		return err
 	}
+	if ctx.Err() != nil {
+		return backend.NotSent(ctx)
+	}
 	o, err := b.readOcc(job, at)
 	if err != nil {
 		return err
@@ -202,6 +205,9 @@ func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
 	job, at, owner, token, out := req.Job, req.ScheduledAt, req.Owner, req.Token, req.Outcome
 	if err := b.check(); err != nil {
 		return err
+	}
+	if ctx.Err() != nil {
+		return backend.NotSent(ctx)
 	}
 	for {
 		o, err := b.readOcc(job, at)
