@@ -108,7 +108,11 @@ func (c *Claim) Context() context.Context { return c.ctx }
 // is nil, failed otherwise, retrying a failure until the claim's lease
 // deadline (or ctx) ends. ErrLeaseLost if the claim was lost meanwhile;
 // leasehold.ErrIndeterminate if an attempt may have recorded the outcome
-// but no answer settled it. Finish is idempotent.
+// but no answer settled it. Finish is idempotent: a Finish whose ctx had
+// ended records nothing (the run stays running until its lease expires),
+// and so does every later call; to record a run that ran through a
+// shutdown, pass context.WithoutCancel(ctx) — the lease deadline still
+// bounds the tries.
 func (c *Claim) Finish(ctx context.Context, runErr error) error {
 	c.once.Do(func() {
 		c.cancel(errors.New("finished"))

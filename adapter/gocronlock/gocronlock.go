@@ -403,6 +403,11 @@ type unlocker struct {
 }
 
 // Unlock records the occurrence as finished; it is never claimed again.
+// gocron unlocks a job that ran through Shutdown with a context Shutdown
+// has already cancelled, so the record is written without ctx's
+// cancellation: Claim.Finish bounds its tries by the claim's lease
+// deadline. (With ctx, the run stayed "running" until its lease expired,
+// and was then retried or abandoned as a dead runner's.)
 func (u unlocker) Unlock(ctx context.Context) error {
 	u.l.mu.Lock()
 	cs := u.l.running[u.key]
@@ -418,7 +423,7 @@ func (u unlocker) Unlock(ctx context.Context) error {
 		u.l.running[u.key] = cs
 	}
 	u.l.mu.Unlock()
-	return u.c.Finish(ctx, nil)
+	return u.c.Finish(context.WithoutCancel(ctx), nil)
 }
 
 // Elector implements gocron.Elector: IsLeader is nil while this instance

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/adapter/gocronlock"
+	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 )
 
@@ -238,4 +239,52 @@ func ExampleNewElector() {
 	}
 	fmt.Println("leading:", el.IsLeader(ctx) == nil)
 	// Output: leading: true
+}
+
+// TestRunningAtShutdownIsRecordedFinished: gocron unlocks a job that runs
+// through Shutdown with a context Shutdown has already cancelled. The
+// run's outcome must still be recorded: a run left "running" is taken for
+// a dead runner's once its lease expires, and retried or abandoned.
+func TestRunningAtShutdownIsRecordedFinished(t *testing.T) {
+	b := memory.New()
+	l, err := gocronlock.NewLocker(b, "a", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := gocronlock.NewScheduler(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 1)
+	_, err = s.NewJob(gocron.CronJob("* * * * * *", true), gocron.NewTask(func(ctx context.Context) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done() // Shutdown has begun: it cancels the jobs' context first
+	}), gocron.WithName("report"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job did not start in 30 s")
+	}
+	if err := s.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := b.ListRuns(context.Background(), backend.RunFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) == 0 {
+		t.Fatal("no run recorded")
+	}
+	for _, r := range runs {
+		if r.State == backend.Running {
+			t.Errorf("run %s at %v (token %d) still recorded running after Shutdown returned", r.Job, r.ScheduledAt, r.Token)
+		}
+	}
 }

@@ -53,8 +53,14 @@ func checkLedgerEndedContext(t T, e *env) {
 		}},
 		{"Claim of a free occurrence", func() error {
 			_, err := b.Claim(ended, claimReq("ended-free", at, owner("b"), ttl))
+			if errors.Is(err, backend.ErrNotApplied) {
+				if r, gerr := b.GetRun(ctx, "ended-free", at); !errors.Is(gerr, backend.ErrNotFound) {
+					t.Errorf("Claim with an ended context said not applied (%v), yet GetRun finds %+v, %v", err, r, gerr)
+				}
+			}
 			return err
 		}},
+		{"Abandon of the held occurrence", func() error { _, err := b.Abandon(ended, "ended", at); return err }},
 		{"Heartbeat", func() error {
 			return b.Heartbeat(ended, backend.HeartbeatRequest{Job: "ended", ScheduledAt: at, Owner: a, Token: g.Token, TTL: ttl})
 		}},

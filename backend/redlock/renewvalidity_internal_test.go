@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,5 +37,8 @@ func TestRenewPastItsValidityIsNotLost(t *testing.T) {
 	}
 	if errors.Is(err, backend.ErrLeaseLost) || errors.Is(err, backend.ErrNotApplied) {
 		t.Fatalf("Renew renewed on every node, replies past its validity: %v; want an unknown outcome (neither ErrLeaseLost nor ErrNotApplied)", err)
+	}
+	if !strings.Contains(err.Error(), "renewed on 3 of 3 nodes") || !strings.Contains(err.Error(), "past the validity") {
+		t.Fatalf("Renew: %v; want the answer of a quorum that renewed past its validity (every node renewed)", err)
 	}
 }

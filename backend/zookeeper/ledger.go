@@ -45,6 +45,9 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	if err := b.check(); err != nil {
 		return backend.Grant{}, err
 	}
+	if ctx.Err() != nil {
+		return backend.Grant{}, backend.NotSent(ctx)
+	}
 	at := backend.Instant(req.ScheduledAt)
 	rp, ap, jp := b.runPath(req.Job, at), b.alivePath(req.Job, at), b.jobPath(req.Job)
 	for {
@@ -243,6 +246,9 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	if err := b.check(); err != nil {
 		return backend.Grant{}, backend.Run{}, err
 	}
+	if ctx.Err() != nil {
+		return backend.Grant{}, backend.Run{}, backend.NotSent(ctx)
+	}
 	at := backend.Instant(req.ScheduledAt)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -326,6 +332,9 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 	}
 	if err := b.check(); err != nil {
 		return backend.Run{}, err
+	}
+	if ctx.Err() != nil {
+		return backend.Run{}, backend.NotSent(ctx)
 	}
 	at = backend.Instant(at)
 	for {
