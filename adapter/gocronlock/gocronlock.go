@@ -402,12 +402,19 @@ type unlocker struct {
 	c   *schedule.Claim
 }
 
+// unlockFinishWait bounds the write of a run's outcome in Unlock: under
+// gocron's default 10 s stop timeout, so that a ledger that does not answer
+// does not make Shutdown fail with gocron.ErrStopJobsTimedOut.
+const unlockFinishWait = 5 * time.Second
+
 // Unlock records the occurrence as finished; it is never claimed again.
 // gocron unlocks a job that ran through Shutdown with a context Shutdown
 // has already cancelled, so the record is written without ctx's
-// cancellation: Claim.Finish bounds its tries by the claim's lease
-// deadline. (With ctx, the run stayed "running" until its lease expired,
-// and was then retried or abandoned as a dead runner's.)
+// cancellation, for unlockFinishWait at most. (With ctx, the run stayed
+// "running" until its lease expired, and was then retried or abandoned as
+// a dead runner's.) gocron drops Unlock's error, so a failure is logged:
+// the run is then recovered by the job's crash policy once its lease
+// expires.
 func (u unlocker) Unlock(ctx context.Context) error {
 	u.l.mu.Lock()
 	cs := u.l.running[u.key]
@@ -423,7 +430,15 @@ func (u unlocker) Unlock(ctx context.Context) error {
 		u.l.running[u.key] = cs
 	}
 	u.l.mu.Unlock()
-	return u.c.Finish(context.WithoutCancel(ctx), nil)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockFinishWait)
+	defer cancel()
+	err := u.c.Finish(fctx, nil)
+	if err != nil {
+		r := u.c.Run()
+		u.l.cfg.logger.Error("gocronlock: run's outcome not recorded; it will be recovered as a dead runner's once its lease expires",
+			"job", r.Job, "at", r.ScheduledAt, "token", r.Token, "namespace", u.l.cfg.namespace, "instance", u.l.instance, "err", err)
+	}
+	return err
 }
 
 // Elector implements gocron.Elector: IsLeader is nil while this instance

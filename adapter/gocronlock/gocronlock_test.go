@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +17,8 @@ import (
 	"github.com/leasehold/leasehold/adapter/gocronlock"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
 
 // slow delays Lock like a scheduler whose timer fires late (GC, load).
@@ -286,5 +291,57 @@ func TestRunningAtShutdownIsRecordedFinished(t *testing.T) {
 		if r.State == backend.Running {
 			t.Errorf("run %s at %v (token %d) still recorded running after Shutdown returned", r.Job, r.ScheduledAt, r.Token)
 		}
+	}
+}
+
+// TestShutdownWithAnUnansweringLedgerIsBounded: the outcome of a run that
+// ran through Shutdown is written without Shutdown's cancellation, but for
+// a bounded time: a ledger that never answers must not make Shutdown fail
+// with gocron's stop timeout (10 s by default), and the lost outcome is
+// logged (gocron drops Unlock's error).
+func TestShutdownWithAnUnansweringLedgerIsBounded(t *testing.T) {
+	mem := memory.New()
+	t.Cleanup(func() { mem.Close() })
+	var stalled atomic.Bool
+	b := &faultbackend.Backend{Next: mem,
+		OnFinish: func(ctx context.Context, next faultbackend.FinishFunc, req backend.FinishRequest) error {
+			stalled.Store(true)
+			<-ctx.Done() // the ledger never answers
+			return fmt.Errorf("no answer: %w", ctx.Err())
+		}}
+	var logs testkit.Buffer
+	l, err := gocronlock.NewLocker(b, "a", time.Second, gocronlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := gocronlock.NewScheduler(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 1)
+	_, err = s.NewJob(gocron.CronJob("* * * * * *", true), gocron.NewTask(func(ctx context.Context) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+	}), gocron.WithName("report"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job did not start in 30 s")
+	}
+	if err := s.Shutdown(); err != nil {
+		t.Fatalf("Shutdown with a ledger that does not answer the run's Finish: %v", err)
+	}
+	if !stalled.Load() {
+		t.Fatal("the run's Finish was never called")
+	}
+	if !strings.Contains(logs.String(), "outcome not recorded") {
+		t.Errorf("the unrecorded outcome was not logged; log:\n%s", logs.String())
 	}
 }
