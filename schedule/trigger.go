@@ -154,10 +154,13 @@ type triggerMarker struct {
 	token uint64
 }
 
-// finish records the marker's outcome. If that fails the marker's lease
-// runs out with the marker still running, which counts as a used key.
+// finish records the marker's outcome, for recordFinishWait at most. If
+// that fails the marker's lease runs out with the marker still running,
+// which counts as a used key.
 func (m triggerMarker) finish(ctx context.Context, s *Scheduler, out backend.Outcome) {
-	if err := s.l.Finish(context.WithoutCancel(ctx), backend.FinishRequest{Job: m.job, ScheduledAt: m.at, Owner: m.owner, Token: m.token, Outcome: out}); err != nil {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordFinishWait)
+	defer cancel()
+	if err := s.l.Finish(fctx, backend.FinishRequest{Job: m.job, ScheduledAt: m.at, Owner: m.owner, Token: m.token, Outcome: out}); err != nil {
 		s.cfg.logger.Warn("recording a trigger key's outcome failed; the key counts as used", "marker", m.job, "err", err)
 	}
 }

@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -185,5 +186,48 @@ func TestRefusedTriggerKeepsKeyOnSlowClaim(t *testing.T) {
 	})
 	if _, err := s.TriggerRun(context.Background(), "j", "second"); err != nil {
 		t.Fatalf("retrying a key whose trigger was refused at the limit (nothing ran under it): %v", err)
+	}
+}
+
+// TestTriggerWithAnUnansweringMarkerWriteReturns: the trigger key's
+// marker is written without the caller's cancellation (the run has
+// started), but for recordFinishWait at most: a ledger that never answers
+// that write must not hold TriggerRun for ever.
+func TestTriggerWithAnUnansweringMarkerWriteReturns(t *testing.T) {
+	mem := memory.New()
+	defer mem.Close()
+	b := &faultbackend.Backend{Next: mem,
+		OnFinish: func(ctx context.Context, next faultbackend.FinishFunc, req backend.FinishRequest) error {
+			if strings.Contains(req.Job, triggerInfix) {
+				<-ctx.Done() // the ledger never answers the marker's write
+				return fmt.Errorf("no answer: %w", ctx.Err())
+			}
+			return next(ctx, req)
+		}}
+	s, err := New(b, WithInstance("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Register(Job{Name: "manual", Schedule: "0 0 1 1 *", Func: func(context.Context, Run) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(ctx)
+	tctx, tcancel := context.WithTimeout(ctx, time.Second)
+	defer tcancel()
+	triggered := make(chan error, 1)
+	go func() { triggered <- s.Trigger(tctx, "manual", "k1") }()
+	select {
+	case err := <-triggered:
+		if err != nil {
+			t.Fatalf("Trigger: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Trigger still blocked 30 s after its call (its context ended after 1 s; the marker's write is bounded by %v)", recordFinishWait)
 	}
 }

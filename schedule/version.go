@@ -39,9 +39,12 @@ const (
 	supersededInfix = backend.MetaSep + "superseded" + backend.MetaSep
 )
 
-// versionFinishWait bounds the Finish of a version record claimed by a
-// registration that was stopped meanwhile.
-const versionFinishWait = 3 * time.Second
+// recordFinishWait bounds the Finish of a bookkeeping record whose write
+// outlives its caller's context: a version record claimed by a
+// registration that was stopped meanwhile, a trigger key's marker. A ledger
+// that does not answer holds up a Shutdown, a Replace or a Trigger no
+// longer than that.
+const recordFinishWait = 3 * time.Second
 
 // supersededKey is the ledger name whose high-water mark records that
 // version of job was replaced.
@@ -225,7 +228,7 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		// (a reload at once), or the record would name no schedule; for a
 		// few seconds at most, so that a ledger that does not answer holds
 		// up a Shutdown or a Replace no longer than that.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), versionFinishWait)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordFinishWait)
 		err := s.l.Finish(fctx, backend.FinishRequest{Job: req.Job, ScheduledAt: from, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: e.spec.String()}})
 		cancel()
 		if err != nil {
