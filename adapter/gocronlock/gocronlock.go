@@ -58,6 +58,15 @@
 // The job's fencing token: a job whose task takes a context.Context as its
 // first parameter gets the same context Lock got; Locker.Run(ctx) returns
 // the claimed occurrence, with its token, while the job runs.
+//
+// Shutdown: a job that runs through gocron's Shutdown has its outcome
+// written when it returns, for at most 5 s once Shutdown has begun (gocron
+// also ends the context of a job it removes, e.g. after WithLimitedRuns:
+// the same 5 s apply); give
+// gocron.WithStopTimeout room for a job's wind-down plus those 5 s, or
+// Shutdown returns gocron.ErrStopJobsTimedOut while the write goes on. A
+// run whose outcome could not be written is logged, and stays "running"
+// in the ledger.
 package gocronlock
 
 import (
@@ -402,19 +411,19 @@ type unlocker struct {
 	c   *schedule.Claim
 }
 
-// unlockFinishWait bounds the write of a run's outcome in Unlock: under
-// gocron's default 10 s stop timeout, so that a ledger that does not answer
-// does not make Shutdown fail with gocron.ErrStopJobsTimedOut.
+// unlockFinishWait bounds the write of a run's outcome in Unlock once
+// gocron's context has ended (Shutdown): under gocron's default 10 s stop
+// timeout, so that a ledger that does not answer does not make Shutdown
+// fail with gocron.ErrStopJobsTimedOut.
 const unlockFinishWait = 5 * time.Second
 
 // Unlock records the occurrence as finished; it is never claimed again.
-// gocron unlocks a job that ran through Shutdown with a context Shutdown
-// has already cancelled, so the record is written without ctx's
-// cancellation, for unlockFinishWait at most. (With ctx, the run stayed
-// "running" until its lease expired, and was then retried or abandoned as
-// a dead runner's.) gocron drops Unlock's error, so a failure is logged:
-// the run is then recovered by the job's crash policy once its lease
-// expires.
+// The write is tried until the claim's lease deadline (Claim.Finish), and
+// is not stopped by ctx: gocron unlocks a job that ran through Shutdown
+// with a context Shutdown has already cancelled. Once ctx has ended it is
+// tried for unlockFinishWait more at most. A run whose outcome is not
+// recorded stays "running" in the ledger (runs of gocron jobs are not
+// recovered by a scheduler); gocron drops Unlock's error, so it is logged.
 func (u unlocker) Unlock(ctx context.Context) error {
 	u.l.mu.Lock()
 	cs := u.l.running[u.key]
@@ -430,12 +439,14 @@ func (u unlocker) Unlock(ctx context.Context) error {
 		u.l.running[u.key] = cs
 	}
 	u.l.mu.Unlock()
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockFinishWait)
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(unlockFinishWait, cancel) })
+	defer stop()
 	err := u.c.Finish(fctx, nil)
 	if err != nil {
 		r := u.c.Run()
-		u.l.cfg.logger.Error("gocronlock: run's outcome not recorded; it will be recovered as a dead runner's once its lease expires",
+		u.l.cfg.logger.Error("gocronlock: run's outcome may not be recorded; the ledger may show the run running",
 			"job", r.Job, "at", r.ScheduledAt, "token", r.Token, "namespace", u.l.cfg.namespace, "instance", u.l.instance, "err", err)
 	}
 	return err
