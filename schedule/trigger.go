@@ -121,9 +121,12 @@ func (s *Scheduler) TriggerRun(ctx context.Context, job, key string) (Run, error
 		if errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
 			out = backend.Outcome{State: backend.Succeeded, Result: "claim outcome unknown: " + err.Error()}
 		}
-		marker.finish(ctx, s, out)
+		ferr := marker.finish(ctx, s, out)
 		if errors.Is(err, backend.ErrOccurrenceOverlap) {
 			s.emit(Event{Kind: EventClaim, Job: job, ScheduledAt: r.ScheduledAt, Result: ClaimOverlap, Err: err})
+		}
+		if ferr != nil && out.State == backend.Failed {
+			return Run{}, fmt.Errorf("%s: %w (and the refusal could not be recorded, so key %q counts as used: trigger again with another key; %v)", what, err, key, ferr)
 		}
 		return Run{}, fmt.Errorf("%s: %w", what, err)
 	}
@@ -140,7 +143,7 @@ func (s *Scheduler) TriggerRun(ctx context.Context, job, key string) (Run, error
 		defer e.inflight.Add(-1)
 		s.execute(e, r, owner, g, sent)
 	}(r)
-	marker.finish(ctx, s, backend.Outcome{State: backend.Succeeded,
+	_ = marker.finish(ctx, s, backend.Outcome{State: backend.Succeeded, // a failure leaves the key used, as it is
 		Result: fmt.Sprintf("run at %s token %d", r.ScheduledAt.Format(time.RFC3339Nano), g.Token)})
 	r.Token = leasehold.Token(g.Token)
 	return r, nil
@@ -148,21 +151,39 @@ func (s *Scheduler) TriggerRun(ctx context.Context, job, key string) (Run, error
 
 // triggerMarker is a won claim of a trigger key's marker record.
 type triggerMarker struct {
-	job   string
-	at    time.Time
-	owner backend.Owner
-	token uint64
+	job      string
+	at       time.Time
+	owner    backend.Owner
+	token    uint64
+	leaseEnd time.Time // the marker's lease ends by then (its claim's send time + TTL)
 }
 
-// finish records the marker's outcome, for recordFinishWait at most. If
-// that fails the marker's lease runs out with the marker still running,
-// which counts as a used key.
-func (m triggerMarker) finish(ctx context.Context, s *Scheduler, out backend.Outcome) {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordFinishWait)
+// finish records the marker's outcome. A run that started (or whose
+// claim's outcome is unknown) marks the key used, and so does a marker
+// left running: that write is tried for recordFinishWait at most. A
+// refusal frees the key only once it is written, so it is tried until the
+// caller's deadline (at least recordFinishWait) or, for a caller with no
+// deadline, until the marker's lease ends, past which it cannot land. The
+// error is the write's; the key then counts as used.
+func (m triggerMarker) finish(ctx context.Context, s *Scheduler, out backend.Outcome) error {
+	now := time.Now()
+	until := now.Add(recordFinishWait)
+	if out.State == backend.Failed {
+		until = m.leaseEnd
+		if d, ok := ctx.Deadline(); ok && d.Before(until) {
+			until = d
+			if least := now.Add(recordFinishWait); until.Before(least) {
+				until = least
+			}
+		}
+	}
+	fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
 	defer cancel()
-	if err := s.l.Finish(fctx, backend.FinishRequest{Job: m.job, ScheduledAt: m.at, Owner: m.owner, Token: m.token, Outcome: out}); err != nil {
+	err := s.l.Finish(fctx, backend.FinishRequest{Job: m.job, ScheduledAt: m.at, Owner: m.owner, Token: m.token, Outcome: out})
+	if err != nil {
 		s.cfg.logger.Warn("recording a trigger key's outcome failed; the key counts as used", "marker", m.job, "err", err)
 	}
+	return err
 }
 
 // markerTTL is the least lease of a trigger key's marker.
@@ -178,12 +199,12 @@ func (s *Scheduler) claimTriggerKey(ctx context.Context, e *entry, key, what str
 		owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
 		// The marker is never heartbeated: its lease must outlast the run's
 		// claim, however slow, or a refusal could not be recorded on it.
-		g, _, err := claimGrant(ctx, s.cfg.lease, s.l, backend.ClaimRequest{Job: name, ScheduledAt: at, Owner: owner,
+		g, sent, err := claimGrant(ctx, s.cfg.lease, s.l, backend.ClaimRequest{Job: name, ScheduledAt: at, Owner: owner,
 			TTL: max(e.job.LeaseTTL, markerTTL), MaxEarly: s.cfg.tolerance})
 		var claimed *backend.ClaimedError
 		switch {
 		case err == nil:
-			return triggerMarker{job: name, at: at, owner: owner, token: g.Token}, nil
+			return triggerMarker{job: name, at: at, owner: owner, token: g.Token, leaseEnd: sent.Add(g.TTL)}, nil
 		case errors.As(err, &claimed) && claimed.Run.State == backend.Failed:
 			continue // an earlier use of the key was refused: it is free
 		case errors.As(err, &claimed):

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -196,9 +197,11 @@ func TestRefusedTriggerKeepsKeyOnSlowClaim(t *testing.T) {
 func TestTriggerWithAnUnansweringMarkerWriteReturns(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
+	var stalled atomic.Bool
 	b := &faultbackend.Backend{Next: mem,
 		OnFinish: func(ctx context.Context, next faultbackend.FinishFunc, req backend.FinishRequest) error {
 			if strings.Contains(req.Job, triggerInfix) {
+				stalled.Store(true)
 				<-ctx.Done() // the ledger never answers the marker's write
 				return fmt.Errorf("no answer: %w", ctx.Err())
 			}
@@ -227,7 +230,82 @@ func TestTriggerWithAnUnansweringMarkerWriteReturns(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Trigger: %v", err)
 		}
+		if !stalled.Load() {
+			t.Fatal("the marker's write was never made")
+		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("Trigger still blocked 30 s after its call (its context ended after 1 s; the marker's write is bounded by %v)", recordFinishWait)
+	}
+}
+
+// refusalWrites delays, by slow, the write that records a trigger key's
+// refusal (its marker finished Failed), as a loaded SQLite delays a write
+// behind others; never answers it when slow is 0.
+func refusalWrites(b backend.Backend, slow time.Duration) *faultbackend.Backend {
+	return &faultbackend.Backend{Next: b,
+		OnFinish: func(ctx context.Context, next faultbackend.FinishFunc, req backend.FinishRequest) error {
+			if strings.Contains(req.Job, triggerInfix) && req.Outcome.State == backend.Failed {
+				var late <-chan time.Time
+				if slow > 0 {
+					late = time.After(slow)
+				}
+				select {
+				case <-late:
+				case <-ctx.Done():
+					return fmt.Errorf("no answer: %w", ctx.Err())
+				}
+			}
+			return next(ctx, req)
+		}}
+}
+
+// TestRefusedTriggerWithASlowRecordFreesTheKey: a refused trigger frees its
+// key once the refusal is recorded. That write, 4 s late, must still be
+// waited for within the caller's deadline (a bound shorter than the write
+// left the key used for good: a retry was told "the key was used before",
+// though nothing ran). When the write cannot be made within the caller's
+// deadline, the caller is told the key counts as used.
+func TestRefusedTriggerWithASlowRecordFreesTheKey(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		slow     time.Duration
+		deadline time.Duration // of the refused call
+		freed    bool
+	}{{"written 4 s late", 4 * time.Second, 15 * time.Second, true}, {"never written", 0, 4 * time.Second, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := memory.New()
+			t.Cleanup(func() { mem.Close() })
+			release := make(chan struct{})
+			var once sync.Once
+			s := startJob(t, refusalWrites(mem, c.slow), "a", Job{Name: "j", Schedule: "0 0 1 1 *", MaxConcurrent: 1,
+				Func: func(ctx context.Context, r Run) error { <-release; return nil }})
+			t.Cleanup(func() { once.Do(func() { close(release) }) })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, err := s.TriggerRun(ctx, "j", "first"); err != nil {
+				t.Fatal(err)
+			}
+			rctx, rcancel := context.WithTimeout(ctx, c.deadline)
+			_, err := s.TriggerRun(rctx, "j", "second")
+			rcancel()
+			if !errors.Is(err, backend.ErrOccurrenceOverlap) {
+				t.Fatalf("second trigger beside a running first under MaxConcurrent 1: %v, want ErrOverlap", err)
+			}
+			if told := strings.Contains(err.Error(), "counts as used"); told == c.freed {
+				t.Fatalf("refusal: %v; the caller told the key counts as used = %v, want %v", err, told, !c.freed)
+			}
+			once.Do(func() { close(release) })
+			var rerr error
+			eventually.True(t, 10*time.Second, "the first run finishes", func() bool {
+				_, rerr = s.TriggerRun(ctx, "j", "second")
+				return !errors.Is(rerr, backend.ErrOccurrenceOverlap)
+			})
+			switch {
+			case c.freed && rerr != nil:
+				t.Fatalf("retry of the refused key after the first run ended: %v, want it run (the refusal was recorded)", rerr)
+			case !c.freed && !errors.Is(rerr, backend.ErrOccurrenceClaimed):
+				t.Fatalf("retry of a key whose refusal was never recorded: %v, want ErrClaimed (the key counts as used, as the caller was told)", rerr)
+			}
+		})
 	}
 }
