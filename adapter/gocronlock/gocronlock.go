@@ -83,6 +83,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/ctxgrace"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -439,10 +440,8 @@ func (u unlocker) Unlock(ctx context.Context) error {
 		u.l.running[u.key] = cs
 	}
 	u.l.mu.Unlock()
-	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	fctx, cancel := ctxgrace.Outlive(ctx, unlockFinishWait)
 	defer cancel()
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(unlockFinishWait, cancel) })
-	defer stop()
 	err := u.c.Finish(fctx, nil)
 	if err != nil {
 		r := u.c.Run()
