@@ -25,6 +25,11 @@ var (
 	ErrSchedulerShutdown = errors.New("leasehold/schedule: shut down")
 	// ErrSpecInvalid: a schedule spec or time zone could not be parsed.
 	ErrSpecInvalid = errors.New("leasehold/schedule: invalid schedule")
+	// ErrTriggerKeySpent: a trigger was refused (nothing ran), but the
+	// refusal could not be recorded before the caller's context ended (and
+	// 3 s more), so its idempotency key counts, or may count, as used: a
+	// retry with it is refused as claimed. Trigger again with another key.
+	ErrTriggerKeySpent = errors.New("leasehold/schedule: trigger refused, and its key could not be freed")
 	// ErrOnceFailed wraps the error of a RunOnce function that ran here and
 	// failed. The failure is recorded, and the key is not run again (until
 	// its run is pruned): a failure counts as the key's one run.

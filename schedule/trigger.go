@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/ctxgrace"
 )
 
 // Triggers ("run now"). A triggered run is a run of the job itself in the
@@ -68,7 +69,10 @@ func (s *Scheduler) Trigger(ctx context.Context, job, key string) error {
 //   - the key was used before (the error wraps backend.ErrClaimed);
 //   - the job is paused (ErrPaused; nothing is recorded, the key stays free);
 //   - MaxConcurrent runs of the job are running (backend.ErrOverlap; the
-//     key stays free, a retry with it may run later).
+//     key stays free, a retry with it may run later) — unless that refusal
+//     could not be recorded in time (the caller's context ended and 3 s
+//     more passed, or the key's lease ended): then the error wraps
+//     ErrTriggerKeySpent instead, and the key counts as used.
 //
 // A pause stops triggers that start after it was recorded, as it stops
 // claims. If the run's claim had an unknown outcome the error wraps
@@ -126,7 +130,12 @@ func (s *Scheduler) TriggerRun(ctx context.Context, job, key string) (Run, error
 			s.emit(Event{Kind: EventClaim, Job: job, ScheduledAt: r.ScheduledAt, Result: ClaimOverlap, Err: err})
 		}
 		if ferr != nil && out.State == backend.Failed {
-			return Run{}, fmt.Errorf("%s: %w (and the refusal could not be recorded, so key %q counts as used: trigger again with another key; %v)", what, err, key, ferr)
+			spent := "counts as used"
+			if errors.Is(ferr, leasehold.ErrOutcomeIndeterminate) {
+				spent = "may count as used"
+			}
+			return Run{}, fmt.Errorf("%w: %s was refused, nothing ran (%v), and the refusal could not be recorded, so key %q %s: trigger again with another key (%v)",
+				ErrTriggerKeySpent, what, err, key, spent, ferr)
 		}
 		return Run{}, fmt.Errorf("%s: %w", what, err)
 	}
@@ -158,28 +167,30 @@ type triggerMarker struct {
 	leaseEnd time.Time // the marker's lease ends by then (its claim's send time + TTL)
 }
 
-// finish records the marker's outcome. A run that started (or whose
-// claim's outcome is unknown) marks the key used, and so does a marker
-// left running: that write is tried for recordFinishWait at most. A
-// refusal frees the key only once it is written, so it is tried until the
-// caller's deadline (at least recordFinishWait) or, for a caller with no
-// deadline, until the marker's lease ends, past which it cannot land. The
-// error is the write's; the key then counts as used.
+// finish records the marker's outcome, retried as a run's outcome is
+// (finishRun). A run that started (or whose claim's outcome is unknown)
+// marks the key used, and so does a marker left running: that write is
+// tried for recordFinishWait at most. A refusal frees the key only once it
+// is written, so it is tried until the marker's lease ends (past which it
+// cannot land), but no longer than recordFinishWait after the caller's
+// context ends. The error is the write's: the key then counts as used, or
+// may (leasehold.ErrOutcomeIndeterminate).
 func (m triggerMarker) finish(ctx context.Context, s *Scheduler, out backend.Outcome) error {
-	now := time.Now()
-	until := now.Add(recordFinishWait)
+	var (
+		fctx   context.Context
+		cancel context.CancelFunc
+		until  time.Time
+	)
 	if out.State == backend.Failed {
+		fctx, cancel = ctxgrace.Outlive(ctx, recordFinishWait)
 		until = m.leaseEnd
-		if d, ok := ctx.Deadline(); ok && d.Before(until) {
-			until = d
-			if least := now.Add(recordFinishWait); until.Before(least) {
-				until = least
-			}
-		}
+	} else {
+		fctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+		until = time.Now().Add(recordFinishWait)
 	}
-	fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
 	defer cancel()
-	err := s.l.Finish(fctx, backend.FinishRequest{Job: m.job, ScheduledAt: m.at, Owner: m.owner, Token: m.token, Outcome: out})
+	// ttl 0: no least try time beyond until, which bounds every try.
+	err := finishRun(fctx, s.l, m.job, m.at, m.owner, m.token, out, until, 0)
 	if err != nil {
 		s.cfg.logger.Warn("recording a trigger key's outcome failed; the key counts as used", "marker", m.job, "err", err)
 	}

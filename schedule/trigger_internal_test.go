@@ -240,11 +240,16 @@ func TestTriggerWithAnUnansweringMarkerWriteReturns(t *testing.T) {
 
 // refusalWrites delays, by slow, the write that records a trigger key's
 // refusal (its marker finished Failed), as a loaded SQLite delays a write
-// behind others; never answers it when slow is 0.
-func refusalWrites(b backend.Backend, slow time.Duration) *faultbackend.Backend {
+// behind others; never answers it when slow is 0. started is signalled
+// (without blocking) when such a write begins.
+func refusalWrites(b backend.Backend, slow time.Duration, started chan<- struct{}) *faultbackend.Backend {
 	return &faultbackend.Backend{Next: b,
 		OnFinish: func(ctx context.Context, next faultbackend.FinishFunc, req backend.FinishRequest) error {
 			if strings.Contains(req.Job, triggerInfix) && req.Outcome.State == backend.Failed {
+				select {
+				case started <- struct{}{}:
+				default:
+				}
 				var late <-chan time.Time
 				if slow > 0 {
 					late = time.After(slow)
@@ -261,23 +266,29 @@ func refusalWrites(b backend.Backend, slow time.Duration) *faultbackend.Backend 
 
 // TestRefusedTriggerWithASlowRecordFreesTheKey: a refused trigger frees its
 // key once the refusal is recorded. That write, 4 s late, must still be
-// waited for within the caller's deadline (a bound shorter than the write
-// left the key used for good: a retry was told "the key was used before",
-// though nothing ran). When the write cannot be made within the caller's
-// deadline, the caller is told the key counts as used.
+// waited for (a 3 s bound left the key used for good: a retry was told
+// "the key was used before", though nothing ran). A write that cannot be
+// made is waited for no longer than 3 s after the caller's context ends,
+// whether by its deadline or by a cancel, and the caller is told the key
+// is spent (ErrTriggerKeySpent, not ErrOverlap, which says the key is free).
 func TestRefusedTriggerWithASlowRecordFreesTheKey(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		slow     time.Duration
-		deadline time.Duration // of the refused call
+		deadline time.Duration // of the refused call; 0: cancelled once its write began
 		freed    bool
-	}{{"written 4 s late", 4 * time.Second, 15 * time.Second, true}, {"never written", 0, 4 * time.Second, false}} {
+	}{
+		{"written 4 s late", 4 * time.Second, 15 * time.Second, true},
+		{"never written, caller's deadline", 0, 4 * time.Second, false},
+		{"never written, caller cancels", 0, 0, false},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			mem := memory.New()
 			t.Cleanup(func() { mem.Close() })
 			release := make(chan struct{})
 			var once sync.Once
-			s := startJob(t, refusalWrites(mem, c.slow), "a", Job{Name: "j", Schedule: "0 0 1 1 *", MaxConcurrent: 1,
+			writing := make(chan struct{}, 1)
+			s := startJob(t, refusalWrites(mem, c.slow, writing), "a", Job{Name: "j", Schedule: "0 0 1 1 *", MaxConcurrent: 1,
 				Func: func(ctx context.Context, r Run) error { <-release; return nil }})
 			t.Cleanup(func() { once.Do(func() { close(release) }) })
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -285,14 +296,36 @@ func TestRefusedTriggerWithASlowRecordFreesTheKey(t *testing.T) {
 			if _, err := s.TriggerRun(ctx, "j", "first"); err != nil {
 				t.Fatal(err)
 			}
-			rctx, rcancel := context.WithTimeout(ctx, c.deadline)
-			_, err := s.TriggerRun(rctx, "j", "second")
-			rcancel()
-			if !errors.Is(err, backend.ErrOccurrenceOverlap) {
-				t.Fatalf("second trigger beside a running first under MaxConcurrent 1: %v, want ErrOverlap", err)
+			var (
+				rctx    context.Context
+				rcancel context.CancelFunc
+			)
+			if c.deadline > 0 {
+				rctx, rcancel = context.WithTimeout(ctx, c.deadline)
+			} else {
+				rctx, rcancel = context.WithCancel(ctx)
+				go func() {
+					select {
+					case <-writing:
+						rcancel()
+					case <-rctx.Done():
+					}
+				}()
 			}
-			if told := strings.Contains(err.Error(), "counts as used"); told == c.freed {
-				t.Fatalf("refusal: %v; the caller told the key counts as used = %v, want %v", err, told, !c.freed)
+			refused := make(chan error, 1)
+			go func() { _, err := s.TriggerRun(rctx, "j", "second"); refused <- err }()
+			var err error
+			select {
+			case err = <-refused:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the refused trigger still blocked 30 s after its call (deadline %v; its context ended, and the refusal's write is waited for %v more at most)", c.deadline, recordFinishWait)
+			}
+			rcancel()
+			switch {
+			case c.freed && !errors.Is(err, backend.ErrOccurrenceOverlap):
+				t.Fatalf("second trigger beside a running first under MaxConcurrent 1: %v, want ErrOverlap", err)
+			case !c.freed && (!errors.Is(err, ErrTriggerKeySpent) || errors.Is(err, backend.ErrOccurrenceOverlap)):
+				t.Fatalf("refused trigger whose refusal was never recorded: %v, want ErrTriggerKeySpent (and not ErrOverlap, which says the key is free)", err)
 			}
 			once.Do(func() { close(release) })
 			var rerr error
