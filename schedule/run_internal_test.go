@@ -72,7 +72,8 @@ func leaseDeadlineFollowsHeartbeats(t *testing.T) {
 		defer cancel()
 		_ = s.Shutdown(ctx)
 	})
-	go s.occur(s.loopCtx, s.jobs["follow"], backend.Instant(time.Now()))
+	s.runs.Add(1) // tracked: Shutdown waits for it, so nothing outlives the bubble
+	go func() { defer s.runs.Done(); s.occur(s.loopCtx, s.jobs["follow"], backend.Instant(time.Now())) }()
 	ms := <-got
 	if len(ms) < 3 {
 		t.Fatalf("the deadline moved %d times in 30 s; want 3 (heartbeats every %v)", len(ms), ttl/3)
@@ -134,7 +135,8 @@ func leaseLostAfterTimeout(t *testing.T) {
 			return cause
 		}})
 	at := backend.Instant(time.Now())
-	go s.occur(s.loopCtx, s.jobs["stopping"], at)
+	s.runs.Add(1) // tracked: Shutdown waits for it, so nothing outlives the bubble
+	go func() { defer s.runs.Done(); s.occur(s.loopCtx, s.jobs["stopping"], at) }()
 	g := <-got
 	if !errors.Is(g.cause, ErrJobTimeout) || !g.lost {
 		t.Fatalf("context ended by %v, lease lost seen: %v; want the timeout, then LeaseLost closed", g.cause, g.lost)
@@ -220,7 +222,8 @@ func runDeadlineHonoursDriftAndMargin(t *testing.T) {
 		defer cancel()
 		_ = s.Shutdown(ctx)
 	})
-	go s.occur(s.loopCtx, s.jobs["drifting"], backend.Instant(time.Now()))
+	s.runs.Add(1) // tracked: Shutdown waits for it, so nothing outlives the bubble
+	go func() { defer s.runs.Done(); s.occur(s.loopCtx, s.jobs["drifting"], backend.Instant(time.Now())) }()
 	cause := <-got
 	if !errors.Is(cause, leasehold.ErrLeaseLost) {
 		t.Fatalf("the run's context ended with %v, want ErrLeaseLost", cause)
@@ -324,7 +327,8 @@ func timedOutJobNeverRunsBesideItself(t *testing.T) {
 			Timeout: 100 * time.Millisecond, Crash: CrashRetry, MaxAttempts: 3, Func: job}))
 	}
 	at := backend.Instant(time.Now())
-	go scheds[0].occur(scheds[0].loopCtx, scheds[0].jobs["slow"], at)
+	scheds[0].runs.Add(1) // tracked: Shutdown waits for it, so nothing outlives the bubble
+	go func() { defer scheds[0].runs.Done(); scheds[0].occur(scheds[0].loopCtx, scheds[0].jobs["slow"], at) }()
 	select {
 	case <-returned:
 	case <-time.After(20 * time.Second):
