@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -77,7 +78,16 @@ func (b *lateClaim) Heartbeat(ctx context.Context, req backend.HeartbeatRequest)
 // TestLateAppliedClaimNeverOutlivesLease: the runner's context must be
 // done before another instance can reclaim the occurrence, when an
 // attempt refused as too early hid an earlier one that was applied late.
+//
+// It runs in a synctest bubble: the refusal that arrives 700 ms late
+// (within the 1 s lease) and the lease's expiry are virtual time.
 func TestLateAppliedClaimNeverOutlivesLease(t *testing.T) {
+	synctest.Test(t, lateAppliedClaimNeverOutlivesLease)
+}
+
+// lateAppliedClaimNeverOutlivesLease is TestLateAppliedClaimNeverOutlivesLease
+// inside its bubble.
+func lateAppliedClaimNeverOutlivesLease(t *testing.T) {
 	const ttl = time.Second
 	mem := memory.New()
 	defer mem.Close()
@@ -105,7 +115,10 @@ func TestLateAppliedClaimNeverOutlivesLease(t *testing.T) {
 	}
 	defer s.Shutdown(ctx)
 	at := backend.Instant(time.Now())
-	go s.occur(s.loopCtx, s.jobs["late"], at)
+	// Tracked, so Shutdown waits for the run's Finish retries to end
+	// (nothing may outlive the bubble).
+	s.runs.Add(1)
+	go func() { defer s.runs.Done(); s.occur(s.loopCtx, s.jobs["late"], at) }()
 
 	var jobCtx context.Context
 	select {
@@ -186,7 +199,16 @@ func unknownThenLongEarly(b backend.Backend, span time.Duration) *faultbackend.B
 // than the lease must start the job with a live context that heartbeats
 // keep alive — not with one already past its deadline because the
 // confirming heartbeat was given a deadline counted from that first attempt.
+//
+// It runs in a synctest bubble: the 600 ms of refusals (twice the lease)
+// and the 900 ms the job then lives on heartbeats are virtual time.
 func TestClaimAfterUnknownAndLongRefusalRunsLive(t *testing.T) {
+	synctest.Test(t, claimAfterUnknownAndLongRefusalRunsLive)
+}
+
+// claimAfterUnknownAndLongRefusalRunsLive is TestClaimAfterUnknownAndLongRefusalRunsLive
+// inside its bubble.
+func claimAfterUnknownAndLongRefusalRunsLive(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	mem := memory.New()
 	defer mem.Close()
@@ -217,7 +239,8 @@ func TestClaimAfterUnknownAndLongRefusalRunsLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Shutdown(ctx)
-	go s.occur(s.loopCtx, s.jobs["stale"], backend.Instant(time.Now()))
+	s.runs.Add(1) // tracked: Shutdown waits for it, so nothing outlives the bubble
+	go func() { defer s.runs.Done(); s.occur(s.loopCtx, s.jobs["stale"], backend.Instant(time.Now())) }()
 	select {
 	case o := <-ran:
 		if o.lost != nil {
@@ -264,15 +287,27 @@ func liveAtStart(mem *memory.Backend, ch chan<- error) Func {
 // runner's deadline (counted from the send time) is confirmed by a
 // heartbeat before the job starts, or not run: the backend may already
 // have expired it.
+//
+// Each case runs in its own synctest bubble (t.Run cannot be called in
+// one), over a memory ledger of its own: the reply 600 ms late, twice the
+// 300 ms lease, is virtual time.
 func TestSlowClaimReplyNeverRunsExpired(t *testing.T) {
 	const ttl = 300 * time.Millisecond
-	mem := memory.New()
-	t.Cleanup(func() { mem.Close() }) // after the schedulers stop
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	started := make(chan error, 10)
+	// bubble runs f in a synctest bubble with a memory ledger of its own.
+	bubble := func(f func(t *testing.T, mem *memory.Backend, ctx context.Context)) func(t *testing.T) {
+		return func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := memory.New()
+				t.Cleanup(func() { mem.Close() }) // after the schedulers stop
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				f(t, mem, ctx)
+			})
+		}
+	}
 
-	t.Run("Scheduler", func(t *testing.T) {
+	t.Run("Scheduler", bubble(func(t *testing.T, mem *memory.Backend, _ context.Context) {
+		started := make(chan error, 10)
 		startJob(t, slowClaimReply(mem, 2*ttl), "a", Job{Name: "slow", Schedule: "@every 1s", LeaseTTL: ttl, Func: liveAtStart(mem, started)})
 		select {
 		case err := <-started:
@@ -282,8 +317,8 @@ func TestSlowClaimReplyNeverRunsExpired(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the job never ran")
 		}
-	})
-	t.Run("ClaimOccurrence", func(t *testing.T) {
+	}))
+	t.Run("ClaimOccurrence", bubble(func(t *testing.T, mem *memory.Backend, ctx context.Context) {
 		at := backend.Instant(time.Now().Add(-time.Second))
 		c, err := ClaimOccurrence(ctx, slowClaimReply(mem, 2*ttl), "slow", at, ClaimOptions{Instance: "a", TTL: ttl})
 		// The claim expired before the reply: the confirming heartbeat finds
@@ -294,5 +329,5 @@ func TestSlowClaimReplyNeverRunsExpired(t *testing.T) {
 			}
 			t.Fatalf("ClaimOccurrence with its reply past the lease: claim %v, %v; want ErrIndeterminate", c != nil, err)
 		}
-	})
+	}))
 }

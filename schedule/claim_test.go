@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -105,7 +106,16 @@ func slowUnknownFirst(b backend.Backend, span time.Duration) *faultbackend.Backe
 // timed out after longer than the TTL and the retry won the claim, the
 // Claim's context must be live (confirmed by a heartbeat), not cancelled at
 // once because its deadline counts from the first attempt's send time.
+//
+// It runs in a synctest bubble: the first attempt's 600 ms (twice the
+// lease) and the 900 ms the claim must stay live are virtual time.
 func TestClaimOccurrenceAfterSlowUnknownAttemptIsLive(t *testing.T) {
+	synctest.Test(t, claimOccurrenceAfterSlowUnknownAttemptIsLive)
+}
+
+// claimOccurrenceAfterSlowUnknownAttemptIsLive is TestClaimOccurrenceAfterSlowUnknownAttemptIsLive
+// inside its bubble.
+func claimOccurrenceAfterSlowUnknownAttemptIsLive(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	mem := memory.New()
 	defer mem.Close()

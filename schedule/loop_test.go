@@ -75,7 +75,16 @@ func slowStartUps(t *testing.T, n int, opts ...schedule.Option) (*schedule.Sched
 // jobs' start-up backend work at once; an every-instance job has none (no
 // version, no catch-up), so jobs whose start-up is stuck on the backend
 // must not keep it from running — it needs no backend at all.
+//
+// It runs in a synctest bubble: its 100 ms instants and the 10 s it
+// waits for one to run are virtual time.
 func TestEveryInstanceJobWaitsForNoStartUpSlot(t *testing.T) {
+	synctest.Test(t, everyInstanceJobWaitsForNoStartUpSlot)
+}
+
+// everyInstanceJobWaitsForNoStartUpSlot is TestEveryInstanceJobWaitsForNoStartUpSlot
+// inside its bubble.
+func everyInstanceJobWaitsForNoStartUpSlot(t *testing.T) {
 	s, _ := slowStartUps(t, 12)
 	ran := make(chan struct{}, 1)
 	if err := s.Register(schedule.Job{Name: "local", Schedule: "@every 100ms", Mode: schedule.EveryInstance,
@@ -100,7 +109,16 @@ func TestEveryInstanceJobWaitsForNoStartUpSlot(t *testing.T) {
 // registered, as it did when every job started at once: those that came
 // due meanwhile, later than the misfire grace, are misfires the policy
 // applies and reports — not a gap nobody hears of.
+//
+// It runs in a synctest bubble: the half second of instants that come due
+// while its start-up waits (beyond the 100 ms grace) is virtual time.
 func TestStartUpSlotWaitIsNoSilentGap(t *testing.T) {
+	synctest.Test(t, startUpSlotWaitIsNoSilentGap)
+}
+
+// startUpSlotWaitIsNoSilentGap is TestStartUpSlotWaitIsNoSilentGap
+// inside its bubble.
+func startUpSlotWaitIsNoSilentGap(t *testing.T) {
 	var misfired atomic.Int32
 	obs := schedule.ObserverFunc(func(ev schedule.Event) {
 		if ev.Kind == schedule.EventMisfire && ev.Job == "late" {

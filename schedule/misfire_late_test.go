@@ -41,7 +41,16 @@ func (c *concurrency) leave() { c.cur.Add(-1) }
 // makes several instants of a job whose period is shorter than the grace
 // come due at once; each is within the grace, so none is a misfire and
 // every one runs (Job.MisfireGrace documents that they start together).
+//
+// It runs in a synctest bubble: the 700 ms stall (< grace) is the scenario,
+// and in real time a starved process stretched it past the grace.
 func TestPauseShorterThanGraceLosesNothing(t *testing.T) {
+	synctest.Test(t, pauseShorterThanGraceLosesNothing)
+}
+
+// pauseShorterThanGraceLosesNothing is TestPauseShorterThanGraceLosesNothing
+// inside its bubble.
+func pauseShorterThanGraceLosesNothing(t *testing.T) {
 	const period, grace = 100 * time.Millisecond, time.Second
 	clock := newStallClock(t)
 	s := newScheduler(t, memory.New(), "a", schedule.WithClock(clock))
@@ -260,7 +269,16 @@ func (b *misfireFinishFails) Finish(ctx context.Context, req backend.FinishReque
 // loop skips misfire() altogether and runs only the on-time instants: a
 // late wake-up drops the late ones whatever the policy (run-once here),
 // with no log line at Warn and no EventMisfire — misfires_total stays 0.
+//
+// It runs in a synctest bubble: the stall across two instants, and the
+// lateness past the grace it makes, are virtual time.
 func TestEveryInstanceLateWakeUpIsReported(t *testing.T) {
+	synctest.Test(t, everyInstanceLateWakeUpIsReported)
+}
+
+// everyInstanceLateWakeUpIsReported is TestEveryInstanceLateWakeUpIsReported
+// inside its bubble.
+func everyInstanceLateWakeUpIsReported(t *testing.T) {
 	const period = time.Second
 	clock := newStallClock(t)
 	var misfires atomic.Int64

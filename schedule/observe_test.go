@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -42,7 +43,15 @@ func kindResult(k schedule.EventKind, job, result string) func(schedule.Event) b
 	return func(ev schedule.Event) bool { return ev.Kind == k && ev.Job == job && ev.Result == result }
 }
 
+// TestObserverClaimsAndRuns runs in a synctest bubble: the 20 ms and 50 ms
+// instants both instances claim are virtual time.
 func TestObserverClaimsAndRuns(t *testing.T) {
+	synctest.Test(t, observerClaimsAndRuns)
+}
+
+// observerClaimsAndRuns is TestObserverClaimsAndRuns
+// inside its bubble.
+func observerClaimsAndRuns(t *testing.T) {
 	b := memory.New()
 	fx := newEffects()
 	var failed sync.Map
@@ -125,7 +134,15 @@ func TestObserverCatchUp(t *testing.T) {
 	}
 }
 
+// TestObserverPrune runs in a synctest bubble: the wait past twice the
+// 300 ms retention, and the prune pass after it, are virtual time.
 func TestObserverPrune(t *testing.T) {
+	synctest.Test(t, observerPrune)
+}
+
+// observerPrune is TestObserverPrune
+// inside its bubble.
+func observerPrune(t *testing.T) {
 	b := memory.New()
 	ctx := context.Background()
 	// Three finished runs, older than the retention by the time the

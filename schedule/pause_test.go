@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/backend/memory"
@@ -14,7 +15,16 @@ import (
 // TestPauseIsClusterWide pauses a job through one instance and checks, from
 // what the job itself wrote, that neither instance runs an occurrence after
 // the pause, and that both may run again after Resume.
+//
+// It runs in a synctest bubble: "one interval" of grace for claims under
+// way and the ten quiet intervals after it are virtual time, so a loaded
+// machine cannot stretch a claim in flight past them.
 func TestPauseIsClusterWide(t *testing.T) {
+	synctest.Test(t, pauseIsClusterWide)
+}
+
+// pauseIsClusterWide is TestPauseIsClusterWide inside its bubble.
+func pauseIsClusterWide(t *testing.T) {
 	b := memory.New()
 	fx := newEffects()
 	var scheds []*schedule.Scheduler

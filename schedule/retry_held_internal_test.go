@@ -50,7 +50,16 @@ func (p *perInstant) total() int {
 // whose backoff is over (its lease lapsed) is never seen, and its retry
 // does not come — not after the backoff, not for as long as the newer
 // ones keep failing.
+//
+// It runs in a synctest bubble: the 400 ms before the newer occurrences,
+// the 1.5 s backoff and the 4 s the retry gets are virtual time.
 func TestRetryNotStarvedBehindHundredHeldRuns(t *testing.T) {
+	synctest.Test(t, retryNotStarvedBehindHundredHeldRuns)
+}
+
+// retryNotStarvedBehindHundredHeldRuns is TestRetryNotStarvedBehindHundredHeldRuns
+// inside its bubble.
+func retryNotStarvedBehindHundredHeldRuns(t *testing.T) {
 	b := memory.New()
 	t.Cleanup(func() { b.Close() })
 	var seen perInstant
@@ -95,7 +104,16 @@ func TestRetryNotStarvedBehindHundredHeldRuns(t *testing.T) {
 // occurrence as "claims are falling behind the schedule" — although the
 // backend is fast and the job would now succeed — for up to the whole
 // backoff.
+//
+// It runs in a synctest bubble: the 2 s a new on-time occurrence gets
+// beside the held failures is virtual time.
 func TestHeldRetriesLeaveClaimSlots(t *testing.T) {
+	synctest.Test(t, heldRetriesLeaveClaimSlots)
+}
+
+// heldRetriesLeaveClaimSlots is TestHeldRetriesLeaveClaimSlots
+// inside its bubble.
+func heldRetriesLeaveClaimSlots(t *testing.T) {
 	b := memory.New()
 	t.Cleanup(func() { b.Close() })
 	var seen perInstant
@@ -197,7 +215,17 @@ func pausedJobIsNotRetried(t *testing.T) {
 // (the last heartbeat was up to TTL/3 before the failure). The retry then
 // starts before its backoff, which the package's own checkAttempts rules
 // out ("after the previous one's backoff").
+//
+// It runs in a synctest bubble: attempt 1's 600 ms (after the first
+// heartbeat, before the second) and the 900 ms backoff are virtual time,
+// so load cannot move the failure past the second heartbeat.
 func TestRetryNotBeforeItsBackoff(t *testing.T) {
+	synctest.Test(t, retryNotBeforeItsBackoff)
+}
+
+// retryNotBeforeItsBackoff is TestRetryNotBeforeItsBackoff
+// inside its bubble.
+func retryNotBeforeItsBackoff(t *testing.T) {
 	b := memory.New()
 	t.Cleanup(func() { b.Close() })
 	var l attemptLog

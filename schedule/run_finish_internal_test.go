@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,7 +50,16 @@ func (b *failingFinish) Finish(ctx context.Context, req backend.FinishRequest) e
 // row (about 1.3 s of retries, where the old code gave up after 6 tries in
 // 0.3 s) within a 3 s lease; the outcome must still be recorded, and the
 // occurrence run once.
+//
+// It runs in a synctest bubble: the ~1.3 s of Finish retries within the
+// 3 s lease are virtual time, so load cannot push them past the lease.
 func TestFinishRetriedUntilLeaseEnds(t *testing.T) {
+	synctest.Test(t, finishRetriedUntilLeaseEnds)
+}
+
+// finishRetriedUntilLeaseEnds is TestFinishRetriedUntilLeaseEnds
+// inside its bubble.
+func finishRetriedUntilLeaseEnds(t *testing.T) {
 	const ttl = 3 * time.Second
 	mem := memory.New()
 	t.Cleanup(func() { mem.Close() }) // after the schedulers stop
@@ -100,7 +110,15 @@ func TestFinishRetriedUntilLeaseEnds(t *testing.T) {
 
 // TestClaimFinishRetried: the same for Claim.Finish (ClaimOccurrence, used
 // by the adapters and triggers).
+//
+// It runs in a synctest bubble, as TestFinishRetriedUntilLeaseEnds.
 func TestClaimFinishRetried(t *testing.T) {
+	synctest.Test(t, claimFinishRetried)
+}
+
+// claimFinishRetried is TestClaimFinishRetried
+// inside its bubble.
+func claimFinishRetried(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
 	fb := &failingFinish{Backend: mem, n: 10}
@@ -217,7 +235,16 @@ func TestClaimFinishAppliedReportedLost(t *testing.T) {
 // (a partition) then keeps finishRun — and the Scheduler's execute, holding
 // an inflight slot — blocked far past the run's lease deadline, though the
 // doc promises a retry "until the run's lease deadline (until)".
+//
+// It runs in a synctest bubble: the lease deadline and the 3 s past it
+// finishRun is given are virtual time.
 func TestFinishRunBoundedByLease(t *testing.T) {
+	synctest.Test(t, finishRunBoundedByLease)
+}
+
+// finishRunBoundedByLease is TestFinishRunBoundedByLease
+// inside its bubble.
+func finishRunBoundedByLease(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
 	fb := &lostFinishReply{Backend: mem, hangGetRun: true}
@@ -255,7 +282,16 @@ func TestFinishRunBoundedByLease(t *testing.T) {
 // the crash policy) and Finish returns an error that is neither nil nor
 // ErrLeaseLost (Claim.Finish's doc: "ErrLeaseLost if the claim was lost").
 // Before c92f4a6 Finish was sent and recorded the outcome.
+//
+// It runs in a synctest bubble: the 1.5 s lease whose local deadline
+// passes while the ledger still holds it is virtual time.
 func TestClaimFinishAfterUnconfirmedHeartbeats(t *testing.T) {
+	synctest.Test(t, claimFinishAfterUnconfirmedHeartbeats)
+}
+
+// claimFinishAfterUnconfirmedHeartbeats is TestClaimFinishAfterUnconfirmedHeartbeats
+// inside its bubble.
+func claimFinishAfterUnconfirmedHeartbeats(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
 	fb := &lostFinishReply{Backend: mem, hbApplyFail: true, keepFinish: true}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -20,7 +21,16 @@ import (
 // TestLeaseDeadlineFollowsHeartbeats: Run.LeaseDeadline starts at the
 // claim's deadline, and each confirmed heartbeat moves it later and closes
 // the channel it returned — what a command's supervisor is told.
+//
+// It runs in a synctest bubble: the heartbeats every TTL/3 and the
+// 30 s it waits for three of them are virtual time.
 func TestLeaseDeadlineFollowsHeartbeats(t *testing.T) {
+	synctest.Test(t, leaseDeadlineFollowsHeartbeats)
+}
+
+// leaseDeadlineFollowsHeartbeats is TestLeaseDeadlineFollowsHeartbeats
+// inside its bubble.
+func leaseDeadlineFollowsHeartbeats(t *testing.T) {
 	mem := memory.New()
 	t.Cleanup(func() { mem.Close() })
 	s, err := New(mem, WithInstance("a"))
@@ -62,7 +72,8 @@ func TestLeaseDeadlineFollowsHeartbeats(t *testing.T) {
 		defer cancel()
 		_ = s.Shutdown(ctx)
 	})
-	go s.occur(s.loopCtx, s.jobs["follow"], backend.Instant(time.Now()))
+	s.runs.Add(1) // tracked: Shutdown waits for it, so nothing outlives the bubble
+	go func() { defer s.runs.Done(); s.occur(s.loopCtx, s.jobs["follow"], backend.Instant(time.Now())) }()
 	ms := <-got
 	if len(ms) < 3 {
 		t.Fatalf("the deadline moved %d times in 30 s; want 3 (heartbeats every %v)", len(ms), ttl/3)
@@ -90,7 +101,17 @@ func stalledHeartbeats(b backend.Backend) *faultbackend.Backend {
 // its context learns through Run.LeaseLost that its lease ran out — the
 // moment it must be gone, since another instance may now run the
 // occurrence.
+//
+// It runs in a synctest bubble: the 50 ms timeout and the 600 ms lease
+// whose end LeaseLost must precede are virtual time, so the bound is
+// exact and load cannot move it.
 func TestLeaseLostAfterTimeout(t *testing.T) {
+	synctest.Test(t, leaseLostAfterTimeout)
+}
+
+// leaseLostAfterTimeout is TestLeaseLostAfterTimeout
+// inside its bubble.
+func leaseLostAfterTimeout(t *testing.T) {
 	mem := memory.New()
 	t.Cleanup(func() { mem.Close() })
 	type seen struct {
@@ -114,7 +135,8 @@ func TestLeaseLostAfterTimeout(t *testing.T) {
 			return cause
 		}})
 	at := backend.Instant(time.Now())
-	go s.occur(s.loopCtx, s.jobs["stopping"], at)
+	s.runs.Add(1) // tracked: Shutdown waits for it, so nothing outlives the bubble
+	go func() { defer s.runs.Done(); s.occur(s.loopCtx, s.jobs["stopping"], at) }()
 	g := <-got
 	if !errors.Is(g.cause, ErrJobTimeout) || !g.lost {
 		t.Fatalf("context ended by %v, lease lost seen: %v; want the timeout, then LeaseLost closed", g.cause, g.lost)
@@ -155,7 +177,16 @@ func (u *unreachableHeartbeats) Heartbeat(ctx context.Context, _ backend.Heartbe
 // hard-coded one. Heartbeats are cut at that deadline (the default timing
 // would let them run to the next heartbeat, later), and the run learns its
 // lease is lost.
+//
+// It runs in a synctest bubble: the 1.4 s deadline the heartbeats must
+// end by is virtual time.
 func TestRunDeadlineHonoursDriftAndMargin(t *testing.T) {
+	synctest.Test(t, runDeadlineHonoursDriftAndMargin)
+}
+
+// runDeadlineHonoursDriftAndMargin is TestRunDeadlineHonoursDriftAndMargin
+// inside its bubble.
+func runDeadlineHonoursDriftAndMargin(t *testing.T) {
 	mem := memory.New()
 	t.Cleanup(func() { mem.Close() })
 	b := &unreachableHeartbeats{Backend: mem}
@@ -191,7 +222,8 @@ func TestRunDeadlineHonoursDriftAndMargin(t *testing.T) {
 		defer cancel()
 		_ = s.Shutdown(ctx)
 	})
-	go s.occur(s.loopCtx, s.jobs["drifting"], backend.Instant(time.Now()))
+	s.runs.Add(1) // tracked: Shutdown waits for it, so nothing outlives the bubble
+	go func() { defer s.runs.Done(); s.occur(s.loopCtx, s.jobs["drifting"], backend.Instant(time.Now())) }()
 	cause := <-got
 	if !errors.Is(cause, leasehold.ErrLeaseLost) {
 		t.Fatalf("the run's context ended with %v, want ErrLeaseLost", cause)
@@ -250,7 +282,16 @@ func TestLeaseTimingIsValidated(t *testing.T) {
 // must be held until its function has returned. The heartbeats stopped at
 // the timeout; another instance reclaimed the occurrence once the lease
 // expired and ran attempt 2 beside attempt 1.
+//
+// It runs in a synctest bubble: the 100 ms timeout, the 300 ms lease the
+// job outlives by 6× and the sweeps that would reclaim it are virtual time.
 func TestTimedOutJobNeverRunsBesideItself(t *testing.T) {
+	synctest.Test(t, timedOutJobNeverRunsBesideItself)
+}
+
+// timedOutJobNeverRunsBesideItself is TestTimedOutJobNeverRunsBesideItself
+// inside its bubble.
+func timedOutJobNeverRunsBesideItself(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	mem := memory.New()
 	t.Cleanup(func() { mem.Close() }) // after the schedulers stop
@@ -286,7 +327,8 @@ func TestTimedOutJobNeverRunsBesideItself(t *testing.T) {
 			Timeout: 100 * time.Millisecond, Crash: CrashRetry, MaxAttempts: 3, Func: job}))
 	}
 	at := backend.Instant(time.Now())
-	go scheds[0].occur(scheds[0].loopCtx, scheds[0].jobs["slow"], at)
+	scheds[0].runs.Add(1) // tracked: Shutdown waits for it, so nothing outlives the bubble
+	go func() { defer scheds[0].runs.Done(); scheds[0].occur(scheds[0].loopCtx, scheds[0].jobs["slow"], at) }()
 	select {
 	case <-returned:
 	case <-time.After(20 * time.Second):

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -46,7 +47,16 @@ func lostReclaimReply(b backend.Backend) *faultbackend.Backend {
 // walk away: otherwise the attempt is spent with nobody running it, and
 // with MaxAttempts 2 the occurrence is abandoned without its retry ever
 // running, while the ledger names this instance as its runner.
+//
+// It runs in a synctest bubble: the dead runner's 200 ms lease expiring
+// and the 20 TTLs the retry gets are virtual time.
 func TestReclaimWithLostReplyStillRuns(t *testing.T) {
+	synctest.Test(t, reclaimWithLostReplyStillRuns)
+}
+
+// reclaimWithLostReplyStillRuns is TestReclaimWithLostReplyStillRuns
+// inside its bubble.
+func reclaimWithLostReplyStillRuns(t *testing.T) {
 	const ttl = 200 * time.Millisecond
 	mem := memory.New()
 	defer mem.Close()
@@ -107,7 +117,16 @@ func staleListing(b backend.Backend) *faultbackend.Backend {
 // judged by the ledger in the Reclaim itself, and the exhausted occurrence
 // is abandoned, not left running to be retried by every sweep (a chaos run
 // on etcd reached attempt 6 of 5).
+//
+// It runs in a synctest bubble: the waits for the 200 ms leases to expire
+// and the sweeps after them are virtual time.
 func TestStaleSweepDoesNotReclaimPastMaxAttempts(t *testing.T) {
+	synctest.Test(t, staleSweepDoesNotReclaimPastMaxAttempts)
+}
+
+// staleSweepDoesNotReclaimPastMaxAttempts is TestStaleSweepDoesNotReclaimPastMaxAttempts
+// inside its bubble.
+func staleSweepDoesNotReclaimPastMaxAttempts(t *testing.T) {
 	const ttl = 200 * time.Millisecond
 	mem := memory.New()
 	defer mem.Close()
@@ -172,7 +191,16 @@ func lostAttempt(b backend.Backend, token chan uint64) *faultbackend.Backend {
 // must be recovered again (as this scheduler does for a first attempt in
 // the same state): here the guard keeps this scheduler from ever
 // recovering it while the stale function runs.
+//
+// It runs in a synctest bubble: attempt 2's lease expiring and the 100
+// lease TTLs given to recover it are virtual time.
 func TestRecoveredRunSlowToStopDoesNotBlockRecovery(t *testing.T) {
+	synctest.Test(t, recoveredRunSlowToStopDoesNotBlockRecovery)
+}
+
+// recoveredRunSlowToStopDoesNotBlockRecovery is TestRecoveredRunSlowToStopDoesNotBlockRecovery
+// inside its bubble.
+func recoveredRunSlowToStopDoesNotBlockRecovery(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	mem := memory.New()
 	defer mem.Close()
@@ -269,7 +297,16 @@ func (b *slowReclaim) counts() (inflight, most, lists int) {
 // storm kept every operation slow, so every claim arrived past its misfire
 // grace and nothing ran for the rest of the chaos run (issue 23). One
 // recovery of an occurrence at a time per scheduler.
+//
+// It runs in a synctest bubble: the ten sweeps (every 10 ms) while a
+// reclaim is held are virtual time.
 func TestSlowReclaimIsNotStartedAgainBySweeps(t *testing.T) {
+	synctest.Test(t, slowReclaimIsNotStartedAgainBySweeps)
+}
+
+// slowReclaimIsNotStartedAgainBySweeps is TestSlowReclaimIsNotStartedAgainBySweeps
+// inside its bubble.
+func slowReclaimIsNotStartedAgainBySweeps(t *testing.T) {
 	const ttl = 200 * time.Millisecond
 	mem := memory.New()
 	defer mem.Close()
@@ -320,7 +357,16 @@ func TestSlowReclaimIsNotStartedAgainBySweeps(t *testing.T) {
 // single instant must be widened, or the runs past it would never be
 // recovered (runs held for a retry, or live on another instance, stay
 // running). A running record of a job not registered here is left alone.
+//
+// It runs in a synctest bubble: the 150 ms leases expiring beside
+// one-minute live ones, and the sweeps, are virtual time.
 func TestSweepRecoversExpiredRunsPastPagesOfOneInstant(t *testing.T) {
+	synctest.Test(t, sweepRecoversExpiredRunsPastPagesOfOneInstant)
+}
+
+// sweepRecoversExpiredRunsPastPagesOfOneInstant is TestSweepRecoversExpiredRunsPastPagesOfOneInstant
+// inside its bubble.
+func sweepRecoversExpiredRunsPastPagesOfOneInstant(t *testing.T) {
 	b := memory.New()
 	ctx := context.Background()
 	shared := backend.Instant(time.Now().Add(-time.Minute))

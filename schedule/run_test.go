@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -64,35 +65,41 @@ func TestSweeperReclaimHonoursMaxConcurrent(t *testing.T) {
 	})
 }
 
+// TestCrashPolicies: each policy runs in a synctest bubble: the dead
+// runner's 150 ms lease expiring and the sweep that settles it are
+// virtual time.
 func TestCrashPolicies(t *testing.T) {
 	for _, policy := range []schedule.Crash{schedule.CrashRetry, schedule.CrashSkip} {
-		t.Run(string(policy), func(t *testing.T) {
-			b := memory.New()
-			fx := newEffects()
-			at := backend.Instant(time.Now().Add(-time.Second))
-			dead := deadRunner(t, b, "job", at)
-			s := newScheduler(t, b, "survivor")
-			if err := s.Register(schedule.Job{Name: "job", Schedule: "@yearly", Crash: policy,
-				Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
-				t.Fatal(err)
-			}
-			start(t, s)
-			eventually.True(t, 10*time.Second, "the occurrence left by the dead runner is settled", func() bool {
-				r, err := b.GetRun(context.Background(), "job", at)
-				return err == nil && r.State.Finished()
-			})
-			r, _ := b.GetRun(context.Background(), "job", at)
-			runs := fx.get(at)
-			switch policy {
-			case schedule.CrashRetry:
-				if len(runs) != 1 || runs[0].Attempt != 2 || uint64(runs[0].Token) <= dead.Token || r.State != backend.Succeeded {
-					t.Fatalf("retry: runs %+v, ledger %+v; want one run, attempt 2, token > %d", runs, r, dead.Token)
-				}
-			case schedule.CrashSkip:
-				if len(runs) != 0 || r.State != backend.Abandoned {
-					t.Fatalf("skip: runs %+v, ledger state %s; want no run and abandoned", runs, r.State)
-				}
-			}
-		})
+		t.Run(string(policy), func(t *testing.T) { synctest.Test(t, func(t *testing.T) { crashPolicy(t, policy) }) })
+	}
+}
+
+// crashPolicy is one case of TestCrashPolicies inside its bubble.
+func crashPolicy(t *testing.T, policy schedule.Crash) {
+	b := memory.New()
+	fx := newEffects()
+	at := backend.Instant(time.Now().Add(-time.Second))
+	dead := deadRunner(t, b, "job", at)
+	s := newScheduler(t, b, "survivor")
+	if err := s.Register(schedule.Job{Name: "job", Schedule: "@yearly", Crash: policy,
+		Func: func(_ context.Context, r schedule.Run) error { fx.add(r); return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	eventually.True(t, 10*time.Second, "the occurrence left by the dead runner is settled", func() bool {
+		r, err := b.GetRun(context.Background(), "job", at)
+		return err == nil && r.State.Finished()
+	})
+	r, _ := b.GetRun(context.Background(), "job", at)
+	runs := fx.get(at)
+	switch policy {
+	case schedule.CrashRetry:
+		if len(runs) != 1 || runs[0].Attempt != 2 || uint64(runs[0].Token) <= dead.Token || r.State != backend.Succeeded {
+			t.Fatalf("retry: runs %+v, ledger %+v; want one run, attempt 2, token > %d", runs, r, dead.Token)
+		}
+	case schedule.CrashSkip:
+		if len(runs) != 0 || r.State != backend.Abandoned {
+			t.Fatalf("skip: runs %+v, ledger state %s; want no run and abandoned", runs, r.State)
+		}
 	}
 }

@@ -112,7 +112,15 @@ func TestShutdownDeadlineCutsGrace(t *testing.T) {
 	})
 }
 
+// TestShutdownGraceThenCancel runs in a synctest bubble: the 100 ms grace
+// the running job is given before it is cancelled is virtual time.
 func TestShutdownGraceThenCancel(t *testing.T) {
+	synctest.Test(t, shutdownGraceThenCancel)
+}
+
+// shutdownGraceThenCancel is TestShutdownGraceThenCancel
+// inside its bubble.
+func shutdownGraceThenCancel(t *testing.T) {
 	b := memory.New()
 	started := make(chan struct{}, 1)
 	var cause error

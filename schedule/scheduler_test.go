@@ -118,7 +118,15 @@ func eachOccurrenceOnceAcrossInstances(t *testing.T) {
 	t.Logf("%d occurrences, each once; runs per instance: %v", len(ks), per)
 }
 
+// TestModes runs in a synctest bubble: the 50 ms instants the three
+// instances must each run, and the leader's lease, are virtual time.
 func TestModes(t *testing.T) {
+	synctest.Test(t, modes)
+}
+
+// modes is TestModes
+// inside its bubble.
+func modes(t *testing.T) {
 	b := memory.New()
 	every, lead := newEffects(), newEffects()
 	var scheds []*schedule.Scheduler
@@ -160,7 +168,15 @@ func TestModes(t *testing.T) {
 	}
 }
 
+// TestNoOverlapAcrossInstances runs in a synctest bubble: the job's 120 ms
+// of work spanning the next 50 ms instants is virtual time, exact.
 func TestNoOverlapAcrossInstances(t *testing.T) {
+	synctest.Test(t, noOverlapAcrossInstances)
+}
+
+// noOverlapAcrossInstances is TestNoOverlapAcrossInstances
+// inside its bubble.
+func noOverlapAcrossInstances(t *testing.T) {
 	b := memory.New()
 	var running, peak, runs atomicCounter
 	var scheds []*schedule.Scheduler

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -37,7 +38,16 @@ func slowMarkerFinish(b backend.Backend, release <-chan struct{}) *faultbackend.
 // instance reclaimed the occurrence, and then the job was started on the
 // dead lease beside it. The run (and its heartbeats) must not wait for the
 // marker.
+//
+// It runs in a synctest bubble: the 1 s lease that would lapse while the
+// marker's write is held is virtual time.
 func TestTriggeredRunStartsBeforeTheMarkerIsRecorded(t *testing.T) {
+	synctest.Test(t, triggeredRunStartsBeforeTheMarkerIsRecorded)
+}
+
+// triggeredRunStartsBeforeTheMarkerIsRecorded is TestTriggeredRunStartsBeforeTheMarkerIsRecorded
+// inside its bubble.
+func triggeredRunStartsBeforeTheMarkerIsRecorded(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
 	release := make(chan struct{})
@@ -160,7 +170,16 @@ func slowTriggerClaim(b backend.Backend, delay time.Duration) *faultbackend.Back
 // TTL the refusal cannot be recorded (the marker's lease is gone) and the
 // key is burned: the retry with it is refused as "used before", though
 // nothing ever ran under it.
+//
+// It runs in a synctest bubble: the run's claim taking 250 ms, longer than
+// the marker's 150 ms lease, is virtual time, exact.
 func TestRefusedTriggerKeepsKeyOnSlowClaim(t *testing.T) {
+	synctest.Test(t, refusedTriggerKeepsKeyOnSlowClaim)
+}
+
+// refusedTriggerKeepsKeyOnSlowClaim is TestRefusedTriggerKeepsKeyOnSlowClaim
+// inside its bubble.
+func refusedTriggerKeepsKeyOnSlowClaim(t *testing.T) {
 	m := memory.New()
 	t.Cleanup(func() { m.Close() })
 	b := slowTriggerClaim(m, 250*time.Millisecond)
@@ -194,7 +213,16 @@ func TestRefusedTriggerKeepsKeyOnSlowClaim(t *testing.T) {
 // marker is written without the caller's cancellation (the run has
 // started), but for recordFinishWait at most: a ledger that never answers
 // that write must not hold TriggerRun for ever.
+//
+// It runs in a synctest bubble: the trigger's 1 s context, the marker
+// write's recordFinishWait bound and the 30 s allowed are virtual time.
 func TestTriggerWithAnUnansweringMarkerWriteReturns(t *testing.T) {
+	synctest.Test(t, triggerWithAnUnansweringMarkerWriteReturns)
+}
+
+// triggerWithAnUnansweringMarkerWriteReturns is TestTriggerWithAnUnansweringMarkerWriteReturns
+// inside its bubble.
+func triggerWithAnUnansweringMarkerWriteReturns(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
 	var stalled atomic.Bool

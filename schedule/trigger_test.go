@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -414,7 +415,16 @@ func TestIsTriggeredOfAScheduledRun(t *testing.T) {
 // checker rule fails a run where the job exceeds its max_concurrent. But
 // Trigger claims under its own key with ClaimOccurrence, which sends no
 // MaxRunning: every triggered run starts at once.
+//
+// It runs in a synctest bubble: each run's 300 ms, the window in which a
+// second triggered run would overlap it, is virtual time.
 func TestTriggerHeldToMaxConcurrentAtOnce(t *testing.T) {
+	synctest.Test(t, triggerHeldToMaxConcurrentAtOnce)
+}
+
+// triggerHeldToMaxConcurrentAtOnce is TestTriggerHeldToMaxConcurrentAtOnce
+// inside its bubble.
+func triggerHeldToMaxConcurrentAtOnce(t *testing.T) {
 	s := newScheduler(t, memory.New(), "a")
 	var conc concurrency
 	var ran atomic.Int64
