@@ -299,6 +299,8 @@ func refusalWrites(b backend.Backend, slow time.Duration, started chan<- struct{
 // made is waited for no longer than 3 s after the caller's context ends,
 // whether by its deadline or by a cancel, and the caller is told the key
 // is spent (ErrTriggerKeySpent, not ErrOverlap, which says the key is free).
+// Each case runs in a synctest bubble: the 4 s write, the deadlines and the
+// 3 s grace are virtual time.
 func TestRefusedTriggerWithASlowRecordFreesTheKey(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -311,62 +313,64 @@ func TestRefusedTriggerWithASlowRecordFreesTheKey(t *testing.T) {
 		{"never written, caller cancels", 0, 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			mem := memory.New()
-			t.Cleanup(func() { mem.Close() })
-			release := make(chan struct{})
-			var once sync.Once
-			writing := make(chan struct{}, 1)
-			s := startJob(t, refusalWrites(mem, c.slow, writing), "a", Job{Name: "j", Schedule: "0 0 1 1 *", MaxConcurrent: 1,
-				Func: func(ctx context.Context, r Run) error { <-release; return nil }})
-			t.Cleanup(func() { once.Do(func() { close(release) }) })
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if _, err := s.TriggerRun(ctx, "j", "first"); err != nil {
-				t.Fatal(err)
-			}
-			var (
-				rctx    context.Context
-				rcancel context.CancelFunc
-			)
-			if c.deadline > 0 {
-				rctx, rcancel = context.WithTimeout(ctx, c.deadline)
-			} else {
-				rctx, rcancel = context.WithCancel(ctx)
-				go func() {
-					select {
-					case <-writing:
-						rcancel()
-					case <-rctx.Done():
-					}
-				}()
-			}
-			refused := make(chan error, 1)
-			go func() { _, err := s.TriggerRun(rctx, "j", "second"); refused <- err }()
-			var err error
-			select {
-			case err = <-refused:
-			case <-time.After(30 * time.Second):
-				t.Fatalf("the refused trigger still blocked 30 s after its call (deadline %v; its context ended, and the refusal's write is waited for %v more at most)", c.deadline, recordFinishWait)
-			}
-			rcancel()
-			switch {
-			case c.freed && !errors.Is(err, backend.ErrOccurrenceOverlap):
-				t.Fatalf("second trigger beside a running first under MaxConcurrent 1: %v, want ErrOverlap", err)
-			case !c.freed && (!errors.Is(err, ErrTriggerKeySpent) || errors.Is(err, backend.ErrOccurrenceOverlap)):
-				t.Fatalf("refused trigger whose refusal was never recorded: %v, want ErrTriggerKeySpent (and not ErrOverlap, which says the key is free)", err)
-			}
-			once.Do(func() { close(release) })
-			var rerr error
-			eventually.True(t, 10*time.Second, "the first run finishes", func() bool {
-				_, rerr = s.TriggerRun(ctx, "j", "second")
-				return !errors.Is(rerr, backend.ErrOccurrenceOverlap)
+			synctest.Test(t, func(t *testing.T) {
+				mem := memory.New()
+				t.Cleanup(func() { mem.Close() })
+				release := make(chan struct{})
+				var once sync.Once
+				writing := make(chan struct{}, 1)
+				s := startJob(t, refusalWrites(mem, c.slow, writing), "a", Job{Name: "j", Schedule: "0 0 1 1 *", MaxConcurrent: 1,
+					Func: func(ctx context.Context, r Run) error { <-release; return nil }})
+				t.Cleanup(func() { once.Do(func() { close(release) }) })
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if _, err := s.TriggerRun(ctx, "j", "first"); err != nil {
+					t.Fatal(err)
+				}
+				var (
+					rctx    context.Context
+					rcancel context.CancelFunc
+				)
+				if c.deadline > 0 {
+					rctx, rcancel = context.WithTimeout(ctx, c.deadline)
+				} else {
+					rctx, rcancel = context.WithCancel(ctx)
+					go func() {
+						select {
+						case <-writing:
+							rcancel()
+						case <-rctx.Done():
+						}
+					}()
+				}
+				refused := make(chan error, 1)
+				go func() { _, err := s.TriggerRun(rctx, "j", "second"); refused <- err }()
+				var err error
+				select {
+				case err = <-refused:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("the refused trigger still blocked 30 s after its call (deadline %v; its context ended, and the refusal's write is waited for %v more at most)", c.deadline, recordFinishWait)
+				}
+				rcancel()
+				switch {
+				case c.freed && !errors.Is(err, backend.ErrOccurrenceOverlap):
+					t.Fatalf("second trigger beside a running first under MaxConcurrent 1: %v, want ErrOverlap", err)
+				case !c.freed && (!errors.Is(err, ErrTriggerKeySpent) || errors.Is(err, backend.ErrOccurrenceOverlap)):
+					t.Fatalf("refused trigger whose refusal was never recorded: %v, want ErrTriggerKeySpent (and not ErrOverlap, which says the key is free)", err)
+				}
+				once.Do(func() { close(release) })
+				var rerr error
+				eventually.True(t, 10*time.Second, "the first run finishes", func() bool {
+					_, rerr = s.TriggerRun(ctx, "j", "second")
+					return !errors.Is(rerr, backend.ErrOccurrenceOverlap)
+				})
+				switch {
+				case c.freed && rerr != nil:
+					t.Fatalf("retry of the refused key after the first run ended: %v, want it run (the refusal was recorded)", rerr)
+				case !c.freed && !errors.Is(rerr, backend.ErrOccurrenceClaimed):
+					t.Fatalf("retry of a key whose refusal was never recorded: %v, want ErrClaimed (the key counts as used, as the caller was told)", rerr)
+				}
 			})
-			switch {
-			case c.freed && rerr != nil:
-				t.Fatalf("retry of the refused key after the first run ended: %v, want it run (the refusal was recorded)", rerr)
-			case !c.freed && !errors.Is(rerr, backend.ErrOccurrenceClaimed):
-				t.Fatalf("retry of a key whose refusal was never recorded: %v, want ErrClaimed (the key counts as used, as the caller was told)", rerr)
-			}
 		})
 	}
 }
