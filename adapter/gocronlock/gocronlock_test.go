@@ -247,13 +247,13 @@ func ExampleNewElector() {
 	// Output: leading: true
 }
 
-// TestRunningAtShutdownIsRecordedFinished: gocron unlocks a job that runs
-// through Shutdown with a context Shutdown has already cancelled. The
-// run's outcome must still be recorded: a run left "running" is taken for
-// a dead runner's once its lease expires, and retried or abandoned.
-func TestRunningAtShutdownIsRecordedFinished(t *testing.T) {
-	b := memory.New()
-	l, err := gocronlock.NewLocker(b, "a", time.Second)
+// shutdownDuringARun runs a per-second gocron job over b that runs until
+// its context ends, and shuts the scheduler down while the job runs
+// (gocron cancels the jobs' context first, then waits for them). It
+// returns Shutdown's error.
+func shutdownDuringARun(t *testing.T, b backend.Ledger, opts ...gocronlock.Option) error {
+	t.Helper()
+	l, err := gocronlock.NewLocker(b, "a", time.Second, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestRunningAtShutdownIsRecordedFinished(t *testing.T) {
 		case started <- struct{}{}:
 		default:
 		}
-		<-ctx.Done() // Shutdown has begun: it cancels the jobs' context first
+		<-ctx.Done() // Shutdown has begun
 	}), gocron.WithName("report"))
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +278,16 @@ func TestRunningAtShutdownIsRecordedFinished(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the job did not start in 30 s")
 	}
-	if err := s.Shutdown(); err != nil {
+	return s.Shutdown()
+}
+
+// TestRunningAtShutdownIsRecordedFinished: gocron unlocks a job that runs
+// through Shutdown with a context Shutdown has already cancelled. The
+// run's outcome must still be recorded: a run left "running" is taken for
+// a dead runner's once its lease expires, and retried or abandoned.
+func TestRunningAtShutdownIsRecordedFinished(t *testing.T) {
+	b := memory.New()
+	if err := shutdownDuringARun(t, b); err != nil {
 		t.Fatal(err)
 	}
 	runs, err := b.ListRuns(context.Background(), backend.RunFilter{})
@@ -311,32 +320,7 @@ func TestShutdownWithAnUnansweringLedgerIsBounded(t *testing.T) {
 			return fmt.Errorf("no answer: %w", ctx.Err())
 		}}
 	var logs testkit.Buffer
-	l, err := gocronlock.NewLocker(b, "a", time.Second, gocronlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := gocronlock.NewScheduler(l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan struct{}, 1)
-	_, err = s.NewJob(gocron.CronJob("* * * * * *", true), gocron.NewTask(func(ctx context.Context) {
-		select {
-		case started <- struct{}{}:
-		default:
-		}
-		<-ctx.Done()
-	}), gocron.WithName("report"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	select {
-	case <-started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the job did not start in 30 s")
-	}
-	if err := s.Shutdown(); err != nil {
+	if err := shutdownDuringARun(t, b, gocronlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))); err != nil {
 		t.Fatalf("Shutdown with a ledger that does not answer the run's Finish: %v", err)
 	}
 	if !stalled.Load() {
