@@ -38,8 +38,8 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	if err := backend.CheckClaim(req, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return backend.Grant{}, fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
+	if ctx.Err() != nil {
+		return backend.Grant{}, backend.NotSent(ctx)
 	}
 	if err := b.lock(); err != nil {
 		return backend.Grant{}, err
@@ -98,8 +98,8 @@ func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) e
 		return err
 	}
 	job, at, owner, token, ttl := req.Job, req.ScheduledAt, req.Owner, req.Token, req.TTL
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
+	if ctx.Err() != nil {
+		return backend.NotSent(ctx)
 	}
 	if err := b.lock(); err != nil {
 		return err
@@ -121,8 +121,8 @@ func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
 		return err
 	}
 	job, at, owner, token, out := req.Job, req.ScheduledAt, req.Owner, req.Token, req.Outcome
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
+	if ctx.Err() != nil {
+		return backend.NotSent(ctx)
 	}
 	if err := b.lock(); err != nil {
 		return err
@@ -143,8 +143,8 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	if err := backend.CheckClaim(req, MinTTL); err != nil {
 		return backend.Grant{}, backend.Run{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
+	if ctx.Err() != nil {
+		return backend.Grant{}, backend.Run{}, backend.NotSent(ctx)
 	}
 	if err := b.lock(); err != nil {
 		return backend.Grant{}, backend.Run{}, err
@@ -189,8 +189,8 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 	if err := backend.CheckInstant(at); err != nil {
 		return backend.Run{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return backend.Run{}, fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
+	if ctx.Err() != nil {
+		return backend.Run{}, backend.NotSent(ctx)
 	}
 	if err := b.lock(); err != nil {
 		return backend.Run{}, err

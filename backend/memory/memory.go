@@ -136,8 +136,8 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return backend.Grant{}, fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
+	if ctx.Err() != nil {
+		return backend.Grant{}, backend.NotSent(ctx)
 	}
 	if err := b.lock(); err != nil {
 		return backend.Grant{}, err
@@ -163,8 +163,8 @@ func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.
 		return backend.Grant{}, err
 	}
 	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
-	if err := ctx.Err(); err != nil {
-		return backend.Grant{}, fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
+	if ctx.Err() != nil {
+		return backend.Grant{}, backend.NotSent(ctx)
 	}
 	if err := b.lock(); err != nil {
 		return backend.Grant{}, err
@@ -184,8 +184,8 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	if err := backend.CheckRelease(key, owner, token); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
+	if ctx.Err() != nil {
+		return backend.NotSent(ctx)
 	}
 	if err := b.lock(); err != nil {
 		return err
