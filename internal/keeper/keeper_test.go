@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -110,179 +111,181 @@ func TestDeadlineCountsFromSendTime(t *testing.T) {
 // A renewal whose reply is slow moves the deadline to its send time + span,
 // not to the reply's arrival + span.
 func TestSlowRenewalCountsFromItsSendTime(t *testing.T) {
-	const ttl = 2 * time.Second
-	tm := Timing{Drift: DefaultDrift, Margin: DefaultMargin(ttl)}
-	entered, reply := make(chan time.Time, 1), make(chan struct{})
-	calls := 0
-	f := newFixture(t, tm, 50*time.Millisecond, func(ctx context.Context) (time.Duration, error) {
-		calls++
-		if calls > 1 {
-			<-ctx.Done() // later renewals hang; the test is about the first
-			return 0, ctx.Err()
-		}
-		entered <- time.Now()
-		<-reply
-		return ttl, nil
-	})
-	stop := f.start(time.Now(), ttl)
-	defer stop()
-	in := <-entered
-	// Let the reply be measurably later than the send.
-	for time.Since(in) < 100*time.Millisecond {
-		time.Sleep(10 * time.Millisecond)
-	}
-	close(reply)
-	replied := time.Now()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 2 * time.Second
+		tm := Timing{Drift: DefaultDrift, Margin: DefaultMargin(ttl)}
+		entered, reply := make(chan time.Time, 1), make(chan struct{})
+		calls := 0
+		f := newFixture(t, tm, 50*time.Millisecond, func(ctx context.Context) (time.Duration, error) {
+			calls++
+			if calls > 1 {
+				<-ctx.Done() // later renewals hang; the test is about the first
+				return 0, ctx.Err()
+			}
+			entered <- time.Now()
+			<-reply
+			return ttl, nil
+		})
+		stop := f.start(time.Now(), ttl)
+		defer stop()
+		in := <-entered
+		// The reply comes 100 ms (of the bubble's clock) after the send.
+		time.Sleep(100 * time.Millisecond)
+		close(reply)
+		replied := time.Now()
+		synctest.Wait() // Run confirmed the renewal and waits for the next period
 		f.mu.Lock()
 		n := f.renewed
 		f.mu.Unlock()
-		if n == 1 {
-			break
+		if n != 1 {
+			t.Fatalf("%d renewals confirmed, want the one whose reply came", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the renewal was never confirmed")
+		got := f.k.Deadline()
+		if got.After(in.Add(tm.Span(ttl))) {
+			t.Fatalf("deadline %v is later than the renewal's send time + span %v", got, in.Add(tm.Span(ttl)))
 		}
-		time.Sleep(time.Millisecond)
-	}
-	got := f.k.Deadline()
-	if got.After(in.Add(tm.Span(ttl))) {
-		t.Fatalf("deadline %v is later than the renewal's send time + span %v", got, in.Add(tm.Span(ttl)))
-	}
-	if !got.Before(replied.Add(tm.Span(ttl))) {
-		t.Fatalf("deadline %v counts from the reply (%v), not the send", got, replied.Add(tm.Span(ttl)))
-	}
-	if !f.k.Last().Equal(got.Add(-tm.Span(ttl))) {
-		t.Fatalf("Last() = %v, want the renewal's send time %v", f.k.Last(), got.Add(-tm.Span(ttl)))
-	}
+		if !got.Before(replied.Add(tm.Span(ttl))) {
+			t.Fatalf("deadline %v counts from the reply (%v), not the send", got, replied.Add(tm.Span(ttl)))
+		}
+		if !f.k.Last().Equal(got.Add(-tm.Span(ttl))) {
+			t.Fatalf("Last() = %v, want the renewal's send time %v", f.k.Last(), got.Add(-tm.Span(ttl)))
+		}
+	})
 }
 
 // When renewals fail, the lease is reported lost at the deadline — even
 // while a renewal hangs and ignores its context — and never before it.
 func TestFailingRenewalsLoseAtTheDeadline(t *testing.T) {
-	const ttl = 300 * time.Millisecond
-	tm := Timing{Drift: DefaultDrift, Margin: DefaultMargin(ttl)}
-	hang := make(chan struct{})
-	defer close(hang)
-	var (
-		mu         sync.Mutex
-		calls      int
-		ctxBounded = true
-	)
-	var k *Keeper
-	f := newFixture(t, tm, ttl/3, func(ctx context.Context) (time.Duration, error) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 300 * time.Millisecond
+		tm := Timing{Drift: DefaultDrift, Margin: DefaultMargin(ttl)}
+		hang := make(chan struct{})
+		defer close(hang)
+		var (
+			mu         sync.Mutex
+			calls      int
+			ctxBounded = true
+		)
+		var k *Keeper
+		f := newFixture(t, tm, ttl/3, func(ctx context.Context) (time.Duration, error) {
+			mu.Lock()
+			calls++
+			n := calls
+			if d, ok := ctx.Deadline(); !ok || d.After(k.Deadline()) {
+				ctxBounded = false
+			}
+			mu.Unlock()
+			if n < 3 {
+				return 0, errors.New("connection refused") // transient: retried
+			}
+			<-hang // the third hangs past the deadline, deaf to ctx
+			return 0, errors.New("too late")
+		})
+		k = Start(f.cfg, time.Now(), ttl)
+		f.k = k
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go k.Run(ctx)
+		err, at := f.waitLost()
+		if !errors.Is(err, ErrDeadline) {
+			t.Fatalf("lost with %v, want ErrDeadline", err)
+		}
+		if at.Before(k.Deadline()) {
+			t.Fatalf("reported lost at %v, before the deadline %v", at, k.Deadline())
+		}
+		select {
+		case <-k.Lost():
+		case <-time.After(30 * time.Second):
+			t.Fatal("Lost() is never closed")
+		}
+		if !errors.Is(k.Err(), ErrDeadline) {
+			t.Fatalf("Err() = %v, want ErrDeadline", k.Err())
+		}
 		mu.Lock()
-		calls++
-		n := calls
-		if d, ok := ctx.Deadline(); !ok || d.After(k.Deadline()) {
-			ctxBounded = false
+		defer mu.Unlock()
+		if calls < 3 {
+			t.Fatalf("%d renewals, want the failures retried before the deadline", calls)
 		}
-		mu.Unlock()
-		if n < 3 {
-			return 0, errors.New("connection refused") // transient: retried
+		if !ctxBounded {
+			t.Fatal("a renewal's context outlived the holder's deadline")
 		}
-		<-hang // the third hangs past the deadline, deaf to ctx
-		return 0, errors.New("too late")
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.failed < 2 || f.renewed != 0 {
+			t.Fatalf("failed %d, renewed %d; want the two failures reported and no renewal", f.failed, f.renewed)
+		}
 	})
-	k = Start(f.cfg, time.Now(), ttl)
-	f.k = k
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go k.Run(ctx)
-	err, at := f.waitLost()
-	if !errors.Is(err, ErrDeadline) {
-		t.Fatalf("lost with %v, want ErrDeadline", err)
-	}
-	if at.Before(k.Deadline()) {
-		t.Fatalf("reported lost at %v, before the deadline %v", at, k.Deadline())
-	}
-	select {
-	case <-k.Lost():
-	case <-time.After(30 * time.Second):
-		t.Fatal("Lost() is never closed")
-	}
-	if !errors.Is(k.Err(), ErrDeadline) {
-		t.Fatalf("Err() = %v, want ErrDeadline", k.Err())
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if calls < 3 {
-		t.Fatalf("%d renewals, want the failures retried before the deadline", calls)
-	}
-	if !ctxBounded {
-		t.Fatal("a renewal's context outlived the holder's deadline")
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.failed < 2 || f.renewed != 0 {
-		t.Fatalf("failed %d, renewed %d; want the two failures reported and no renewal", f.failed, f.renewed)
-	}
 }
 
 // The backend saying the lease is gone ends it at once, with its error.
 func TestBackendLossEndsTheLease(t *testing.T) {
-	const ttl = 30 * time.Second
-	f := newFixture(t, Timing{Drift: DefaultDrift, Margin: DefaultMargin(ttl)}, 10*time.Millisecond,
-		func(context.Context) (time.Duration, error) { return 0, errGone })
-	k := Start(f.cfg, time.Now(), ttl)
-	done := make(chan struct{})
-	go func() { defer close(done); k.Run(context.Background()) }()
-	err, _ := f.waitLost()
-	if !errors.Is(err, errGone) {
-		t.Fatalf("lost with %v, want the backend's error", err)
-	}
-	<-done // Run returns by itself after a loss
-	k.Stop()
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 30 * time.Second
+		f := newFixture(t, Timing{Drift: DefaultDrift, Margin: DefaultMargin(ttl)}, 10*time.Millisecond,
+			func(context.Context) (time.Duration, error) { return 0, errGone })
+		k := Start(f.cfg, time.Now(), ttl)
+		done := make(chan struct{})
+		go func() { defer close(done); k.Run(context.Background()) }()
+		err, _ := f.waitLost()
+		if !errors.Is(err, errGone) {
+			t.Fatalf("lost with %v, want the backend's error", err)
+		}
+		<-done // Run returns by itself after a loss
+		k.Stop()
+	})
 }
 
 // A renewal confirmed after the deadline fired does not revive the lease.
 func TestLateConfirmationDoesNotRevive(t *testing.T) {
-	const ttl = 300 * time.Millisecond
-	tm := Timing{Drift: DefaultDrift, Margin: DefaultMargin(ttl)}
-	release := make(chan struct{})
-	f := newFixture(t, tm, ttl/3, func(ctx context.Context) (time.Duration, error) {
-		<-release // answered "renewed" only after the deadline fired
-		return ttl, nil
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 300 * time.Millisecond
+		tm := Timing{Drift: DefaultDrift, Margin: DefaultMargin(ttl)}
+		release := make(chan struct{})
+		f := newFixture(t, tm, ttl/3, func(ctx context.Context) (time.Duration, error) {
+			<-release // answered "renewed" only after the deadline fired
+			return ttl, nil
+		})
+		k := Start(f.cfg, time.Now(), ttl)
+		first := k.Deadline()
+		done := make(chan struct{})
+		go func() { defer close(done); k.Run(context.Background()) }()
+		err, _ := f.waitLost()
+		close(release)
+		<-done
+		k.Stop()
+		if !errors.Is(err, ErrDeadline) {
+			t.Fatalf("lost with %v, want ErrDeadline", err)
+		}
+		if !k.Deadline().Equal(first) {
+			t.Fatalf("deadline moved to %v after the lease was lost", k.Deadline())
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.renewed != 0 {
+			t.Fatalf("a renewal was reported after the loss")
+		}
 	})
-	k := Start(f.cfg, time.Now(), ttl)
-	first := k.Deadline()
-	done := make(chan struct{})
-	go func() { defer close(done); k.Run(context.Background()) }()
-	err, _ := f.waitLost()
-	close(release)
-	<-done
-	k.Stop()
-	if !errors.Is(err, ErrDeadline) {
-		t.Fatalf("lost with %v, want ErrDeadline", err)
-	}
-	if !k.Deadline().Equal(first) {
-		t.Fatalf("deadline moved to %v after the lease was lost", k.Deadline())
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.renewed != 0 {
-		t.Fatalf("a renewal was reported after the loss")
-	}
 }
 
 // After Stop, the deadline no longer fires.
 func TestStopDisarmsTheDeadline(t *testing.T) {
-	const ttl = 200 * time.Millisecond
-	tm := Timing{Drift: DefaultDrift, Margin: DefaultMargin(ttl)}
-	f := newFixture(t, tm, ttl/3, func(ctx context.Context) (time.Duration, error) { return 0, errors.New("down") })
-	stop := f.start(time.Now(), ttl)
-	stop()
-	past := time.NewTimer(time.Until(f.k.Deadline().Add(100 * time.Millisecond)))
-	defer past.Stop()
-	select {
-	case err := <-f.lost:
-		t.Fatalf("lost with %v after Stop", err)
-	case <-past.C:
-	}
-	if f.k.Err() != nil {
-		t.Fatalf("Err() = %v after Stop", f.k.Err())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 200 * time.Millisecond
+		tm := Timing{Drift: DefaultDrift, Margin: DefaultMargin(ttl)}
+		f := newFixture(t, tm, ttl/3, func(ctx context.Context) (time.Duration, error) { return 0, errors.New("down") })
+		stop := f.start(time.Now(), ttl)
+		stop()
+		past := time.NewTimer(time.Until(f.k.Deadline().Add(100 * time.Millisecond)))
+		defer past.Stop()
+		select {
+		case err := <-f.lost:
+			t.Fatalf("lost with %v after Stop", err)
+		case <-past.C:
+		}
+		if f.k.Err() != nil {
+			t.Fatalf("Err() = %v after Stop", f.k.Err())
+		}
+	})
 }
 
 // A backend may grant less than was asked (ZooKeeper caps a TTL at its
@@ -293,12 +296,16 @@ func TestStopDisarmsTheDeadline(t *testing.T) {
 func TestShorterGrantIsRenewedBeforeItsDeadline(t *testing.T) {
 	const asked, granted = 1200 * time.Millisecond, 300 * time.Millisecond
 	t.Run("default margin", func(t *testing.T) {
-		testShorterGrant(t, Timing{Drift: DefaultDrift, Margin: DefaultMargin(asked)}, asked, granted)
+		synctest.Test(t, func(t *testing.T) {
+			testShorterGrant(t, Timing{Drift: DefaultDrift, Margin: DefaultMargin(asked)}, asked, granted)
+		})
 	})
 	// A fixed margin that leaves the short grant a span (77 ms) shorter
 	// than granted/3.
 	t.Run("large margin", func(t *testing.T) {
-		testShorterGrant(t, Timing{Drift: DefaultDrift, Margin: 220 * time.Millisecond}, asked, granted)
+		synctest.Test(t, func(t *testing.T) {
+			testShorterGrant(t, Timing{Drift: DefaultDrift, Margin: 220 * time.Millisecond}, asked, granted)
+		})
 	})
 }
 
