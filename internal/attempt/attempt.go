@@ -158,7 +158,7 @@ func Run[G any](ctx context.Context, req Request[G]) (Result[G], error) {
 	for attempts := 1; ; attempts++ {
 		sent := time.Now()
 		g, ttl, err := req.Try(ctx)
-		if rtt := time.Since(sent); fastest == 0 || rtt < fastest {
+		if rtt := time.Since(sent); attempts == 1 || rtt < fastest { // 0 is a round trip too (a coarse clock, an in-process backend)
 			fastest = rtt
 		}
 		f := Failure{Err: err, Attempts: attempts}

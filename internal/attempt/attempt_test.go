@@ -257,3 +257,36 @@ func (r row) check(t *testing.T) {
 		t.Fatalf("indeterminate without an unknown attempt or an unconfirmed grant: %+v", e)
 	}
 }
+
+// A round trip too short for the clock to see (0: an in-process backend,
+// a coarse clock) is the fastest, not "none measured yet": one slow answer
+// after it must not become the estimate of the next round trip.
+func TestFastestCountsAZeroRoundTrip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		delays := []time.Duration{0, 1500 * time.Millisecond, 10 * time.Millisecond}
+		var fastest []time.Duration
+		tries := 0
+		_, err := Run(t.Context(), Request[int]{
+			Try: func(context.Context) (int, time.Duration, error) {
+				time.Sleep(delays[tries])
+				tries++
+				return 0, 0, errNotApplied
+			},
+			Judge: judge,
+			Span:  func(ttl time.Duration) time.Duration { return ttl },
+			Retry: func(_ context.Context, f Failure) error {
+				fastest = append(fastest, f.Fastest)
+				if f.Attempts == len(delays) {
+					return f.Err
+				}
+				return nil
+			},
+		})
+		if !errors.Is(err, errNotApplied) {
+			t.Fatalf("Run: %v, want the last attempt's error", err)
+		}
+		if want := []time.Duration{0, 0, 0}; !slices.Equal(fastest, want) {
+			t.Fatalf("Retry was told fastest %v, want %v", fastest, want)
+		}
+	})
+}
