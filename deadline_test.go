@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -36,30 +37,32 @@ func slowAcquires(b backend.Backend, delay time.Duration) *faultbackend.Backend 
 // context's error), naming the key and the holder; nothing is
 // indeterminate, since every request was answered.
 func TestAcquireAtDeadlineIsNotAcquired(t *testing.T) {
-	b := memory.New()
-	holder, err := leasehold.NewLocker(b, leasehold.WithInstance("holder-a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiter, err := leasehold.NewLocker(b, leasehold.WithInstance("waiter-b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := holder.TryAcquire(context.Background(), "jobs/x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	_, err = waiter.Acquire(ctx, "jobs/x")
-	if !errors.Is(err, leasehold.ErrLockNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
-		t.Fatalf("Acquire at its deadline: %v, want ErrNotAcquired wrapping DeadlineExceeded", err)
-	}
-	want := `acquire "jobs/x": held by holder-a (token ` + l.Token().String() + `)`
-	if !strings.Contains(err.Error(), want) {
-		t.Fatalf("Acquire at its deadline: %q, want it to contain %q", err, want)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New()
+		holder, err := leasehold.NewLocker(b, leasehold.WithInstance("holder-a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiter, err := leasehold.NewLocker(b, leasehold.WithInstance("waiter-b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := holder.TryAcquire(context.Background(), "jobs/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err = waiter.Acquire(ctx, "jobs/x")
+		if !errors.Is(err, leasehold.ErrLockNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
+			t.Fatalf("Acquire at its deadline: %v, want ErrNotAcquired wrapping DeadlineExceeded", err)
+		}
+		want := `acquire "jobs/x": held by holder-a (token ` + l.Token().String() + `)`
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("Acquire at its deadline: %q, want it to contain %q", err, want)
+		}
+	})
 }
 
 // TestAcquireWaitsOutADeadlineItCannotBeat: with less than two round trips
@@ -67,29 +70,31 @@ func TestAcquireAtDeadlineIsNotAcquired(t *testing.T) {
 // short would leave an unknown outcome and a cleanup): it reports the key
 // held, ErrNotAcquired, not ErrIndeterminate.
 func TestAcquireWaitsOutADeadlineItCannotBeat(t *testing.T) {
-	mem := memory.New()
-	holder, err := leasehold.NewLocker(mem, leasehold.WithInstance("holder-a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := holder.TryAcquire(context.Background(), "jobs/x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(context.Background())
-	// Round trips of 200 ms, a deadline of 700 ms: the second attempt is
-	// answered with about 250 ms left, less than two round trips.
-	waiter, err := leasehold.NewLocker(slowAcquires(mem, 200*time.Millisecond),
-		leasehold.WithInstance("waiter-b"), leasehold.WithBackoff(time.Millisecond, 50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
-	defer cancel()
-	_, err = waiter.Acquire(ctx, "jobs/x")
-	if !errors.Is(err, leasehold.ErrLockNotAcquired) || errors.Is(err, leasehold.ErrOutcomeIndeterminate) || !strings.Contains(err.Error(), "held by holder-a") {
-		t.Fatalf("Acquire near its deadline: %v, want ErrNotAcquired naming holder-a, not indeterminate", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		mem := memory.New()
+		holder, err := leasehold.NewLocker(mem, leasehold.WithInstance("holder-a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := holder.TryAcquire(context.Background(), "jobs/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(context.Background())
+		// Round trips of 200 ms, a deadline of 700 ms: the second attempt is
+		// answered with about 250 ms left, less than two round trips.
+		waiter, err := leasehold.NewLocker(slowAcquires(mem, 200*time.Millisecond),
+			leasehold.WithInstance("waiter-b"), leasehold.WithBackoff(time.Millisecond, 50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+		defer cancel()
+		_, err = waiter.Acquire(ctx, "jobs/x")
+		if !errors.Is(err, leasehold.ErrLockNotAcquired) || errors.Is(err, leasehold.ErrOutcomeIndeterminate) || !strings.Contains(err.Error(), "held by holder-a") {
+			t.Fatalf("Acquire near its deadline: %v, want ErrNotAcquired naming holder-a, not indeterminate", err)
+		}
+	})
 }
 
 // outlierAcquires answers one Acquire (the slow-th, counting from 1) after
@@ -122,30 +127,32 @@ func outlierAcquires(b backend.Backend, slow int, delay time.Duration) (_ *fault
 // deadline left when the holder releases, still tries and takes the key:
 // it does not wait the deadline out as if every attempt took 1.5 s.
 func TestAcquireDeadlineIgnoresOneSlowRoundTrip(t *testing.T) {
-	mem := memory.New()
-	holder, err := leasehold.NewLocker(mem, leasehold.WithInstance("holder-a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := holder.TryAcquire(context.Background(), "jobs/x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, slowDone := outlierAcquires(mem, 2, 1500*time.Millisecond)
-	waiter, err := leasehold.NewLocker(b, leasehold.WithInstance("waiter-b"), leasehold.WithBackoff(time.Millisecond, 20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	released := make(chan error, 1)
-	go func() { <-slowDone; released <- l.Release(context.Background()) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	got, err := waiter.Acquire(ctx, "jobs/x")
-	if err != nil {
-		t.Fatalf("Acquire after one slow round trip, the key released with half the deadline left: %v, want the lock", err)
-	}
-	defer got.Release(context.Background())
-	if err := <-released; err != nil {
-		t.Fatal(err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		mem := memory.New()
+		holder, err := leasehold.NewLocker(mem, leasehold.WithInstance("holder-a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := holder.TryAcquire(context.Background(), "jobs/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, slowDone := outlierAcquires(mem, 2, 1500*time.Millisecond)
+		waiter, err := leasehold.NewLocker(b, leasehold.WithInstance("waiter-b"), leasehold.WithBackoff(time.Millisecond, 20*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		released := make(chan error, 1)
+		go func() { <-slowDone; released <- l.Release(context.Background()) }()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		got, err := waiter.Acquire(ctx, "jobs/x")
+		if err != nil {
+			t.Fatalf("Acquire after one slow round trip, the key released with half the deadline left: %v, want the lock", err)
+		}
+		defer got.Release(context.Background())
+		if err := <-released; err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -68,31 +69,33 @@ func TestLateReplyNeverReturnsDeadLock(t *testing.T) {
 				delay = 2 * ttl
 			}
 			t.Run(c.name+map[bool]string{true: " late", false: " in time"}[late], func(t *testing.T) {
-				mem := memory.New()
-				defer mem.Close()
-				lk, err := leasehold.NewLocker(c.wrap(mem, delay), leasehold.WithTTL(ttl))
-				if err != nil {
-					t.Fatal(err)
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // every grant comes late in the late case
-				defer cancel()
-				l, err := c.acquire(lk, ctx, "k")
-				if late {
-					if !errors.Is(err, c.refusal) {
-						t.Fatalf("%s with every reply %v late (TTL %v): lock %v, %v; want %v", c.name, delay, ttl, l != nil, err, c.refusal)
+				synctest.Test(t, func(t *testing.T) {
+					mem := memory.New()
+					defer mem.Close()
+					lk, err := leasehold.NewLocker(c.wrap(mem, delay), leasehold.WithTTL(ttl))
+					if err != nil {
+						t.Fatal(err)
 					}
-					return
-				}
-				if err != nil {
-					t.Fatalf("%s with replies %v late (TTL %v): %v, want a lock", c.name, delay, ttl, err)
-				}
-				defer l.Release(ctx)
-				if err := l.Context().Err(); err != nil {
-					t.Fatalf("returned a lock whose context is done: %v", context.Cause(l.Context()))
-				}
-				if got, err := mem.Get(ctx, leasehold.LockKey(leasehold.DefaultNamespace, "k")); err != nil || got.Token != uint64(l.Token()) {
-					t.Fatalf("returned token %d live, but the backend holds %+v (%v)", l.Token(), got, err)
-				}
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // every grant comes late in the late case
+					defer cancel()
+					l, err := c.acquire(lk, ctx, "k")
+					if late {
+						if !errors.Is(err, c.refusal) {
+							t.Fatalf("%s with every reply %v late (TTL %v): lock %v, %v; want %v", c.name, delay, ttl, l != nil, err, c.refusal)
+						}
+						return
+					}
+					if err != nil {
+						t.Fatalf("%s with replies %v late (TTL %v): %v, want a lock", c.name, delay, ttl, err)
+					}
+					defer l.Release(ctx)
+					if err := l.Context().Err(); err != nil {
+						t.Fatalf("returned a lock whose context is done: %v", context.Cause(l.Context()))
+					}
+					if got, err := mem.Get(ctx, leasehold.LockKey(leasehold.DefaultNamespace, "k")); err != nil || got.Token != uint64(l.Token()) {
+						t.Fatalf("returned token %d live, but the backend holds %+v (%v)", l.Token(), got, err)
+					}
+				})
 			})
 		}
 	}
