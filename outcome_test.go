@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
 
@@ -45,47 +47,44 @@ func notSent(b backend.Backend) *faultbackend.Backend {
 // is lost, Acquire reports ErrIndeterminate promptly, and the grant it may
 // have left behind is released long before its TTL.
 func TestAcquireUnknownOutcome(t *testing.T) {
-	mem := memory.New()
-	lk, err := leasehold.NewLocker(lostReply(mem), leasehold.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	_, err = lk.Acquire(ctx, "k")
-	if !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
-		t.Fatalf("Acquire with a lost reply: %v, want ErrIndeterminate", err)
-	}
-	bkey := leasehold.LockKey(leasehold.DefaultNamespace, "k")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := mem.Get(context.Background(), bkey)
-		if errors.Is(err, backend.ErrNotFound) {
-			break
+	synctest.Test(t, func(t *testing.T) {
+		mem := memory.New()
+		lk, err := leasehold.NewLocker(lostReply(mem), leasehold.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the orphaned grant is still there 10 s after Acquire gave up (TTL 1 min): Get = %v", err)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err = lk.Acquire(ctx, "k")
+		if !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
+			t.Fatalf("Acquire with a lost reply: %v, want ErrIndeterminate", err)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		bkey := leasehold.LockKey(leasehold.DefaultNamespace, "k")
+		eventually.True(t, 10*time.Second, "the orphaned grant (TTL 1 min) is released after Acquire gave up", func() bool {
+			_, err := mem.Get(context.Background(), bkey)
+			return errors.Is(err, backend.ErrNotFound)
+		})
+	})
 }
 
 // TestAcquireNotSent: a request that was never sent is "not acquired", not
 // an unknown outcome, for both Acquire and TryAcquire.
 func TestAcquireNotSent(t *testing.T) {
-	lk, err := leasehold.NewLocker(notSent(memory.New()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, acquire := range map[string]func(context.Context, string) (*leasehold.Lock, error){
-		"Acquire": lk.Acquire, "TryAcquire": lk.TryAcquire,
-	} {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		_, err := acquire(ctx, "k")
-		cancel()
-		if !errors.Is(err, leasehold.ErrLockNotAcquired) || errors.Is(err, leasehold.ErrOutcomeIndeterminate) ||
-			!errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("%s of a request never sent: %v, want ErrNotAcquired wrapping DeadlineExceeded", name, err)
+	synctest.Test(t, func(t *testing.T) {
+		lk, err := leasehold.NewLocker(notSent(memory.New()))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		for name, acquire := range map[string]func(context.Context, string) (*leasehold.Lock, error){
+			"Acquire": lk.Acquire, "TryAcquire": lk.TryAcquire,
+		} {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			_, err := acquire(ctx, "k")
+			cancel()
+			if !errors.Is(err, leasehold.ErrLockNotAcquired) || errors.Is(err, leasehold.ErrOutcomeIndeterminate) ||
+				!errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s of a request never sent: %v, want ErrNotAcquired wrapping DeadlineExceeded", name, err)
+			}
+		}
+	})
 }
