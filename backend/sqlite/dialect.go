@@ -19,6 +19,7 @@ func dialect() *sqlledger.Dialect {
 	return &sqlledger.Dialect{
 		HighColumn: "high_ms",
 		AtColumn:   "scheduled_ms",
+		KeyColumn:  "key",
 		Instant:    func(t time.Time) any { return t.UnixMilli() },
 		ScanInstant: func() (any, func() (time.Time, bool)) {
 			var ms sql.NullInt64
