@@ -8,16 +8,19 @@ import (
 	"github.com/leasehold/leasehold/internal/sqlledger"
 )
 
-// dialect is MySQL's and MariaDB's SQL for the ledger written once in
-// internal/sqlledger: ? placeholders, NOW(6) (the clock every statement
-// judges expiry by), INTERVAL … MICROSECOND, LOCATE, BIGINT UNSIGNED
-// tokens, and dbErr's classification of server errors.
+// dialect is MySQL's and MariaDB's SQL for the ledger and the lease layer
+// written once in internal/sqlledger: ? placeholders, NOW(6) (the clock
+// every statement judges expiry by), INTERVAL … MICROSECOND,
+// TIMESTAMPDIFF, LOCATE, the leases' key column k, BIGINT UNSIGNED tokens,
+// and dbErr's classification of server errors.
 func dialect() *sqlledger.Dialect {
 	return &sqlledger.Dialect{
 		Now:           `NOW(6)`,
 		Later:         func(arg string) string { return `NOW(6) + INTERVAL ` + arg + ` MICROSECOND` },
 		HighColumn:    "high_at",
 		AtColumn:      "scheduled_at",
+		KeyColumn:     "k",
+		Remaining:     `TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at)`,
 		Instant:       func(t time.Time) any { return t },
 		NotInJob:      "LOCATE(%s, job) = 0",
 		UnsignedToken: true,

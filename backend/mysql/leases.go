@@ -2,10 +2,8 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	driver "github.com/go-sql-driver/mysql"
@@ -40,18 +38,34 @@ func (b *Backend) acquireSQL() string {
 				IF(` + free + `, VALUES(expires_at), GREATEST(expires_at, VALUES(expires_at))), expires_at)`
 }
 
-// Acquire implements backend.Leases: one statement when the key is free or
-// expired; a second read when it is held (to answer the same owner's retry,
-// or to name the holder).
-func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
-		return backend.Grant{}, err
+// newLeases returns the shared lease layer over b's leases table, with
+// what is MySQL's own: Acquire's upsert (grant), the key-range condition
+// of List, and Get's locking re-read.
+func newLeases(b *Backend) *sqlledger.Leases {
+	ls := b.led.ServerLeases(b.tLeases)
+	ls.Grant = b.grant
+	// k is VARBINARY, so LEFT counts bytes: a byte-wise prefix.
+	ls.Prefix = func(prefix string) (string, []any) { return `LEFT(k, ?) = ?`, []any{len(prefix), prefix} }
+	// A locking read (LOCK IN SHARE MODE) waits for a writer of the row and
+	// reads its committed result; the expiry condition is judged on the
+	// row read after the lock. A role that may not lock rows, or a
+	// read-only server, keeps the first answer.
+	ls.Relock = ls.ReadSQL(ls.D.LeaseLive()) + ` LOCK IN SHARE MODE`
+	ls.CannotLock = func(err error) bool {
+		var me *driver.MySQLError
+		return errors.As(err, &me) && (refusedErrors[me.Number] || me.Number == 1290 || me.Number == 1792) // --read-only, read-only transaction
 	}
+	return ls
+}
+
+// grant is Acquire (sqlledger.Leases.Grant): one statement when the key is
+// free or expired; a second read when it is held (to answer the same
+// owner's retry, or to name the holder).
+func (b *Backend) grant(ctx context.Context, what, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, err
 	}
 	defer b.gate.Leave()
-	what := fmt.Sprintf("acquire key %q", key)
 	us := sqlledger.Micros(ttl)
 	granted := time.Duration(us) * time.Microsecond
 	for attempt := 0; attempt < 10; attempt++ {
@@ -70,7 +84,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		if token > 0 {
 			return backend.Grant{Token: uint64(token), TTL: granted}, nil
 		}
-		l, err := b.get(ctx, key)
+		l, err := b.leases.Read(ctx, key)
 		switch {
 		case err == nil && l.Owner == owner: // a retry of a request that was applied
 			return backend.Grant{Token: l.Token, TTL: granted}, nil
@@ -84,150 +98,31 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	return backend.Grant{}, fmt.Errorf("mysql: %s: no answer after 10 attempts under contention", what)
 }
 
-// leaseGuard: held by owner+token, unexpired. Arguments: key, instance,
-// nonce, token.
-const leaseGuard = `k = ? AND instance = ? AND nonce = ? AND token = ? AND expires_at > NOW(6)`
+// Acquire implements backend.Leases (sqlledger, with grant).
+func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
+	return b.leases.Acquire(ctx, key, owner, ttl)
+}
 
-// Renew implements backend.Leases.
+// Renew implements backend.Leases (sqlledger: a guarded UPDATE, retried
+// on deadlock like every write of exec).
 func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	if err := backend.CheckRenew(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
-	if err := b.gate.Enter(); err != nil {
-		return backend.Grant{}, err
-	}
-	defer b.gate.Leave()
-	us := sqlledger.Micros(ttl)
-	err := b.guarded(ctx, fmt.Sprintf("renew key %q", key),
-		`UPDATE `+b.tLeases+` SET expires_at = GREATEST(expires_at, NOW(6) + INTERVAL ? MICROSECOND) WHERE `+leaseGuard,
-		us, key, owner.Instance, owner.Nonce[:], token)
-	if errors.Is(err, backend.ErrLeaseLost) {
-		return backend.Grant{}, fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
-	}
-	if err != nil {
-		return backend.Grant{}, err
-	}
-	return backend.Grant{Token: token, TTL: time.Duration(us) * time.Microsecond}, nil
+	return b.leases.Renew(ctx, req)
 }
 
-// Release implements backend.Leases: it clears the holder and keeps the row
-// (the key's token counter).
+// Release implements backend.Leases (sqlledger): it clears the holder and
+// keeps the row (the key's token counter).
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if err := backend.CheckRelease(key, owner, token); err != nil {
-		return err
-	}
-	if err := b.gate.Enter(); err != nil {
-		return err
-	}
-	defer b.gate.Leave()
-	err := b.guarded(ctx, fmt.Sprintf("release key %q", key),
-		`UPDATE `+b.tLeases+` SET expires_at = NULL WHERE `+leaseGuard, key, owner.Instance, owner.Nonce[:], token)
-	if errors.Is(err, backend.ErrLeaseLost) {
-		return fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
-	}
-	return err
+	return b.leases.Release(ctx, key, owner, token)
 }
 
-// guarded runs a guarded UPDATE: nil when it matched a row (the connection
-// counts found rows), backend.ErrLeaseLost when it matched none.
-func (b *Backend) guarded(ctx context.Context, what, q string, args ...any) error {
-	n, err := b.exec(ctx, what, q, args...)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return backend.ErrLeaseLost
-	}
-	return nil
-}
-
-// Get implements backend.Leases.
+// Get implements backend.Leases (sqlledger, with newLeases' locking
+// re-read).
 func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := b.gate.Enter(); err != nil {
-		return backend.Lease{}, err
-	}
-	defer b.gate.Leave()
-	return b.get(ctx, key)
+	return b.leases.Get(ctx, key)
 }
 
-const leaseCols = `k, instance, nonce, token, TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at)`
-
-type scanner interface{ Scan(...any) error }
-
-func scanLease(s scanner) (backend.Lease, error) {
-	var (
-		l     backend.Lease
-		nonce []byte
-		remUS int64
-	)
-	if err := s.Scan(&l.Key, &l.Owner.Instance, &nonce, &l.Token, &remUS); err != nil {
-		return l, err
-	}
-	l.Remaining = time.Duration(remUS) * time.Microsecond
-	return l, sqlledger.SetNonce(&l.Owner.Nonce, nonce)
-}
-
-// get reads the key's unexpired lease. A consistent read first; if it
-// finds none, a locking read (LOCK IN SHARE MODE), which waits for a
-// writer of the row and reads its committed result: a Renew (or Release)
-// judges expiry when its UPDATE reaches the row, but its effect is visible
-// only at its commit, so a consistent read in between answered NotFound for
-// a lease the renewal then kept (TestGetDoesNotSeeExpiryARenewCovers; the
-// expiry condition is judged on the row read after the lock). A role that
-// may not lock rows, or a read-only server, keeps the first answer.
-func (b *Backend) get(ctx context.Context, key string) (backend.Lease, error) {
-	q := `SELECT ` + leaseCols + ` FROM ` + b.tLeases + ` WHERE k = ? AND expires_at > NOW(6)`
-	l, err := scanLease(b.db.QueryRowContext(ctx, q, key))
-	if errors.Is(err, sql.ErrNoRows) {
-		l2, err2 := scanLease(b.db.QueryRowContext(ctx, q+` LOCK IN SHARE MODE`, key))
-		var me *driver.MySQLError
-		if !errors.As(err2, &me) || !(refusedErrors[me.Number] || me.Number == 1290 || me.Number == 1792) { // --read-only, read-only transaction
-			l, err = l2, err2
-		}
-	}
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
-	case err != nil:
-		return backend.Lease{}, dbErr(ctx, fmt.Sprintf("get key %q", key), err)
-	}
-	return l, nil
-}
-
-// List implements backend.Leases: unexpired leases whose keys start with
-// prefix (byte-wise), in key order.
+// List implements backend.Leases (sqlledger): unexpired leases whose keys
+// start with prefix (byte-wise), in key order.
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	if err := b.gate.Enter(); err != nil {
-		return nil, err
-	}
-	defer b.gate.Leave()
-	if strings.IndexByte(prefix, 0) >= 0 {
-		return nil, nil
-	}
-	what := fmt.Sprintf("list prefix %q", prefix)
-	q := `SELECT ` + leaseCols + ` FROM ` + b.tLeases + ` WHERE k >= ? AND LEFT(k, ?) = ? AND expires_at > NOW(6) ORDER BY k`
-	if limit > 0 {
-		q += fmt.Sprintf(` LIMIT %d`, limit)
-	}
-	rows, err := b.db.QueryContext(ctx, q, prefix, len(prefix), prefix)
-	if err != nil {
-		return nil, dbErr(ctx, what, err)
-	}
-	defer rows.Close()
-	var out []backend.Lease
-	for rows.Next() {
-		l, err := scanLease(rows)
-		if err != nil {
-			return nil, dbErr(ctx, what, err)
-		}
-		out = append(out, l)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbErr(ctx, what, err)
-	}
-	return out, nil
+	return b.leases.List(ctx, prefix, limit)
 }

@@ -105,8 +105,9 @@ type Backend struct {
 
 	stmts stmtCache // the claim path's prepared statements (stmts.go)
 
-	gate closegate.Gate
-	led  *sqlledger.Ledger // the ledger's rules and reads, written once
+	gate   closegate.Gate
+	led    *sqlledger.Ledger // the ledger's rules and reads, written once
+	leases *sqlledger.Leases // the lease layer, written once but for grant
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -228,6 +229,7 @@ func newBackend(db *sql.DB, owns bool, dbName, prefix string) *Backend {
 	q := func(n string) string { return "`" + prefix + n + "`" }
 	b.tLeases, b.tJobs, b.tRuns, b.tMeta = q("leases"), q("jobs"), q("runs"), q("meta")
 	b.led = newLedger(b)
+	b.leases = newLeases(b)
 	return b
 }
 

@@ -10,11 +10,14 @@ import (
 	"github.com/leasehold/leasehold/internal/sqlledger"
 )
 
-// dialect is PostgreSQL's SQL for the ledger written once in
-// internal/sqlledger: $n placeholders, clock_timestamp() (the clock every
-// statement judges expiry by; now() would be the transaction's start),
-// intervals in microseconds, strpos, BIGINT tokens, and dbErr's
-// classification of SQLSTATEs.
+// remainingUS is the SQL for the lease's remaining time in microseconds.
+const remainingUS = `(extract(epoch FROM (expires_at - clock_timestamp())) * 1000000)::bigint`
+
+// dialect is PostgreSQL's SQL for the ledger and the lease layer written
+// once in internal/sqlledger: $n placeholders, clock_timestamp() (the
+// clock every statement judges expiry by; now() would be the
+// transaction's start), intervals in microseconds, strpos, BIGINT tokens,
+// and dbErr's classification of SQLSTATEs.
 func dialect() *sqlledger.Dialect {
 	return &sqlledger.Dialect{
 		Numbered:   true,
@@ -22,6 +25,8 @@ func dialect() *sqlledger.Dialect {
 		Later:      func(arg string) string { return `clock_timestamp() + ` + arg + ` * interval '1 microsecond'` },
 		HighColumn: "high_at",
 		AtColumn:   "scheduled_at",
+		KeyColumn:  "key",
+		Remaining:  remainingUS,
 		Instant:    func(t time.Time) any { return t },
 		NotInJob:   "strpos(job, %s) = 0",
 		NoRows:     pgx.ErrNoRows,

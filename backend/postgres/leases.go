@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,9 +12,6 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/sqlledger"
 )
-
-// remainingUS is the SQL for the lease's remaining time in microseconds.
-const remainingUS = `(extract(epoch FROM (expires_at - clock_timestamp())) * 1000000)::bigint`
 
 // acquireSQL grants the lease in one statement. The upsert's WHERE lets the
 // update happen only when the key is free (expires_at NULL), expired by
@@ -43,17 +39,43 @@ func (b *Backend) acquireSQL() string {
 		WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM g)`
 }
 
-// Acquire implements backend.Leases in one statement (two when the key is
-// held and the holder's row is newer than the statement's snapshot).
-func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
-		return backend.Grant{}, err
+// newLeases returns the shared lease layer over b's leases table, with
+// what is PostgreSQL's own: Acquire's statement (grant), Release's NOTIFY
+// (release), the key-range condition of List, and Get's locking re-read.
+func newLeases(b *Backend) *sqlledger.Leases {
+	ls := b.led.ServerLeases(b.tLeases)
+	ls.Grant = b.grant
+	ls.Clear = b.release
+	// starts_with decides; key < prefixEnd bounds the key range above
+	// when prefixEnd is cheap to form.
+	ls.Prefix = func(prefix string) (string, []any) {
+		if end, ok := prefixEnd(prefix); ok {
+			return `starts_with(key, ?) AND key < ?`, []any{prefix, end}
+		}
+		return `starts_with(key, ?)`, []any{prefix}
 	}
+	// The row is read again FOR SHARE, with the expiry judged outside the
+	// locking scan: its WHERE would drop the old row version before
+	// waiting for the lock. A role that may not lock rows (read-only, a
+	// standby) keeps the plain answer.
+	ls.Relock = `WITH r AS MATERIALIZED (
+			SELECT key, instance, nonce, token, expires_at FROM ` + b.tLeases + ` WHERE key = $1 FOR SHARE
+		) SELECT ` + ls.Cols + ` FROM r WHERE ` + ls.D.LeaseLive()
+	ls.CannotLock = func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "25006") // insufficient_privilege, read_only_sql_transaction
+	}
+	return ls
+}
+
+// grant is Acquire (sqlledger.Leases.Grant) in one statement (two when the
+// key is held and the holder's row is newer than the statement's
+// snapshot).
+func (b *Backend) grant(ctx context.Context, what, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, err
 	}
 	defer b.gate.Leave()
-	what := fmt.Sprintf("acquire key %q", key)
 	us := sqlledger.Micros(ttl)
 	granted := time.Duration(us) * time.Microsecond
 	for attempt := 0; ; attempt++ {
@@ -81,7 +103,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		}
 		// Not granted, and the holder was not visible (or has expired or
 		// been released since): read it again, then try again.
-		l, gerr := b.get(ctx, key)
+		l, gerr := b.leases.Read(ctx, key)
 		switch {
 		case gerr == nil && l.Owner == owner:
 			continue // an earlier attempt of ours landed meanwhile: the retry renews it
@@ -96,33 +118,6 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	}
 }
 
-// leaseGuard is the WHERE clause of Renew and Release: the lease is held by
-// owner+token and unexpired by the server's clock. Arguments $1..$4: key,
-// instance, nonce, token.
-const leaseGuard = `key = $1 AND instance = $2 AND nonce = $3 AND token = $4 AND expires_at > clock_timestamp()`
-
-// Renew implements backend.Leases.
-func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	if err := backend.CheckRenew(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
-	if err := b.gate.Enter(); err != nil {
-		return backend.Grant{}, err
-	}
-	defer b.gate.Leave()
-	us := sqlledger.Micros(ttl)
-	tag, err := b.pool.Exec(ctx, `UPDATE `+b.tLeases+` SET expires_at = GREATEST(expires_at, clock_timestamp() + $5 * interval '1 microsecond')
-		WHERE `+leaseGuard, key, owner.Instance, owner.Nonce[:], int64(token), us)
-	if err != nil {
-		return backend.Grant{}, dbErr(ctx, fmt.Sprintf("renew key %q", key), err)
-	}
-	if tag.RowsAffected() == 0 {
-		return backend.Grant{}, fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
-	}
-	return backend.Grant{Token: token, TTL: time.Duration(us) * time.Microsecond}, nil
-}
-
 // releaseSQL clears the holder, keeps the row (the key's token counter) and
 // sends NOTIFY only when a waiter registered on the row (wake_until, set by
 // Wait) is still interested: a transaction that notifies takes PostgreSQL's
@@ -130,133 +125,57 @@ func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.
 // notifying commit on one WAL flush each. The first column counts the
 // released rows, the second the notifications sent.
 func (b *Backend) releaseSQL() string {
-	return `WITH r AS (
-			UPDATE ` + b.tLeases + ` SET expires_at = NULL WHERE ` + leaseGuard + ` RETURNING key, wake_until
+	return b.led.D.Bind(`WITH r AS (
+			UPDATE ` + b.tLeases + ` SET expires_at = NULL WHERE ` + b.led.D.LeaseGuard() + ` RETURNING key, wake_until
 		) SELECT (SELECT count(*) FROM r),
-			(SELECT count(pg_notify($5, key)) FROM r WHERE wake_until > clock_timestamp())`
+			(SELECT count(pg_notify(?, key)) FROM r WHERE wake_until > clock_timestamp())`)
 }
 
-// Release implements backend.Leases: it clears the holder, keeps the row
-// (the key's token counter) and notifies waiters, if any, in one statement.
-func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if err := backend.CheckRelease(key, owner, token); err != nil {
-		return err
-	}
+// release is Release's guarded write (sqlledger.Leases.Clear): it clears
+// the holder and notifies waiters, if any, in one statement.
+func (b *Backend) release(ctx context.Context, what, key string, owner backend.Owner, token uint64) error {
 	if err := b.gate.Enter(); err != nil {
 		return err
 	}
 	defer b.gate.Leave()
 	var n, notified int
-	err := b.pool.QueryRow(ctx, b.releaseSQL(), key, owner.Instance, owner.Nonce[:], int64(token), b.channel).Scan(&n, &notified)
-	if err != nil {
-		return dbErr(ctx, fmt.Sprintf("release key %q", key), err)
-	}
-	if n == 0 {
-		return fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
+	err := b.pool.QueryRow(ctx, b.releaseSQL(), append(b.led.D.LeaseGuardArgs(key, owner, token), b.channel)...).Scan(&n, &notified)
+	switch {
+	case err != nil:
+		return dbErr(ctx, what, err)
+	case n == 0:
+		return backend.ErrLeaseLost
 	}
 	return nil
 }
 
-// Get implements backend.Leases.
+// Acquire implements backend.Leases (sqlledger, with grant).
+func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
+	return b.leases.Acquire(ctx, key, owner, ttl)
+}
+
+// Renew implements backend.Leases (sqlledger: a guarded UPDATE).
+func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
+	return b.leases.Renew(ctx, req)
+}
+
+// Release implements backend.Leases (sqlledger, with release): it clears
+// the holder, keeps the row (the key's token counter) and notifies
+// waiters, if any, in one statement.
+func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
+	return b.leases.Release(ctx, key, owner, token)
+}
+
+// Get implements backend.Leases (sqlledger, with newLeases' locking
+// re-read).
 func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := b.gate.Enter(); err != nil {
-		return backend.Lease{}, err
-	}
-	defer b.gate.Leave()
-	return b.get(ctx, key)
+	return b.leases.Get(ctx, key)
 }
 
-const leaseCols = `key, instance, nonce, token, ` + remainingUS
-
-func scanLease(row pgx.Row) (backend.Lease, error) {
-	var (
-		l     backend.Lease
-		nonce []byte
-		token int64
-		remUS int64
-	)
-	if err := row.Scan(&l.Key, &l.Owner.Instance, &nonce, &token, &remUS); err != nil {
-		return l, err
-	}
-	if err := sqlledger.SetNonce(&l.Owner.Nonce, nonce); err != nil {
-		return l, err
-	}
-	l.Token, l.Remaining = uint64(token), time.Duration(remUS)*time.Microsecond
-	return l, nil
-}
-
-// get reads the key's unexpired lease. A plain read first; if it finds
-// none, the row is read again FOR SHARE, with expiry judged after the
-// lock: a Renew (or Release) judges expiry when its UPDATE reaches the row,
-// but its effect is visible only at its commit, so a snapshot read in
-// between answered NotFound for a lease the renewal then kept (a lease read
-// as expired came back: TestGetDoesNotSeeExpiryARenewCovers). Waiting for
-// the row's writer orders the read after it, as Acquire's upsert is. A role
-// that may not lock rows (read-only, a standby) keeps the plain answer.
-func (b *Backend) get(ctx context.Context, key string) (backend.Lease, error) {
-	l, err := scanLease(b.pool.QueryRow(ctx, `SELECT `+leaseCols+` FROM `+b.tLeases+`
-		WHERE key = $1 AND expires_at > clock_timestamp()`, key))
-	if errors.Is(err, pgx.ErrNoRows) {
-		// The expiry is judged outside the locking scan: its WHERE would
-		// drop the old row version before waiting for the lock.
-		l2, err2 := scanLease(b.pool.QueryRow(ctx, `WITH r AS MATERIALIZED (
-				SELECT key, instance, nonce, token, expires_at FROM `+b.tLeases+` WHERE key = $1 FOR SHARE
-			) SELECT `+leaseCols+` FROM r WHERE expires_at > clock_timestamp()`, key))
-		var pe *pgconn.PgError
-		if !errors.As(err2, &pe) || (pe.Code != "42501" && pe.Code != "25006") { // insufficient_privilege, read_only_sql_transaction
-			l, err = l2, err2
-		}
-	}
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
-	case err != nil:
-		return backend.Lease{}, dbErr(ctx, fmt.Sprintf("get key %q", key), err)
-	}
-	return l, nil
-}
-
-// List implements backend.Leases: the unexpired leases whose keys start
-// with prefix (byte-wise), in key order.
+// List implements backend.Leases (sqlledger): the unexpired leases whose
+// keys start with prefix (byte-wise), in key order.
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	if err := b.gate.Enter(); err != nil {
-		return nil, err
-	}
-	defer b.gate.Leave()
-	if strings.IndexByte(prefix, 0) >= 0 {
-		return nil, nil // no valid key contains NUL (nor can PostgreSQL text)
-	}
-	what := fmt.Sprintf("list prefix %q", prefix)
-	q := `SELECT ` + leaseCols + ` FROM ` + b.tLeases + ` WHERE key >= $1 AND starts_with(key, $1) AND expires_at > clock_timestamp()`
-	args := []any{prefix}
-	if end, ok := prefixEnd(prefix); ok {
-		q += ` AND key < $2`
-		args = append(args, end)
-	}
-	q += ` ORDER BY key`
-	if limit > 0 {
-		q += fmt.Sprintf(` LIMIT %d`, limit)
-	}
-	rows, err := b.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, dbErr(ctx, what, err)
-	}
-	defer rows.Close()
-	var out []backend.Lease
-	for rows.Next() {
-		l, err := scanLease(rows)
-		if err != nil {
-			return nil, dbErr(ctx, what, err)
-		}
-		out = append(out, l)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbErr(ctx, what, err)
-	}
-	return out, nil
+	return b.leases.List(ctx, prefix, limit)
 }
 
 // prefixEnd returns the least string greater than every string that starts

@@ -228,12 +228,12 @@ func (b *Backend) registerSQL() string {
 	return `UPDATE ` + b.tLeases + ` SET wake_until = GREATEST(wake_until,
 			expires_at + interval '1 second' + (expires_at - clock_timestamp()) / 10)
 		WHERE key = $1 AND expires_at > clock_timestamp()
-		RETURNING ` + leaseCols
+		RETURNING ` + b.leases.Cols
 }
 
 // registerWaiter runs registerSQL: backend.ErrNotFound when the key is free.
 func (b *Backend) registerWaiter(ctx context.Context, key string) (backend.Lease, error) {
-	l, err := scanLease(b.pool.QueryRow(ctx, b.registerSQL(), key))
+	l, err := b.leases.D.ScanLease(b.pool.QueryRow(ctx, b.registerSQL(), key))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)

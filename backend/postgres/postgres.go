@@ -122,9 +122,10 @@ type Backend struct {
 	// Quoted, schema-qualified table names.
 	tLeases, tJobs, tRuns, tMeta string
 
-	gate closegate.Gate
-	led  *sqlledger.Ledger // the ledger's rules and reads, written once
-	n    *notifier
+	gate   closegate.Gate
+	led    *sqlledger.Ledger // the ledger's rules and reads, written once
+	leases *sqlledger.Leases // the lease layer, written once but for grant and release
+	n      *notifier
 }
 
 var (
@@ -226,6 +227,7 @@ func layout(pool *pgxpool.Pool, owns bool, cfg config) *Backend {
 	tbl := func(name string) string { return pgx.Identifier{cfg.schema, cfg.prefix + name}.Sanitize() }
 	b.tLeases, b.tJobs, b.tRuns, b.tMeta = tbl("leases"), tbl("jobs"), tbl("runs"), tbl("meta")
 	b.led = newLedger(b)
+	b.leases = newLeases(b)
 	h := fnv.New64a()
 	h.Write([]byte(cfg.schema + "." + cfg.prefix))
 	b.channel = fmt.Sprintf("leasehold_%016x", h.Sum64())

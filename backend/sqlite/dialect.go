@@ -9,16 +9,18 @@ import (
 	"github.com/leasehold/leasehold/internal/sqlledger"
 )
 
-// dialect is SQLite's SQL for the ledger written once in
-// internal/sqlledger. It differs from the server databases in its clock:
-// one host, so expiry is judged in Go by the boot-scoped monotonic clock
-// (expires_ns, boot_id) and instants are stored in milliseconds
+// dialect is SQLite's SQL for the ledger and the lease layer written once
+// in internal/sqlledger. It differs from the server databases in its
+// clock: one host, so expiry is judged in Go by the boot-scoped monotonic
+// clock (expires_ns, boot_id) and instants are stored in milliseconds
 // (scheduled_ms); Now is empty, and the guarded updates, Claim, Reclaim
-// and Abandon read that clock inside their write transaction (ledger.go).
+// and Abandon read that clock inside their write transaction (ledger.go),
+// as Acquire, Renew and Release do (leases.go).
 func dialect() *sqlledger.Dialect {
 	return &sqlledger.Dialect{
 		HighColumn: "high_ms",
 		AtColumn:   "scheduled_ms",
+		KeyColumn:  "key",
 		Instant:    func(t time.Time) any { return t.UnixMilli() },
 		ScanInstant: func() (any, func() (time.Time, bool)) {
 			var ms sql.NullInt64

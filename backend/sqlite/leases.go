@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -53,15 +52,57 @@ func scanLease(s scanner, key *string) (*leaseRow, error) {
 // leaseCols are the columns scanLease reads.
 const leaseCols = `instance, nonce, token, expires_ns, boot_id`
 
-// Acquire implements backend.Leases. In one immediate transaction it reads
-// the lease on key; if it is live it answers the same owner with the
-// existing grant, renewed to ttl from now, and anyone else with a *backend.HeldError; otherwise it
-// increments the key's counter and writes the new lease.
-func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
-		return backend.Grant{}, err
+// newLeases returns the shared lease layer over b's database, with what
+// is SQLite's own: the clock. One host, so expiry is judged in Go by the
+// boot-scoped monotonic clock (expires_ns, boot_id), read after the gate
+// (or inside the write transaction) by each call; Acquire, Renew and
+// Release are immediate transactions of the prepared statements below.
+func newLeases(b *Backend) *sqlledger.Leases {
+	return &sqlledger.Leases{
+		D:      b.led.D,
+		DB:     b.led.DB,
+		Gate:   &b.gate,
+		Table:  "leases",
+		Cols:   `key, ` + leaseCols,
+		MinTTL: MinTTL,
+		Grant:  b.grant,
+		Extend: b.renew,
+		Clear:  b.release,
+		Reader: func(what string) (sqlledger.LeaseReader, error) {
+			now, err := b.now(what)
+			if err != nil {
+				return sqlledger.LeaseReader{}, err
+			}
+			return sqlledger.LeaseReader{
+				Live: `boot_id = ? AND expires_ns > ?`,
+				Args: []any{b.bootID, now},
+				Scan: func(s sqlledger.Scanner) (backend.Lease, error) {
+					var key string
+					r, err := scanLease(s, &key)
+					if err != nil {
+						return backend.Lease{}, err
+					}
+					return r.view(key, now), nil
+				},
+			}, nil
+		},
+		// Keys compare with memcmp (BINARY collation), so the keys starting
+		// with prefix are exactly those in [prefix, prefixEnd(prefix)).
+		Prefix: func(prefix string) (string, []any) {
+			if end, ok := prefixEnd(prefix); ok {
+				return `key < ?`, []any{end}
+			}
+			return "", nil
+		},
 	}
-	what := fmt.Sprintf("acquire key %q", key)
+}
+
+// grant is Acquire (sqlledger.Leases.Grant). In one immediate transaction
+// it reads the lease on key; if it is live it answers the same owner with
+// the existing grant, renewed to ttl from now, and anyone else with a
+// *backend.HeldError; otherwise it increments the key's counter and writes
+// the new lease.
+func (b *Backend) grant(ctx context.Context, what, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	var g backend.Grant
 	err := b.write(ctx, what, func(tx *sql.Tx) error {
 		now, err := b.now(what)
@@ -144,46 +185,36 @@ func (b *Backend) prepare(ctx context.Context) error {
 	return nil
 }
 
-// Renew implements backend.Leases.
-func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	if err := backend.CheckRenew(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
+// renew is Renew's guarded write (sqlledger.Leases.Extend), in an
+// immediate transaction that reads the clock.
+func (b *Backend) renew(ctx context.Context, what string, req backend.RenewRequest) error {
 	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
-	what := fmt.Sprintf("renew key %q", key)
-	err := b.write(ctx, what, func(tx *sql.Tx) error {
+	return b.write(ctx, what, func(tx *sql.Tx) error {
 		now, err := b.now(what)
 		if err != nil {
 			return err
 		}
 		res, err := tx.StmtContext(ctx, b.stmts[stRenewLease]).ExecContext(ctx, now+int64(ttl), key, owner.Instance, owner.Nonce[:], int64(token), b.bootID, now)
-		return b.guarded(ctx, what, res, err, func() error {
-			return fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
-		})
+		return b.guarded(ctx, what, res, err, leaseLost)
 	})
-	if err != nil {
-		return backend.Grant{}, err
-	}
-	return backend.Grant{Token: token, TTL: ttl}, nil
 }
 
-// Release implements backend.Leases. The key's counter is kept.
-func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if err := backend.CheckRelease(key, owner, token); err != nil {
-		return err
-	}
-	what := fmt.Sprintf("release key %q", key)
+// release is Release's guarded write (sqlledger.Leases.Clear): it deletes
+// the lease and keeps the key's counter.
+func (b *Backend) release(ctx context.Context, what, key string, owner backend.Owner, token uint64) error {
 	return b.write(ctx, what, func(tx *sql.Tx) error {
 		now, err := b.now(what)
 		if err != nil {
 			return err
 		}
 		res, err := tx.StmtContext(ctx, b.stmts[stReleaseLease]).ExecContext(ctx, key, owner.Instance, owner.Nonce[:], int64(token), b.bootID, now)
-		return b.guarded(ctx, what, res, err, func() error {
-			return fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
-		})
+		return b.guarded(ctx, what, res, err, leaseLost)
 	})
 }
+
+// leaseLost is renew's and release's answer when no row matched: the bare
+// sentinel, which sqlledger names with the key and token.
+func leaseLost() error { return backend.ErrLeaseLost }
 
 // guarded turns the result of a guarded UPDATE or DELETE into nil (one row
 // changed), lost() (no row matched) or a wrapped database error.
@@ -201,77 +232,32 @@ func (b *Backend) guarded(ctx context.Context, what string, res sql.Result, err 
 	return nil
 }
 
-// Get implements backend.Leases.
-func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := b.gate.Enter(); err != nil {
-		return backend.Lease{}, err
-	}
-	defer b.gate.Leave()
-	what := fmt.Sprintf("get key %q", key)
-	now, err := b.now(what)
-	if err != nil {
-		return backend.Lease{}, err
-	}
-	r, err := scanLease(b.db.QueryRowContext(ctx, `SELECT `+leaseCols+` FROM leases
-		WHERE key = ? AND boot_id = ? AND expires_ns > ?`, key, b.bootID, now), nil)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
-	case err != nil:
-		return backend.Lease{}, dbErr(ctx, what, err)
-	}
-	return r.view(key, now), nil
+// Acquire implements backend.Leases (sqlledger, with grant).
+func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
+	return b.leases.Acquire(ctx, key, owner, ttl)
 }
 
-// List implements backend.Leases: the unexpired leases whose keys start with
-// prefix (byte-wise, like strings.HasPrefix), in key order.
+// Renew implements backend.Leases (sqlledger, with renew).
+func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
+	return b.leases.Renew(ctx, req)
+}
+
+// Release implements backend.Leases (sqlledger, with release). The key's
+// counter is kept.
+func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
+	return b.leases.Release(ctx, key, owner, token)
+}
+
+// Get implements backend.Leases (sqlledger, by newLeases' clock).
+func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
+	return b.leases.Get(ctx, key)
+}
+
+// List implements backend.Leases (sqlledger): the unexpired leases whose
+// keys start with prefix (byte-wise, like strings.HasPrefix), in key
+// order.
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	if err := b.gate.Enter(); err != nil {
-		return nil, err
-	}
-	defer b.gate.Leave()
-	if strings.IndexByte(prefix, 0) >= 0 {
-		return nil, nil // no valid key contains NUL
-	}
-	what := fmt.Sprintf("list prefix %q", prefix)
-	now, err := b.now(what)
-	if err != nil {
-		return nil, err
-	}
-	if limit <= 0 {
-		limit = -1 // SQLite: no limit
-	}
-	// Keys compare with memcmp (BINARY collation), so the keys starting with
-	// prefix are exactly those in [prefix, prefixEnd(prefix)).
-	q := `SELECT key, ` + leaseCols + ` FROM leases WHERE key >= ? AND boot_id = ? AND expires_ns > ?`
-	args := []any{prefix, b.bootID, now}
-	if end, ok := prefixEnd(prefix); ok {
-		q += ` AND key < ?`
-		args = append(args, end)
-	}
-	q += ` ORDER BY key LIMIT ?`
-	args = append(args, limit)
-	rows, err := b.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, dbErr(ctx, what, err)
-	}
-	defer rows.Close()
-	var out []backend.Lease
-	for rows.Next() {
-		var key string
-		r, err := scanLease(rows, &key)
-		if err != nil {
-			return nil, dbErr(ctx, what, err)
-		}
-		out = append(out, r.view(key, now))
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbErr(ctx, what, err)
-	}
-	return out, nil
+	return b.leases.List(ctx, prefix, limit)
 }
 
 // prefixEnd returns the least string greater than every string that starts

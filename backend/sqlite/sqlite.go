@@ -134,6 +134,7 @@ func withClocks(mono func() (int64, error), wall func() time.Time) Option {
 type Backend struct {
 	gate    closegate.Gate
 	led     *sqlledger.Ledger // the ledger's rules and reads, written once
+	leases  *sqlledger.Leases // the lease layer, written once but for its clock
 	db      *sql.DB
 	path    string
 	bootID  string
@@ -205,6 +206,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	db.SetConnMaxIdleTime(0)
 	b := &Backend{db: db, path: abs, bootID: cfg.bootID, mono: cfg.mono, wall: cfg.wall}
 	b.led = newLedger(b)
+	b.leases = newLeases(b)
 	if err := b.initRetryingBusy(ctx, cfg.busyTimeout); err != nil {
 		b.Close()
 		return nil, err

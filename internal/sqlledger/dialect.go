@@ -1,10 +1,11 @@
-// Package sqlledger is the run ledger of the SQL backends (backend/mysql,
-// backend/postgres, backend/sqlite) written once: the rules a claim, a
-// reclaim and an abandon are judged by, the guarded updates of a run, and
-// the reads (GetRun, ListRuns) and Prune that are the same statement in
-// every SQL database but for its dialect. A backend keeps its Dialect and
-// what truly differs between the databases (how a claim takes its token
-// atomically, which clock judges expiry), each saying why it differs.
+// Package sqlledger is the run ledger and the lease layer of the SQL
+// backends (backend/mysql, backend/postgres, backend/sqlite) written once:
+// the rules a claim, a reclaim and an abandon are judged by, the guarded
+// updates of a run or a lease, and the reads (GetRun, ListRuns, Get, List)
+// and Prune that are the same statement in every SQL database but for its
+// dialect. A backend keeps its Dialect and what truly differs between the
+// databases (how a claim or an acquire takes its token atomically, which
+// clock judges expiry), each saying why it differs.
 package sqlledger
 
 import (
@@ -34,6 +35,13 @@ type Dialect struct {
 	// HighColumn is the jobs table's column of the high-water mark:
 	// high_at, or high_ms (SQLite).
 	HighColumn string
+	// KeyColumn is the leases table's key column: key, or k (MySQL, where
+	// KEY is a reserved word).
+	KeyColumn string
+	// Remaining is the SQL of a lease's remaining time by Now, in whole
+	// microseconds (expires_at minus Now). Empty where expiry is judged
+	// in Go.
+	Remaining string
 	// ScanInstant returns a scan destination for a nullable instant
 	// column, and how to read it after the scan (false: NULL). Nil: a
 	// timestamp column (TimeInstant).

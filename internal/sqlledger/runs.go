@@ -69,6 +69,27 @@ type stdRows struct{ *sql.Rows }
 
 func (r stdRows) Close() { r.Rows.Close() }
 
+// collect reads every row of a query's result (rows, err) with scan and
+// closes it; a failure is wrapped by d.Err naming what.
+func collect[T any](ctx context.Context, d *Dialect, what string, rows Rows, err error, scan func(Scanner) (T, error)) ([]T, error) {
+	if err != nil {
+		return nil, d.Err(ctx, what, err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, d.Err(ctx, what, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.Err(ctx, what, err)
+	}
+	return out, nil
+}
+
 // ScanFunc reads one run.
 type ScanFunc func(Scanner) (backend.Run, error)
 
@@ -218,22 +239,7 @@ func (l *Ledger) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.R
 	q := `SELECT ` + l.Cols + ` FROM ` + l.Runs + ` WHERE ` + strings.Join(where, " AND ") +
 		fmt.Sprintf(` ORDER BY %s DESC, job LIMIT %d`, l.D.AtColumn, f.EffectiveLimit())
 	rows, err := l.DB.Query(ctx, l.D.Bind(q), args...)
-	if err != nil {
-		return nil, l.D.Err(ctx, what, err)
-	}
-	defer rows.Close()
-	var out []backend.Run
-	for rows.Next() {
-		r, err := scan(rows)
-		if err != nil {
-			return nil, l.D.Err(ctx, what, err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, l.D.Err(ctx, what, err)
-	}
-	return out, nil
+	return collect(ctx, l.D, what, rows, err, scan)
 }
 
 // Prune implements backend.Ledger's Prune with PruneSQL. Running
