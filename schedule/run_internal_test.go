@@ -339,16 +339,15 @@ func timedOutJobNeverRunsBesideItself(t *testing.T) {
 	// Give a reclaim every chance it would have had: the sweep runs every
 	// 20 ms, and attempt 1's lease (if still heartbeated) ends 300 ms after
 	// it returned; wait until the ledger settles.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r, err := mem.GetRun(ctx, "slow", at)
-		if err == nil && r.State.Finished() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the occurrence never finished: %+v, %v", r, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var (
+		r   backend.Run
+		err error
+	)
+	if !eventually.Within(10*time.Second, func() bool {
+		r, err = mem.GetRun(ctx, "slow", at)
+		return err == nil && r.State.Finished()
+	}) {
+		t.Fatalf("the occurrence never finished: %+v, %v", r, err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
