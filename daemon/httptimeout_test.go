@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/internal/redact"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -52,18 +53,13 @@ func TestHTTPJobWithoutTimeoutEnds(t *testing.T) {
 
 	// Two occurrences finished: the first hung request ended the run and
 	// released the single slot for the next.
-	deadline := time.Now().Add(20 * time.Second)
 	var runs []backend.Run
-	for {
+	if !eventually.Within(20*time.Second, func() bool {
 		runs, err = mem.ListRuns(context.Background(), backend.RunFilter{Job: "hook", State: backend.Failed})
-		if err == nil && len(runs) >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			all, _ := mem.ListRuns(context.Background(), backend.RunFilter{Job: "hook"})
-			t.Fatalf("fewer than two runs of the hanging HTTP job failed within 20s (%d requests): %+v", calls.Load(), all)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return err == nil && len(runs) >= 2
+	}) {
+		all, _ := mem.ListRuns(context.Background(), backend.RunFilter{Job: "hook"})
+		t.Fatalf("fewer than two runs of the hanging HTTP job failed within 20s (%d requests): %+v", calls.Load(), all)
 	}
 	for _, r := range runs {
 		if r.Attempt != 1 || !strings.Contains(r.Error, "timed out after 300ms") || !strings.Contains(r.Error, "no answer") {

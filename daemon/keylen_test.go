@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -55,16 +56,12 @@ func TestCombinedKeyLengthCheckedAtLoad(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		runs, err := schedule.NamespaceLedger(b, ns).ListRuns(context.Background(), backend.RunFilter{Job: short, State: backend.Succeeded, Limit: 1})
-		if err == nil && len(runs) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no succeeded run of the longest job name within 20 s (last error %v)", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !eventually.Within(20*time.Second, func() bool {
+		var runs []backend.Run
+		runs, err = schedule.NamespaceLedger(b, ns).ListRuns(context.Background(), backend.RunFilter{Job: short, State: backend.Succeeded, Limit: 1})
+		return err == nil && len(runs) > 0
+	}) {
+		t.Fatalf("no succeeded run of the longest job name within 20 s (last error %v)", err)
 	}
 	cancel()
 	if err := <-done; err != nil {

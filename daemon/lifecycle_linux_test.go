@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/internal/testkit"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // deadPid returns the pid of a process that has exited (and was reaped).
@@ -93,17 +94,16 @@ func TestInstanceTakeover(t *testing.T) {
 		var log testkit.Buffer
 		_, done := startWith(t, lifeYAML, db, &log)
 		running := "msg=\"leasehold daemon running\" instance=d1 namespace=life"
-		deadline := time.Now().Add(10 * time.Second) // well within the 15 s TTL the dead holder's lease has left
-		for !strings.Contains(log.String(), running) {
+		// 10 s: well within the 15 s TTL the dead holder's lease has left.
+		if !eventually.Within(10*time.Second, func() bool {
 			select {
 			case err := <-done:
 				t.Fatalf("Run returned %v\n%s", err, log.String())
 			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not running: the dead holder was not taken over\n%s", log.String())
-			}
-			time.Sleep(5 * time.Millisecond)
+			return strings.Contains(log.String(), running)
+		}) {
+			t.Fatalf("not running: the dead holder was not taken over\n%s", log.String())
 		}
 		s := log.String()
 		if !strings.Contains(s, "taking the instance id over") || !regexp.MustCompile(running+`.* token=`+fmt.Sprint(old+1)+`\b`).MatchString(s) {
@@ -117,12 +117,8 @@ func TestInstanceTakeover(t *testing.T) {
 		holdAs(t, db, ownerName("d1", other, true))
 		var log testkit.Buffer
 		d, done := startWith(t, lifeYAML, db, &log)
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(log.String(), "instance id already running") {
-			if time.Now().After(deadline) {
-				t.Fatalf("no waiting message:\n%s", log.String())
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !eventually.Within(10*time.Second, func() bool { return strings.Contains(log.String(), "instance id already running") }) {
+			t.Fatalf("no waiting message:\n%s", log.String())
 		}
 		if s := log.String(); !strings.Contains(s, `runs on host \"elsewhere\", not here`) {
 			t.Fatalf("the waiting message does not say why:\n%s", s)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend/sqlite"
 	"github.com/leasehold/leasehold/internal/testkit"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 const lifeYAML = `
@@ -119,12 +120,9 @@ func TestReloadedJobSecretsAreMasked(t *testing.T) {
 	if err := d.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !regexp.MustCompile(`job=call .*127\.0\.0\.1:1`).MatchString(log.String()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the added job's failed call is not in the log:\n%s", log.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	failedCall := regexp.MustCompile(`job=call .*127\.0\.0\.1:1`)
+	if !eventually.Within(20*time.Second, func() bool { return failedCall.MatchString(log.String()) }) {
+		t.Fatalf("the added job's failed call is not in the log:\n%s", log.String())
 	}
 	if s := log.String(); strings.Contains(s, secret) {
 		t.Fatalf("the reloaded job's api_key reached the log:\n%s", s)

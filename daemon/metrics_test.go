@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // TestDaemonServesMetricsAndHealth runs a daemon with one job over SQLite
@@ -51,23 +52,22 @@ jobs:
 		// the daemon's instance-id lock
 		`leasehold_acquire_duration_seconds_count{backend="sqlite",kind="lock",namespace="shop",result="ok"} 1`,
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		code, body := get("/metrics")
-		missing := ""
+	var (
+		code          int
+		body, missing string
+	)
+	if !eventually.Within(20*time.Second, func() bool {
+		code, body = get("/metrics")
+		missing = ""
 		for _, w := range want {
 			if !strings.Contains(body, w) {
 				missing = w
 				break
 			}
 		}
-		if code == 200 && missing == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics (%d) lacks %s after 20s:\n%s", code, missing, body)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return code == 200 && missing == ""
+	}) {
+		t.Fatalf("/metrics (%d) lacks %s after 20s:\n%s", code, missing, body)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // Found by review: the MySQL backend takes its password from $MYSQL_PWD and pgx from
@@ -119,8 +121,7 @@ func TestHTTPResultSecretNotSplitAtCut(t *testing.T) {
 	_, tok, _ := d.AdminToken()
 	base := "http://" + d.AdminAddr().String()
 	var body, last string
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	eventually.Within(20*time.Second, func() bool {
 		req, _ := http.NewRequest("GET", base+"/api/v1/runs?job=echo", nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		resp, err := http.DefaultClient.Do(req)
@@ -136,10 +137,10 @@ func TestHTTPResultSecretNotSplitAtCut(t *testing.T) {
 		last = string(b)
 		if len(page.Runs) > 0 && page.Runs[0].State != "running" {
 			body = string(b)
-			break
+			return true
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false
+	})
 	if body == "" {
 		t.Fatalf("no finished run: %s", last)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -95,16 +96,15 @@ func (s *server) scrape(t *testing.T) map[string]float64 {
 // waitMetric waits until the scraped sample satisfies cond.
 func (s *server) waitMetric(t *testing.T, sample string, cond func(float64) bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		v, ok := s.scrape(t)[sample]
-		if ok && cond(v) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v (present %v) after 20s", sample, v, ok)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var (
+		v  float64
+		ok bool
+	)
+	if !eventually.Within(20*time.Second, func() bool {
+		v, ok = s.scrape(t)[sample]
+		return ok && cond(v)
+	}) {
+		t.Fatalf("%s = %v (present %v) after 20s", sample, v, ok)
 	}
 }
 
@@ -278,12 +278,9 @@ func TestScheduleMetricsSQLite(t *testing.T) {
 		}
 		scheds = append(scheds, s)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for ok, _ := fx.counts(); ok < 20; ok, _ = fx.counts() {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d runs of tick in a minute", ok)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var ok int
+	if !eventually.Within(time.Minute, func() bool { ok, _ = fx.counts(); return ok >= 20 }) {
+		t.Fatalf("only %d runs of tick in a minute", ok)
 	}
 	for _, s := range scheds {
 		if err := s.Shutdown(context.Background()); err != nil {

@@ -17,62 +17,61 @@ import (
 
 // lateClaim stages issue #14 item 1 for claims: attempt 1 fails at once
 // without reaching the ledger (a broken connection) and is applied late,
-// while attempt 2 — refused as too early — is on its way back; attempt 3
-// then answers "yours" with attempt 1's grant. Heartbeats and Finish fail
-// without reaching the ledger once drop is set, so the lease must expire.
-type lateClaim struct {
-	backend.Backend
-	delay time.Duration
-
-	mu    sync.Mutex
-	n     int
-	first backend.ClaimRequest
-	drop  bool
-}
-
-func (b *lateClaim) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	if req.Job != "late" { // the schedule version's record
-		return b.Backend.Claim(ctx, req)
+// while attempt 2 — refused as too early — is on its way back (delay);
+// attempt 3 then answers "yours" with attempt 1's grant. Heartbeats and
+// Finish fail without reaching the ledger once drop is called, so the
+// lease must expire.
+func lateClaim(b backend.Backend, delay time.Duration) (fb *faultbackend.Backend, drop func()) {
+	var (
+		mu      sync.Mutex
+		n       int
+		first   backend.ClaimRequest
+		dropped bool
+	)
+	isDropped := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return dropped
 	}
-	b.mu.Lock()
-	b.n++
-	n := b.n
-	if n == 1 {
-		b.first = req
-	}
-	first := b.first
-	b.mu.Unlock()
-	switch n {
-	case 1:
-		return backend.Grant{}, errors.New("injected: connection reset")
-	case 2:
-		if _, err := b.Backend.Claim(context.Background(), first); err != nil {
-			return backend.Grant{}, fmt.Errorf("applying attempt 1 late: %w", err)
-		}
-		time.Sleep(b.delay) // the scenario: the refusal arrives late
-		return backend.Grant{}, fmt.Errorf("injected: %w", backend.ErrOccurrenceTooEarly)
-	}
-	return b.Backend.Claim(ctx, req)
-}
-
-func (b *lateClaim) dropped() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.drop
-}
-
-func (b *lateClaim) Finish(ctx context.Context, req backend.FinishRequest) error {
-	if b.dropped() {
-		return errors.New("injected: finish lost")
-	}
-	return b.Backend.Finish(ctx, req)
-}
-
-func (b *lateClaim) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	if b.dropped() {
-		return errors.New("injected: heartbeat lost")
-	}
-	return b.Backend.Heartbeat(ctx, req)
+	fb = &faultbackend.Backend{Next: b,
+		OnClaim: func(ctx context.Context, next faultbackend.ClaimFunc, req backend.ClaimRequest) (backend.Grant, error) {
+			if req.Job != "late" { // the schedule version's record
+				return next(ctx, req)
+			}
+			mu.Lock()
+			n++
+			n := n
+			if n == 1 {
+				first = req
+			}
+			first := first
+			mu.Unlock()
+			switch n {
+			case 1:
+				return backend.Grant{}, errors.New("injected: connection reset")
+			case 2:
+				if _, err := next(context.Background(), first); err != nil {
+					return backend.Grant{}, fmt.Errorf("applying attempt 1 late: %w", err)
+				}
+				time.Sleep(delay) // the scenario: the refusal arrives late
+				return backend.Grant{}, fmt.Errorf("injected: %w", backend.ErrOccurrenceTooEarly)
+			}
+			return next(ctx, req)
+		},
+		OnFinish: func(ctx context.Context, next faultbackend.FinishFunc, req backend.FinishRequest) error {
+			if isDropped() {
+				return errors.New("injected: finish lost")
+			}
+			return next(ctx, req)
+		},
+		OnHeartbeat: func(ctx context.Context, next faultbackend.HeartbeatFunc, req backend.HeartbeatRequest) error {
+			if isDropped() {
+				return errors.New("injected: heartbeat lost")
+			}
+			return next(ctx, req)
+		}}
+	drop = func() { mu.Lock(); dropped = true; mu.Unlock() }
+	return fb, drop
 }
 
 // TestLateAppliedClaimNeverOutlivesLease: the runner's context must be
@@ -91,7 +90,7 @@ func lateAppliedClaimNeverOutlivesLease(t *testing.T) {
 	const ttl = time.Second
 	mem := memory.New()
 	defer mem.Close()
-	lb := &lateClaim{Backend: mem, delay: ttl * 7 / 10}
+	lb, drop := lateClaim(mem, ttl*7/10)
 	s, err := New(lb, WithInstance("a"))
 	if err != nil {
 		t.Fatal(err)
@@ -126,9 +125,7 @@ func lateAppliedClaimNeverOutlivesLease(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the occurrence never ran")
 	}
-	lb.mu.Lock()
-	lb.drop = true
-	lb.mu.Unlock()
+	drop()
 	other := backend.Owner{Instance: "b", Nonce: backend.NewNonce()}
 	deadline := time.Now().Add(20 * ttl)
 	for {

@@ -20,37 +20,39 @@ import (
 
 // unknownThenEarly loses attempt 1 of a Claim (a broken connection: its
 // outcome is unknown to the caller), refuses attempt 2 as too early, and
-// then delivers attempt 1 late, as the network may.
-type unknownThenEarly struct {
-	backend.Backend
-	mu    sync.Mutex
-	n     int
-	first backend.ClaimRequest
-}
-
-func (b *unknownThenEarly) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	b.mu.Lock()
-	b.n++
-	n := b.n
-	if n == 1 {
-		b.first = req
+// then delivers attempt 1 late, as the network may, when applyFirst is
+// called.
+func unknownThenEarly(b backend.Backend) (fb *faultbackend.Backend, applyFirst func(ctx context.Context) error) {
+	var (
+		mu    sync.Mutex
+		n     int
+		first backend.ClaimRequest
+	)
+	fb = &faultbackend.Backend{Next: b,
+		OnClaim: func(ctx context.Context, next faultbackend.ClaimFunc, req backend.ClaimRequest) (backend.Grant, error) {
+			mu.Lock()
+			n++
+			n := n
+			if n == 1 {
+				first = req
+			}
+			mu.Unlock()
+			switch n {
+			case 1:
+				return backend.Grant{}, errors.New("injected: connection reset")
+			case 2:
+				return backend.Grant{}, fmt.Errorf("injected: %w", backend.ErrOccurrenceTooEarly)
+			}
+			return next(ctx, req)
+		}}
+	applyFirst = func(ctx context.Context) error {
+		mu.Lock()
+		req := first
+		mu.Unlock()
+		_, err := b.Claim(ctx, req)
+		return err
 	}
-	b.mu.Unlock()
-	switch n {
-	case 1:
-		return backend.Grant{}, errors.New("injected: connection reset")
-	case 2:
-		return backend.Grant{}, fmt.Errorf("injected: %w", backend.ErrOccurrenceTooEarly)
-	}
-	return b.Backend.Claim(ctx, req)
-}
-
-func (b *unknownThenEarly) applyFirst(ctx context.Context) error {
-	b.mu.Lock()
-	req := b.first
-	b.mu.Unlock()
-	_, err := b.Backend.Claim(ctx, req)
-	return err
+	return fb, applyFirst
 }
 
 // TestClaimOccurrenceUnknownThenTooEarly: a ClaimOccurrence whose first
@@ -61,7 +63,7 @@ func (b *unknownThenEarly) applyFirst(ctx context.Context) error {
 func TestClaimOccurrenceUnknownThenTooEarly(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
-	b := &unknownThenEarly{Backend: mem}
+	b, applyFirst := unknownThenEarly(mem)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	at := time.Now().Add(-time.Second)
@@ -69,7 +71,7 @@ func TestClaimOccurrenceUnknownThenTooEarly(t *testing.T) {
 	if err == nil {
 		t.Fatal("ClaimOccurrence succeeded; the wrapper refuses attempt 2")
 	}
-	if err := b.applyFirst(ctx); err != nil {
+	if err := applyFirst(ctx); err != nil {
 		t.Fatalf("applying attempt 1 late: %v", err)
 	}
 	if !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -196,21 +197,19 @@ func TestReRegisterHandsBackCatchUpQueue(t *testing.T) {
 	})
 }
 
-// slowPauseRead answers the next read of a paused state (armed) delay
-// late: the request was sent, the reply is slow, and it does not notice
-// that its caller's context ended meanwhile.
-type slowPauseRead struct {
-	*memory.Backend
-	armed atomic.Bool
-	delay time.Duration
-}
-
-func (b *slowPauseRead) HighWater(ctx context.Context, job string) (time.Time, string, error) {
-	hw, st, err := b.Backend.HighWater(ctx, job)
-	if !strings.HasSuffix(job, "#version") && strings.HasPrefix(job, "tick") && b.armed.CompareAndSwap(true, false) {
-		time.Sleep(b.delay)
-	}
-	return hw, st, err
+// slowPauseRead answers the next read of a paused state, once armed,
+// delay late: the request was sent, the reply is slow, and it does not
+// notice that its caller's context ended meanwhile.
+func slowPauseRead(b backend.Backend, delay time.Duration) (fb *faultbackend.Backend, armed *atomic.Bool) {
+	armed = new(atomic.Bool)
+	return &faultbackend.Backend{Next: b,
+		OnHighWater: func(ctx context.Context, next faultbackend.HighWaterFunc, job string) (time.Time, string, error) {
+			hw, st, err := next(ctx, job)
+			if !strings.HasSuffix(job, "#version") && strings.HasPrefix(job, "tick") && armed.CompareAndSwap(true, false) {
+				time.Sleep(delay)
+			}
+			return hw, st, err
+		}}, armed
 }
 
 // TestCutOffClaimRecordsNothingAfterHandBack: the old registration's
@@ -225,7 +224,7 @@ func TestCutOffClaimRecordsNothingAfterHandBack(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				mem := memory.New()
 				defer mem.Close()
-				b := &slowPauseRead{Backend: mem, delay: 8 * time.Second}
+				b, armed := slowPauseRead(mem, 8*time.Second)
 				log := newLedgerLog()
 				s, err := schedule.New(b, schedule.WithInstance("a"), schedule.WithObserver(schedule.ObserverFunc(log.observe)))
 				if err != nil {
@@ -244,7 +243,7 @@ func TestCutOffClaimRecordsNothingAfterHandBack(t *testing.T) {
 				at := t0.Add(time.Minute).UTC()
 				time.Sleep(at.Add(-time.Second).Sub(time.Now()))
 				synctest.Wait()
-				b.armed.Store(true)
+				armed.Store(true)
 				time.Sleep(time.Second)
 				synctest.Wait() // the timer fired: the claim of at waits on the slow read
 				if err := s.Remove("tick"); err != nil {
@@ -269,20 +268,18 @@ func TestCutOffClaimRecordsNothingAfterHandBack(t *testing.T) {
 	}
 }
 
-// slowClaimReply applies the next armed Claim at once and delivers its
-// reply delay later, whatever its caller's context does meanwhile.
-type slowClaimReply struct {
-	*memory.Backend
-	armed atomic.Bool
-	delay time.Duration
-}
-
-func (b *slowClaimReply) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	g, err := b.Backend.Claim(ctx, req)
-	if b.armed.CompareAndSwap(true, false) {
-		time.Sleep(b.delay)
-	}
-	return g, err
+// slowClaimReply applies the next Claim, once armed, at once and delivers
+// its reply delay later, whatever its caller's context does meanwhile.
+func slowClaimReply(b backend.Backend, delay time.Duration) (fb *faultbackend.Backend, armed *atomic.Bool) {
+	armed = new(atomic.Bool)
+	return &faultbackend.Backend{Next: b,
+		OnClaim: func(ctx context.Context, next faultbackend.ClaimFunc, req backend.ClaimRequest) (backend.Grant, error) {
+			g, err := next(ctx, req)
+			if armed.CompareAndSwap(true, false) {
+				time.Sleep(delay)
+			}
+			return g, err
+		}}, armed
 }
 
 // TestChangedScheduleWaitsForInFlightClaims: the claim of T is
@@ -304,7 +301,7 @@ func TestChangedScheduleWaitsForInFlightClaims(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				mem := memory.New()
 				defer mem.Close()
-				b := &slowClaimReply{Backend: mem, delay: 3 * time.Second}
+				b, armed := slowClaimReply(mem, 3*time.Second)
 				log := newLedgerLog()
 				s, err := schedule.New(b, schedule.WithInstance("a"), schedule.WithObserver(schedule.ObserverFunc(log.observe)))
 				if err != nil {
@@ -323,7 +320,7 @@ func TestChangedScheduleWaitsForInFlightClaims(t *testing.T) {
 				at := t0.Add(time.Minute).UTC()
 				time.Sleep(at.Add(-time.Second).Sub(time.Now()))
 				synctest.Wait()
-				b.armed.Store(true)
+				armed.Store(true)
 				time.Sleep(time.Second)
 				synctest.Wait() // the claim of at is applied; its reply is on the way
 				tc.again(&job)

@@ -14,38 +14,37 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 	"github.com/leasehold/leasehold/schedule"
 )
 
 // gatedVersions holds the schedule-version reads of jobs named slow-*
-// until gate is closed, as a backend that stalls (or a lock held on it)
+// until release is called, as a backend that stalls (or a lock held on it)
 // holds a job's start-up; blocked counts the reads held.
-type gatedVersions struct {
-	*memory.Backend
-	gate    chan struct{}
-	release func() // closes gate, once
-	blocked atomic.Int32
-}
-
-func (b *gatedVersions) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	if strings.Contains(f.Job, "slow-") {
-		b.blocked.Add(1)
-		select {
-		case <-b.gate:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	return b.Backend.ListRuns(ctx, f)
+func gatedVersions(b backend.Backend) (fb *faultbackend.Backend, release func(), blocked *atomic.Int32) {
+	gate := make(chan struct{})
+	blocked = new(atomic.Int32)
+	fb = &faultbackend.Backend{Next: b,
+		OnListRuns: func(ctx context.Context, next faultbackend.ListRunsFunc, f backend.RunFilter) ([]backend.Run, error) {
+			if strings.Contains(f.Job, "slow-") {
+				blocked.Add(1)
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return next(ctx, f)
+		}}
+	return fb, sync.OnceFunc(func() { close(gate) }), blocked
 }
 
 // slowStartUps starts a scheduler over a backend that holds the start-up
 // of n slow-* jobs (more than the scheduler does at once), and returns it
-// once they hold every start-up slot.
-func slowStartUps(t *testing.T, n int, opts ...schedule.Option) (*schedule.Scheduler, *gatedVersions) {
+// once they hold every start-up slot, with the call that lets them go on.
+func slowStartUps(t *testing.T, n int, opts ...schedule.Option) (s *schedule.Scheduler, release func()) {
 	t.Helper()
-	b := &gatedVersions{Backend: memory.New(), gate: make(chan struct{})}
-	b.release = sync.OnceFunc(func() { close(b.gate) })
+	b, release, blocked := gatedVersions(memory.New())
 	s, err := schedule.New(b, append([]schedule.Option{schedule.WithInstance("i1")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -60,15 +59,15 @@ func slowStartUps(t *testing.T, n int, opts ...schedule.Option) (*schedule.Sched
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		b.release()
+		release()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := s.Shutdown(ctx); err != nil {
 			t.Error(err)
 		}
 	})
-	eventually.True(t, 10*time.Second, "the slow jobs' start-ups hold the slots", func() bool { return b.blocked.Load() >= 8 })
-	return s, b
+	eventually.True(t, 10*time.Second, "the slow jobs' start-ups hold the slots", func() bool { return blocked.Load() >= 8 })
+	return s, release
 }
 
 // TestEveryInstanceJobWaitsForNoStartUpSlot: the scheduler does at most 8
@@ -125,7 +124,7 @@ func startUpSlotWaitIsNoSilentGap(t *testing.T) {
 			misfired.Add(int32(ev.Count))
 		}
 	})
-	s, b := slowStartUps(t, 12, schedule.WithObserver(obs))
+	s, release := slowStartUps(t, 12, schedule.WithObserver(obs))
 	registered := time.Now()
 	if err := s.Register(schedule.Job{Name: "late", Schedule: "@every 100ms", MisfireGrace: 100 * time.Millisecond,
 		Func: func(context.Context, schedule.Run) error { return nil }}); err != nil {
@@ -133,7 +132,7 @@ func startUpSlotWaitIsNoSilentGap(t *testing.T) {
 	}
 	// Instants of "late" come due while its start-up waits.
 	eventually.True(t, 10*time.Second, "half a second of instants passed", func() bool { return time.Since(registered) > 500*time.Millisecond })
-	b.release()
+	release()
 	eventually.True(t, 10*time.Second, `"late"'s instants of its start-up wait reported as misfires`, func() bool { return misfired.Load() > 0 })
 }
 

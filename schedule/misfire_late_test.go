@@ -2,9 +2,7 @@ package schedule_test
 
 import (
 	"context"
-	"errors"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -239,30 +237,6 @@ func startupCatchUpAndLoopMisfireShareTheBound(t *testing.T) {
 	if p := c2.peak.Load(); p > 1 {
 		t.Errorf("%d catch-up runs at once (catch-up is one after another)", p)
 	}
-}
-
-// misfireFinishFails holds the first Claim of "tick" back (so it is won
-// past the grace) and fails every Finish that records a misfire, as a
-// partition right then would (an unknown outcome).
-type misfireFinishFails struct {
-	backend.Backend
-	hold time.Duration
-	once sync.Once
-	held atomic.Int64 // the held claim's instant (Unix ms)
-}
-
-func (b *misfireFinishFails) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	if req.Job == "tick" {
-		b.once.Do(func() { b.held.Store(req.ScheduledAt.UnixMilli()); time.Sleep(b.hold) })
-	}
-	return b.Backend.Claim(ctx, req)
-}
-
-func (b *misfireFinishFails) Finish(ctx context.Context, req backend.FinishRequest) error {
-	if len(req.Outcome.Error) >= 7 && req.Outcome.Error[:7] == "misfire" {
-		return errors.New("i/o timeout (review: outcome unknown)")
-	}
-	return b.Backend.Finish(ctx, req)
 }
 
 // TestEveryInstanceLateWakeUpIsReported (found by review; the bug it shows): for an every-instance job the

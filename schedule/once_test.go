@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -187,14 +188,10 @@ func TestOnceAbandonsAKeyWhoseHolderDied(t *testing.T) {
 				t.Fatalf("claim by the consumer that dies: %v", err)
 			}
 			ran := false
-			deadline := time.Now().Add(30 * time.Second)
-			for {
+			eventually.Within(30*time.Second, func() bool { // claimed until the lease (50 ms by the backend's clock) runs out
 				err = schedule.RunOnce(ctx, b, "dead", func(context.Context, leasehold.Token) error { ran = true; return nil }, schedule.OnceOptions{})
-				if !errors.Is(err, backend.ErrOccurrenceClaimed) || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond) // the lease (50 ms by the backend's clock) runs out
-			}
+				return !errors.Is(err, backend.ErrOccurrenceClaimed)
+			})
 			if !errors.Is(err, schedule.ErrOnceAbandoned) {
 				t.Fatalf("RunOnce after the holder (token %d) died: %v; want ErrOnceAbandoned", g.Token, err)
 			}

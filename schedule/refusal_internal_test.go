@@ -8,18 +8,8 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
-
-// countLists counts the List calls made to its backend.
-type countLists struct {
-	backend.Leases
-	lists atomic.Int32
-}
-
-func (c *countLists) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	c.lists.Add(1)
-	return c.Leases.List(ctx, prefix, limit)
-}
 
 // TestReadAllRefusalsSplitsByJob: the refusal statements of every job of a
 // namespace, read with one List, are split by job — a job whose name
@@ -48,12 +38,17 @@ func TestReadAllRefusalsSplitsByJob(t *testing.T) {
 		"ab":  {{Instance: "web-3", Version: "v-ab"}},
 		"a/b": {{Instance: "web-4", Version: "v-a/b"}},
 	}
-	l := &countLists{Leases: m}
+	var lists atomic.Int32
+	l := &faultbackend.Backend{Next: m,
+		OnList: func(ctx context.Context, next faultbackend.ListFunc, prefix string, limit int) ([]backend.Lease, error) {
+			lists.Add(1)
+			return next(ctx, prefix, limit)
+		}}
 	got, err := ReadAllRefusals(ctx, l, "ns")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := l.lists.Load(); n != 1 {
+	if n := lists.Load(); n != 1 {
 		t.Errorf("ReadAllRefusals made %d List calls, want 1", n)
 	}
 	if !reflect.DeepEqual(got, want) {

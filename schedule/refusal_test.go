@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -106,7 +107,7 @@ func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 		_ = restarted.Shutdown(context.Background())
 		// A refusing process that dies (its renewals stop, it releases
 		// nothing): its statement lives out its lease, then lapses.
-		dh := &dying{Backend: b}
+		dh, die := dying(b)
 		dead := newScheduler(t, dh, "eu/dying")
 		if err := dead.Register(job("@every 1h")); err != nil {
 			t.Fatal(err)
@@ -122,7 +123,7 @@ func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 		if !statedByDying() {
 			t.Fatalf("refusals while the refusing process lives: %+v; want eu/dying refusing %s", read(), oldSpec.Version())
 		}
-		dh.die()
+		die()
 		synctest.Wait()
 		if !statedByDying() {
 			t.Fatalf("refusals as the refusing process dies: %+v; want its statement until its lease lapses", read())
@@ -139,114 +140,19 @@ func TestRefusalIsSaidWhereAndFor(t *testing.T) {
 // how long it outlives a process that died.
 const refusalTTL = 30 * time.Second
 
-// dying is a process's backend handle that can die: once it has, every
-// call fails, so the process renews nothing and releases nothing, as one
-// killed without a word. Close leaves the backend to its owner.
-type dying struct {
-	backend.Backend
-	dead atomic.Bool
+// dying is a process's backend handle that can die: once die has been
+// called, every call fails, so the process renews nothing and releases
+// nothing, as one killed without a word. (Nothing closes it: a Scheduler
+// leaves its backend to its owner.)
+func dying(b backend.Backend) (fb *faultbackend.Backend, die func()) {
+	var dead atomic.Bool
+	return &faultbackend.Backend{Next: b,
+		OnCall: func(context.Context, string) error {
+			if dead.Load() {
+				return errDied
+			}
+			return nil
+		}}, func() { dead.Store(true) }
 }
 
 var errDied = errors.New("the process died")
-
-func (d *dying) die() { d.dead.Store(true) }
-
-func (d *dying) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	if d.dead.Load() {
-		return backend.Grant{}, errDied
-	}
-	return d.Backend.Acquire(ctx, key, owner, ttl)
-}
-
-func (d *dying) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	if d.dead.Load() {
-		return backend.Grant{}, errDied
-	}
-	return d.Backend.Renew(ctx, req)
-}
-
-func (d *dying) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if d.dead.Load() {
-		return errDied
-	}
-	return d.Backend.Release(ctx, key, owner, token)
-}
-
-func (d *dying) Get(ctx context.Context, key string) (backend.Lease, error) {
-	if d.dead.Load() {
-		return backend.Lease{}, errDied
-	}
-	return d.Backend.Get(ctx, key)
-}
-
-func (d *dying) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	if d.dead.Load() {
-		return nil, errDied
-	}
-	return d.Backend.List(ctx, prefix, limit)
-}
-
-func (d *dying) Close() error { return nil }
-
-func (d *dying) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	if d.dead.Load() {
-		return backend.Grant{}, errDied
-	}
-	return d.Backend.Claim(ctx, req)
-}
-
-func (d *dying) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	if d.dead.Load() {
-		return errDied
-	}
-	return d.Backend.Heartbeat(ctx, req)
-}
-
-func (d *dying) Finish(ctx context.Context, req backend.FinishRequest) error {
-	if d.dead.Load() {
-		return errDied
-	}
-	return d.Backend.Finish(ctx, req)
-}
-
-func (d *dying) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
-	if d.dead.Load() {
-		return backend.Grant{}, backend.Run{}, errDied
-	}
-	return d.Backend.Reclaim(ctx, req)
-}
-
-func (d *dying) Abandon(ctx context.Context, job string, scheduledAt time.Time) (backend.Run, error) {
-	if d.dead.Load() {
-		return backend.Run{}, errDied
-	}
-	return d.Backend.Abandon(ctx, job, scheduledAt)
-}
-
-func (d *dying) GetRun(ctx context.Context, job string, scheduledAt time.Time) (backend.Run, error) {
-	if d.dead.Load() {
-		return backend.Run{}, errDied
-	}
-	return d.Backend.GetRun(ctx, job, scheduledAt)
-}
-
-func (d *dying) HighWater(ctx context.Context, job string) (time.Time, string, error) {
-	if d.dead.Load() {
-		return time.Time{}, "", errDied
-	}
-	return d.Backend.HighWater(ctx, job)
-}
-
-func (d *dying) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	if d.dead.Load() {
-		return nil, errDied
-	}
-	return d.Backend.ListRuns(ctx, f)
-}
-
-func (d *dying) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
-	if d.dead.Load() {
-		return 0, errDied
-	}
-	return d.Backend.Prune(ctx, olderThan, batch)
-}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // perInstant records, per occurrence, the attempts the job itself saw.
@@ -73,13 +74,7 @@ func retryNotStarvedBehindHundredHeldRuns(t *testing.T) {
 	}
 	base := backend.Instant(time.Now()).Add(-time.Second)
 	occur(base)
-	deadline := time.Now().Add(5 * time.Second)
-	for len(seen.get(base)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the first occurrence never ran")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, 5*time.Second, "the first occurrence ran", func() bool { return len(seen.get(base)) > 0 })
 	failedAt := time.Now()
 	time.Sleep(400 * time.Millisecond)
 	for i := 1; i <= 120; i++ { // newer occurrences, failing too
@@ -87,11 +82,8 @@ func retryNotStarvedBehindHundredHeldRuns(t *testing.T) {
 	}
 	// The retry is due 1.5 s after the failure; the lease lapses then and
 	// the sweep (every 20 ms) reclaims. 4 s is generous.
-	for time.Since(failedAt) < 4*time.Second {
-		if len(seen.get(base)) >= 2 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if eventually.Within(time.Until(failedAt.Add(4*time.Second)), func() bool { return len(seen.get(base)) >= 2 }) {
+		return
 	}
 	r, _ := b.GetRun(context.Background(), LedgerJob(s.cfg.namespace, "flaky"), base)
 	t.Fatalf("occurrence %s: its retry was due %v after its failure, and %v later it has not run (attempts seen %d; ledger: %s attempt %d expired %v): the sweeper sees only the 100 newest running records",
@@ -135,26 +127,18 @@ func heldRetriesLeaveClaimSlots(t *testing.T) {
 	for i := range maxInflight {
 		s.due(s.loopCtx, e, base.Add(time.Duration(i)*time.Millisecond))
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for seen.total() < maxInflight {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d failing occurrences ran", seen.total(), maxInflight)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !eventually.Within(20*time.Second, func() bool { return seen.total() >= maxInflight }) {
+		t.Fatalf("only %d of %d failing occurrences ran", seen.total(), maxInflight)
 	}
 	mu.Lock()
 	healthy = true // the dependency is back
 	mu.Unlock()
 	next := backend.Instant(time.Now())
 	s.due(s.loopCtx, e, next)
-	deadline = time.Now().Add(2 * time.Second)
-	for len(seen.get(next)) == 0 {
-		if time.Now().After(deadline) {
-			r, err := b.GetRun(context.Background(), LedgerJob(s.cfg.namespace, "flaky"), next)
-			t.Fatalf("a new on-time occurrence was not run while %d failed attempts wait for their retry (ledger: %v %v): held retries count as claims in flight",
-				e.inflight.Load(), r.State, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !eventually.Within(2*time.Second, func() bool { return len(seen.get(next)) > 0 }) {
+		r, err := b.GetRun(context.Background(), LedgerJob(s.cfg.namespace, "flaky"), next)
+		t.Fatalf("a new on-time occurrence was not run while %d failed attempts wait for their retry (ledger: %v %v): held retries count as claims in flight",
+			e.inflight.Load(), r.State, err)
 	}
 }
 
@@ -181,16 +165,10 @@ func pausedJobIsNotRetried(t *testing.T) {
 	at := backend.Instant(time.Now())
 	s.runs.Add(1)
 	go func() { defer s.runs.Done(); s.occur(s.loopCtx, s.jobs["flaky"], at) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if seen, _ := l.snapshot(); len(seen) > 0 && !seen[0].end.IsZero() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("attempt 1 never ended")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, 5*time.Second, "attempt 1 ended", func() bool {
+		seen, _ := l.snapshot()
+		return len(seen) > 0 && !seen[0].end.IsZero()
+	})
 	if err := s.Pause(context.Background(), "flaky"); err != nil {
 		t.Fatal(err)
 	}

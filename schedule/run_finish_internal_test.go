@@ -16,31 +16,34 @@ import (
 	"github.com/leasehold/leasehold/backend/mysql"
 	"github.com/leasehold/leasehold/backend/postgres"
 	"github.com/leasehold/leasehold/internal/chaos"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
-// failingFinish refuses the first n Finish calls without applying them, as
-// a backend does during a short outage.
-type failingFinish struct {
-	backend.Backend
-	mu       sync.Mutex
-	n, calls int
-}
-
-func (b *failingFinish) Finish(ctx context.Context, req backend.FinishRequest) error {
-	b.mu.Lock()
-	if req.Job != "once" { // schedule versions are recorded through Finish too
-		b.mu.Unlock()
-		return b.Backend.Finish(ctx, req)
-	}
-	b.calls++
-	fail := b.calls <= b.n
-	b.mu.Unlock()
-	if fail {
-		return errors.New("injected: connection refused")
-	}
-	return b.Backend.Finish(ctx, req)
+// failingFinish refuses the first n Finish calls of job "once" without
+// applying them, as a backend does during a short outage.
+// calls counts the Finish calls of "once" made.
+func failingFinish(b backend.Backend, n int) (fb *faultbackend.Backend, calls func() int) {
+	var (
+		mu sync.Mutex
+		c  int
+	)
+	calls = func() int { mu.Lock(); defer mu.Unlock(); return c }
+	return &faultbackend.Backend{Next: b,
+		OnFinish: func(ctx context.Context, next faultbackend.FinishFunc, req backend.FinishRequest) error {
+			if req.Job != "once" { // schedule versions are recorded through Finish too
+				return next(ctx, req)
+			}
+			mu.Lock()
+			c++
+			fail := c <= n
+			mu.Unlock()
+			if fail {
+				return errors.New("injected: connection refused")
+			}
+			return next(ctx, req)
+		}}, calls
 }
 
 // TestFinishRetriedUntilLeaseEnds (issue 14 item 7): a Finish that fails
@@ -63,7 +66,7 @@ func finishRetriedUntilLeaseEnds(t *testing.T) {
 	const ttl = 3 * time.Second
 	mem := memory.New()
 	t.Cleanup(func() { mem.Close() }) // after the schedulers stop
-	fb := &failingFinish{Backend: mem, n: 10}
+	fb, finishCalls := failingFinish(mem, 10)
 	ran := make(chan Run, 100)
 	startJob(t, fb, "a", Job{Name: "once", Schedule: "@every 2s", LeaseTTL: ttl, Crash: CrashRetry, MaxAttempts: 3,
 		Func: func(ctx context.Context, r Run) error { ran <- r; return nil }})
@@ -75,25 +78,18 @@ func finishRetriedUntilLeaseEnds(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the job never ran")
 	}
-	deadline := time.Now().Add(4 * ttl)
-	for {
-		r, err := mem.GetRun(ctx, "once", first.ScheduledAt)
-		if err != nil {
+	var r backend.Run
+	if !eventually.Within(4*ttl, func() bool {
+		var err error
+		if r, err = mem.GetRun(ctx, "once", first.ScheduledAt); err != nil {
 			t.Fatal(err)
 		}
-		if r.State == backend.Succeeded {
-			if r.Attempt != 1 {
-				t.Fatalf("the occurrence succeeded as attempt %d: the first run's outcome was lost and the job ran again", r.Attempt)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			fb.mu.Lock()
-			calls := fb.calls
-			fb.mu.Unlock()
-			t.Fatalf("%v after the run, with %d Finish calls, the ledger says %s (attempt %d), want succeeded", 4*ttl, calls, r.State, r.Attempt)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return r.State == backend.Succeeded
+	}) {
+		t.Fatalf("%v after the run, with %d Finish calls, the ledger says %s (attempt %d), want succeeded", 4*ttl, finishCalls(), r.State, r.Attempt)
+	}
+	if r.Attempt != 1 {
+		t.Fatalf("the occurrence succeeded as attempt %d: the first run's outcome was lost and the job ran again", r.Attempt)
 	}
 	for {
 		select {
@@ -121,7 +117,7 @@ func TestClaimFinishRetried(t *testing.T) {
 func claimFinishRetried(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
-	fb := &failingFinish{Backend: mem, n: 10}
+	fb, _ := failingFinish(mem, 10)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	at := backend.Instant(time.Now().Add(-time.Second))
@@ -141,63 +137,63 @@ func claimFinishRetried(t *testing.T) {
 // connection (its reply is lost); GetRun fails (getRunFail > 0: that many
 // times with a transient error) or blocks until its ctx ends (hangGetRun).
 type lostFinishReply struct {
-	backend.Backend
-	mu          sync.Mutex
-	finishes    int
 	getRunFail  int
 	hangGetRun  bool
 	hbApplyFail bool // Heartbeat is applied, but its reply is lost
 	keepFinish  bool // Finish replies are not lost
 }
 
-func (b *lostFinishReply) Finish(ctx context.Context, req backend.FinishRequest) error {
-	b.mu.Lock()
-	b.finishes++
-	n, keep := b.finishes, b.keepFinish
-	b.mu.Unlock()
-	if err := ctx.Err(); err != nil { // a network backend sends nothing on a dead ctx
-		return err
+// over returns b with these faults, and the count of Finish calls made.
+func (c lostFinishReply) over(b backend.Backend) (fb *faultbackend.Backend, finishes func() int) {
+	var (
+		mu         sync.Mutex
+		n          int
+		getRunFail = c.getRunFail
+	)
+	fb = &faultbackend.Backend{Next: b,
+		OnFinish: func(ctx context.Context, next faultbackend.FinishFunc, req backend.FinishRequest) error {
+			mu.Lock()
+			n++
+			n := n
+			mu.Unlock()
+			if err := ctx.Err(); err != nil { // a network backend sends nothing on a dead ctx
+				return err
+			}
+			err := next(ctx, req)
+			if n == 1 && err == nil && !c.keepFinish {
+				return errors.New("injected: connection reset (the Finish was applied)")
+			}
+			return err
+		},
+		OnGetRun: func(ctx context.Context, next faultbackend.GetRunFunc, job string, at time.Time) (backend.Run, error) {
+			mu.Lock()
+			fail := getRunFail > 0
+			if fail {
+				getRunFail--
+			}
+			mu.Unlock()
+			if c.hangGetRun {
+				<-ctx.Done() // a backend that does not answer (a partition), bounded only by ctx
+				return backend.Run{}, ctx.Err()
+			}
+			if fail {
+				return backend.Run{}, errors.New("injected: connection refused")
+			}
+			return next(ctx, job, at)
+		},
+		OnHeartbeat: func(ctx context.Context, next faultbackend.HeartbeatFunc, req backend.HeartbeatRequest) error {
+			err := next(ctx, req)
+			if c.hbApplyFail && err == nil {
+				return errors.New("injected: reply lost (the heartbeat was applied)")
+			}
+			return err
+		}}
+	finishes = func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n
 	}
-	err := b.Backend.Finish(ctx, req)
-	if n == 1 && err == nil && !keep {
-		return errors.New("injected: connection reset (the Finish was applied)")
-	}
-	return err
-}
-
-func (b *lostFinishReply) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	b.mu.Lock()
-	hang := b.hangGetRun
-	fail := b.getRunFail > 0
-	if fail {
-		b.getRunFail--
-	}
-	b.mu.Unlock()
-	if hang {
-		<-ctx.Done() // a backend that does not answer (a partition), bounded only by ctx
-		return backend.Run{}, ctx.Err()
-	}
-	if fail {
-		return backend.Run{}, errors.New("injected: connection refused")
-	}
-	return b.Backend.GetRun(ctx, job, at)
-}
-
-func (b *lostFinishReply) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	b.mu.Lock()
-	lose := b.hbApplyFail
-	b.mu.Unlock()
-	err := b.Backend.Heartbeat(ctx, req)
-	if lose && err == nil {
-		return errors.New("injected: reply lost (the heartbeat was applied)")
-	}
-	return err
-}
-
-func (b *lostFinishReply) Finishes() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.finishes
+	return fb, finishes
 }
 
 // TestClaimFinishAppliedReportedLost: the first Finish is applied and
@@ -210,7 +206,7 @@ func (b *lostFinishReply) Finishes() int {
 func TestClaimFinishAppliedReportedLost(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
-	fb := &lostFinishReply{Backend: mem, getRunFail: 1}
+	fb, _ := lostFinishReply{getRunFail: 1}.over(mem)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	at := backend.Instant(time.Now().Add(-time.Second))
@@ -247,7 +243,7 @@ func TestFinishRunBoundedByLease(t *testing.T) {
 func finishRunBoundedByLease(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
-	fb := &lostFinishReply{Backend: mem, hangGetRun: true}
+	fb, _ := lostFinishReply{hangGetRun: true}.over(mem)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	at := backend.Instant(time.Now().Add(-time.Second))
@@ -294,7 +290,7 @@ func TestClaimFinishAfterUnconfirmedHeartbeats(t *testing.T) {
 func claimFinishAfterUnconfirmedHeartbeats(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
-	fb := &lostFinishReply{Backend: mem, hbApplyFail: true, keepFinish: true}
+	fb, finishes := lostFinishReply{hbApplyFail: true, keepFinish: true}.over(mem)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	at := backend.Instant(time.Now().Add(-time.Second))
@@ -318,9 +314,9 @@ func claimFinishAfterUnconfirmedHeartbeats(t *testing.T) {
 	t.Logf("ledger before Finish: state %s expired=%v", r.State, r.Expired)
 	ferr := c.Finish(ctx, nil)
 	r, _ = mem.GetRun(ctx, "once", at)
-	t.Logf("Finish: %v; Finish attempts (dead ctx): %d; ledger after: state %s expired=%v", ferr, fb.Finishes(), r.State, r.Expired)
+	t.Logf("Finish: %v; Finish attempts (dead ctx): %d; ledger after: state %s expired=%v", ferr, finishes(), r.State, r.Expired)
 	if r.State == backend.Running && !r.Expired && ferr != nil && !errors.Is(ferr, backend.ErrLeaseLost) {
-		t.Fatalf("the ledger still held the run's lease for this owner, yet Finish was tried %d time(s), each with a deadline already past (nothing sent), and returned %v (neither recorded nor ErrLeaseLost)", fb.Finishes(), ferr)
+		t.Fatalf("the ledger still held the run's lease for this owner, yet Finish was tried %d time(s), each with a deadline already past (nothing sent), and returned %v (neither recorded nor ErrLeaseLost)", finishes(), ferr)
 	}
 }
 
@@ -358,7 +354,7 @@ func TestFinishAppliedRealBackends(t *testing.T) {
 				}
 				testserver.MySQLExec(t, testserver.MySQLURL(t), "DROP TABLE IF EXISTS "+prefix+"jobs, "+prefix+"leases, "+prefix+"meta, "+prefix+"runs")
 			}()
-			fb := &lostFinishReply{Backend: b}
+			fb, _ := lostFinishReply{}.over(b)
 			at := backend.Instant(time.Now().Add(-time.Second))
 			c, err := ClaimOccurrence(ctx, fb, "once", at, ClaimOptions{Instance: "inst ", TTL: 3 * time.Second})
 			if err != nil {

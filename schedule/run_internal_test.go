@@ -146,30 +146,31 @@ func leaseLostAfterTimeout(t *testing.T) {
 	}
 }
 
-// unreachableHeartbeats is a ledger whose heartbeats fail (not refused:
-// unreachable), recording the deadline of each heartbeat's context and
-// when the claim was sent.
-type unreachableHeartbeats struct {
-	backend.Backend
-
+// heartbeatLog is what unreachableHeartbeats records: when the claim was
+// sent, and the deadline of each heartbeat's context.
+type heartbeatLog struct {
 	mu        sync.Mutex
 	claimSent time.Time
 	deadlines []time.Time
 }
 
-func (u *unreachableHeartbeats) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	u.mu.Lock()
-	u.claimSent = time.Now()
-	u.mu.Unlock()
-	return u.Backend.Claim(ctx, req)
-}
-
-func (u *unreachableHeartbeats) Heartbeat(ctx context.Context, _ backend.HeartbeatRequest) error {
-	d, _ := ctx.Deadline()
-	u.mu.Lock()
-	u.deadlines = append(u.deadlines, d)
-	u.mu.Unlock()
-	return errors.New("connection refused")
+// unreachableHeartbeats is a ledger whose heartbeats fail (not refused:
+// unreachable), recording into log.
+func unreachableHeartbeats(b backend.Backend, log *heartbeatLog) *faultbackend.Backend {
+	return &faultbackend.Backend{Next: b,
+		OnClaim: func(ctx context.Context, next faultbackend.ClaimFunc, req backend.ClaimRequest) (backend.Grant, error) {
+			log.mu.Lock()
+			log.claimSent = time.Now()
+			log.mu.Unlock()
+			return next(ctx, req)
+		},
+		OnHeartbeat: func(ctx context.Context, _ faultbackend.HeartbeatFunc, _ backend.HeartbeatRequest) error {
+			d, _ := ctx.Deadline()
+			log.mu.Lock()
+			log.deadlines = append(log.deadlines, d)
+			log.mu.Unlock()
+			return errors.New("connection refused")
+		}}
 }
 
 // TestRunDeadlineHonoursDriftAndMargin: a run's deadline is the
@@ -189,7 +190,8 @@ func TestRunDeadlineHonoursDriftAndMargin(t *testing.T) {
 func runDeadlineHonoursDriftAndMargin(t *testing.T) {
 	mem := memory.New()
 	t.Cleanup(func() { mem.Close() })
-	b := &unreachableHeartbeats{Backend: mem}
+	var hl heartbeatLog
+	b := unreachableHeartbeats(mem, &hl)
 	const (
 		ttl    = 3 * time.Second
 		drift  = 0.2
@@ -228,13 +230,13 @@ func runDeadlineHonoursDriftAndMargin(t *testing.T) {
 	if !errors.Is(cause, leasehold.ErrLeaseLost) {
 		t.Fatalf("the run's context ended with %v, want ErrLeaseLost", cause)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.deadlines) == 0 {
+	hl.mu.Lock()
+	defer hl.mu.Unlock()
+	if len(hl.deadlines) == 0 {
 		t.Fatal("no heartbeat was sent before the deadline")
 	}
-	limit := b.claimSent.Add(span)
-	for i, d := range b.deadlines {
+	limit := hl.claimSent.Add(span)
+	for i, d := range hl.deadlines {
 		if d.IsZero() || d.After(limit) {
 			t.Fatalf("heartbeat %d may run until %v, past the run's deadline %v (claim sent + TTL × (1 − %v) − %v)", i, d, limit, drift, margin)
 		}
@@ -337,16 +339,15 @@ func timedOutJobNeverRunsBesideItself(t *testing.T) {
 	// Give a reclaim every chance it would have had: the sweep runs every
 	// 20 ms, and attempt 1's lease (if still heartbeated) ends 300 ms after
 	// it returned; wait until the ledger settles.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r, err := mem.GetRun(ctx, "slow", at)
-		if err == nil && r.State.Finished() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the occurrence never finished: %+v, %v", r, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var (
+		r   backend.Run
+		err error
+	)
+	if !eventually.Within(10*time.Second, func() bool {
+		r, err = mem.GetRun(ctx, "slow", at)
+		return err == nil && r.State.Finished()
+	}) {
+		t.Fatalf("the occurrence never finished: %+v, %v", r, err)
 	}
 	mu.Lock()
 	defer mu.Unlock()

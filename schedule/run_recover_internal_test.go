@@ -252,42 +252,40 @@ func recoveredRunSlowToStopDoesNotBlockRecovery(t *testing.T) {
 	}
 }
 
-// slowReclaim holds every Reclaim until release is closed, counting how
+// slowReclaim holds every Reclaim until release is called, counting how
 // many of them are in flight at once, and counts the sweeps' listings.
-type slowReclaim struct {
-	backend.Backend
-	release chan struct{}
-
-	mu             sync.Mutex
-	inflight, most int
-	lists          int
-}
-
-func (b *slowReclaim) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
-	b.mu.Lock()
-	b.inflight++
-	b.most = max(b.most, b.inflight)
-	b.mu.Unlock()
-	defer func() { b.mu.Lock(); b.inflight--; b.mu.Unlock() }()
-	select {
-	case <-b.release:
-	case <-ctx.Done():
-		return backend.Grant{}, backend.Run{}, ctx.Err()
+func slowReclaim(b backend.Backend) (fb *faultbackend.Backend, release func(), counts func() (inflight, most, lists int)) {
+	var (
+		gate                  = make(chan struct{})
+		mu                    sync.Mutex
+		inflight, most, lists int
+	)
+	fb = &faultbackend.Backend{Next: b,
+		OnReclaim: func(ctx context.Context, next faultbackend.ReclaimFunc, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
+			mu.Lock()
+			inflight++
+			most = max(most, inflight)
+			mu.Unlock()
+			defer func() { mu.Lock(); inflight--; mu.Unlock() }()
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return backend.Grant{}, backend.Run{}, ctx.Err()
+			}
+			return next(ctx, req)
+		},
+		OnListRuns: func(ctx context.Context, next faultbackend.ListRunsFunc, f backend.RunFilter) ([]backend.Run, error) {
+			mu.Lock()
+			lists++
+			mu.Unlock()
+			return next(ctx, f)
+		}}
+	counts = func() (int, int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return inflight, most, lists
 	}
-	return b.Backend.Reclaim(ctx, req)
-}
-
-func (b *slowReclaim) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	b.mu.Lock()
-	b.lists++
-	b.mu.Unlock()
-	return b.Backend.ListRuns(ctx, f)
-}
-
-func (b *slowReclaim) counts() (inflight, most, lists int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.inflight, b.most, b.lists
+	return fb, func() { close(gate) }, counts
 }
 
 // TestSlowReclaimIsNotStartedAgainBySweeps: each sweep found the dead
@@ -310,7 +308,7 @@ func slowReclaimIsNotStartedAgainBySweeps(t *testing.T) {
 	const ttl = 200 * time.Millisecond
 	mem := memory.New()
 	defer mem.Close()
-	sb := &slowReclaim{Backend: mem, release: make(chan struct{})}
+	sb, release, counts := slowReclaim(mem)
 	s, err := New(sb, WithInstance("a"), WithSweepEvery(10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -335,12 +333,12 @@ func slowReclaimIsNotStartedAgainBySweeps(t *testing.T) {
 	// The first recovery waits in Reclaim; let ten more sweeps see the
 	// occurrence expired meanwhile.
 	var lists int
-	eventually.True(t, 30*time.Second, "a reclaim in flight", func() bool { n, _, l := sb.counts(); lists = l; return n > 0 })
-	eventually.True(t, 30*time.Second, "ten more sweeps", func() bool { _, _, l := sb.counts(); return l >= lists+10 })
-	if _, most, _ := sb.counts(); most != 1 {
+	eventually.True(t, 30*time.Second, "a reclaim in flight", func() bool { n, _, l := counts(); lists = l; return n > 0 })
+	eventually.True(t, 30*time.Second, "ten more sweeps", func() bool { _, _, l := counts(); return l >= lists+10 })
+	if _, most, _ := counts(); most != 1 {
 		t.Errorf("%d recoveries of one occurrence were in flight at once on one scheduler, want 1", most)
 	}
-	close(sb.release)
+	release()
 	select {
 	case r := <-ran:
 		if r.Attempt != 2 {

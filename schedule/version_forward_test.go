@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/backend/memory"
 	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/internal/testkit/eventually"
+	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -101,40 +102,46 @@ func rollingUpgradeWithOldBinaryKeepsNewVersion(t *testing.T) {
 	}
 }
 
-// barrierLedger makes the first two reads of a job's version history wait
-// for each other, as two instances deploying at the same moment do.
-type barrierLedger struct {
-	backend.Backend
-	mu       sync.Mutex
-	armed    bool
-	n        int
-	release  chan struct{}
-	timedOut bool // a read gave up waiting: the deploys did not meet
-}
-
-func (b *barrierLedger) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	recs, err := b.Backend.ListRuns(ctx, f)
-	if strings.HasSuffix(f.Job, "!version") {
-		b.mu.Lock()
-		wait := b.armed && b.n < 2
-		if wait {
-			b.n++
-			if b.n == 2 {
-				close(b.release)
+// barrierLedger makes the first two reads of a job's version history,
+// once armed, wait for each other, as two instances deploying at the same
+// moment do. timedOut reports whether a read gave up waiting: the deploys
+// did not meet.
+func barrierLedger(b backend.Backend) (fb *faultbackend.Backend, arm func(), timedOut func() bool) {
+	var (
+		mu      sync.Mutex
+		armed   bool
+		n       int
+		release = make(chan struct{})
+		gaveUp  bool
+	)
+	fb = &faultbackend.Backend{Next: b,
+		OnListRuns: func(ctx context.Context, next faultbackend.ListRunsFunc, f backend.RunFilter) ([]backend.Run, error) {
+			recs, err := next(ctx, f)
+			if strings.HasSuffix(f.Job, "!version") {
+				mu.Lock()
+				wait := armed && n < 2
+				if wait {
+					n++
+					if n == 2 {
+						close(release)
+					}
+				}
+				mu.Unlock()
+				if wait {
+					select {
+					case <-release:
+					case <-time.After(5 * time.Second):
+						mu.Lock()
+						gaveUp = true
+						mu.Unlock()
+					}
+				}
 			}
-		}
-		b.mu.Unlock()
-		if wait {
-			select {
-			case <-b.release:
-			case <-time.After(5 * time.Second):
-				b.mu.Lock()
-				b.timedOut = true
-				b.mu.Unlock()
-			}
-		}
-	}
-	return recs, err
+			return recs, err
+		}}
+	arm = func() { mu.Lock(); armed = true; mu.Unlock() }
+	timedOut = func() bool { mu.Lock(); defer mu.Unlock(); return gaveUp }
+	return fb, arm, timedOut
 }
 
 // TestConcurrentDeploysThenPruneLoserStaysRefused (found by review; the bug it shows): two instances
@@ -155,7 +162,7 @@ func TestConcurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
 // TestConcurrentDeploysThenPruneLoserStaysRefused inside its bubble.
 func concurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
 	mem := memory.New()
-	bl := &barrierLedger{Backend: mem, release: make(chan struct{})}
+	bl, arm, timedOut := barrierLedger(mem)
 	l := schedule.NamespaceLedger(mem, "default")
 	fx := newEffects()
 	mk := func(instance, spec string) *schedule.Scheduler {
@@ -174,18 +181,13 @@ func concurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
 	}
 	bSpec, _ := schedule.Parse("@every 130ms", "")
 	cSpec, _ := schedule.Parse("@every 170ms", "")
-	bl.mu.Lock()
-	bl.armed = true
-	bl.mu.Unlock()
+	arm()
 	x := mk("x", "@every 130ms")
 	y := mk("y", "@every 170ms")
 	start(t, x)
 	start(t, y)
 	eventually.True(t, 10*time.Second, "both new versions recorded", func() bool { return len(versionRecords(t, l, "job")) == 3 })
-	bl.mu.Lock()
-	timedOut := bl.timedOut
-	bl.mu.Unlock()
-	if timedOut { // in virtual time the fallback is instant: say so, or the race is not reproduced
+	if timedOut() { // in virtual time the fallback is instant: say so, or the race is not reproduced
 		t.Fatal("the two deploys did not meet at the barrier: the test ran them one after the other")
 	}
 	got := versionRecords(t, l, "job")

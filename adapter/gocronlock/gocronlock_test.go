@@ -91,16 +91,12 @@ func runCluster(t *testing.T, perJob bool, locker func(i int) gocron.Locker) map
 		scheds = append(scheds, s)
 		time.Sleep(170 * time.Millisecond) // skewed start times are the point of the test
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// Enough occurrences, or 10 s: the callers judge how many ran.
+	eventually.Within(10*time.Second, func() bool {
 		mu.Lock()
-		n := len(ran)
-		mu.Unlock()
-		if n >= 5 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(ran) >= 5
+	})
 	for _, s := range scheds {
 		_ = s.Shutdown()
 	}
@@ -176,12 +172,7 @@ func TestElector(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for a.IsLeader(ctx) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("a never led")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, time.Until(deadline), "a leads", func() bool { return a.IsLeader(ctx) == nil })
 	c, _ := gocronlock.NewElector(ctx, b, "gocron", leasehold.WithInstance("c"))
 	if err := c.IsLeader(ctx); !errors.Is(err, gocronlock.ErrElectorNotLeader) {
 		t.Fatalf("c.IsLeader = %v while a leads", err)
@@ -189,12 +180,7 @@ func TestElector(t *testing.T) {
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for c.IsLeader(ctx) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("c never took over")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, time.Until(deadline), "c took over", func() bool { return c.IsLeader(ctx) == nil })
 	_ = c.Close(ctx)
 }
 

@@ -1,7 +1,6 @@
 package gocronlock_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/adapter/gocronlock"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/memory"
+	"github.com/leasehold/leasehold/internal/testkit"
 	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -24,13 +24,7 @@ type lockErrs struct {
 	mu   sync.Mutex
 	errs []error
 	ran  int
-	log  bytes.Buffer
-}
-
-func (e *lockErrs) Write(p []byte) (int, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.log.Write(p)
+	log  testkit.Buffer // the Lockers' log
 }
 
 func (e *lockErrs) wait(t *testing.T, n int) {
@@ -58,9 +52,9 @@ func startTwo(t *testing.T, b backend.Ledger, def func(l *gocronlock.Locker) goc
 		var l *gocronlock.Locker
 		var err error
 		if perJob {
-			l, err = gocronlock.NewJobLocker(b, name, "*/2 * * * * *", "", gocronlock.WithLogger(slog.New(slog.NewTextHandler(e, nil))))
+			l, err = gocronlock.NewJobLocker(b, name, "*/2 * * * * *", "", gocronlock.WithLogger(slog.New(slog.NewTextHandler(&e.log, nil))))
 		} else {
-			l, err = gocronlock.NewLocker(b, name, time.Second, gocronlock.WithLogger(slog.New(slog.NewTextHandler(e, nil))))
+			l, err = gocronlock.NewLocker(b, name, time.Second, gocronlock.WithLogger(slog.New(slog.NewTextHandler(&e.log, nil))))
 		}
 		if err != nil {
 			t.Fatal(err)

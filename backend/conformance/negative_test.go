@@ -14,46 +14,44 @@ import (
 
 // broken is a deliberately wrong backend: Renew and Release do not check
 // the owner or the token, and the token counter restarts after a release.
-type broken struct {
-	backend.Backend
-	mu     sync.Mutex
-	offset map[string]uint64 // subtracted from every token: "reset" on release
-}
-
-func (b *broken) Acquire(ctx context.Context, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	g, err := b.Backend.Acquire(ctx, key, o, ttl)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	g.Token -= b.offset[key]
-	return g, err
-}
-
-// holder returns the real owner and token, ignoring the caller's.
-func (b *broken) holder(ctx context.Context, key string) (backend.Owner, uint64, bool) {
-	l, err := b.Backend.Get(ctx, key)
-	return l.Owner, l.Token, err == nil
-}
-
-func (b *broken) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	if ho, ht, ok := b.holder(ctx, req.Key); ok {
-		req.Owner, req.Token = ho, ht
+func broken(b backend.Backend) *faultbackend.Backend {
+	var mu sync.Mutex
+	offset := map[string]uint64{} // subtracted from every token: "reset" on release
+	shift := func(key string, g backend.Grant, err error) (backend.Grant, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		g.Token -= offset[key]
+		return g, err
 	}
-	g, err := b.Backend.Renew(ctx, req)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	g.Token -= b.offset[req.Key]
-	return g, err
-}
-
-func (b *broken) Release(ctx context.Context, key string, o backend.Owner, token uint64) error {
-	ho, ht, ok := b.holder(ctx, key)
-	if !ok {
-		return b.Backend.Release(ctx, key, o, token)
+	// holder returns the real owner and token, ignoring the caller's.
+	holder := func(ctx context.Context, key string) (backend.Owner, uint64, bool) {
+		l, err := b.Get(ctx, key)
+		return l.Owner, l.Token, err == nil
 	}
-	b.mu.Lock()
-	b.offset[key] = ht
-	b.mu.Unlock()
-	return b.Backend.Release(ctx, key, ho, ht)
+	return &faultbackend.Backend{
+		Next: b,
+		OnAcquire: func(ctx context.Context, next faultbackend.AcquireFunc, key string, o backend.Owner, ttl time.Duration) (backend.Grant, error) {
+			g, err := next(ctx, key, o, ttl)
+			return shift(key, g, err)
+		},
+		OnRenew: func(ctx context.Context, next faultbackend.RenewFunc, req backend.RenewRequest) (backend.Grant, error) {
+			if ho, ht, ok := holder(ctx, req.Key); ok {
+				req.Owner, req.Token = ho, ht
+			}
+			g, err := next(ctx, req)
+			return shift(req.Key, g, err)
+		},
+		OnRelease: func(ctx context.Context, next faultbackend.ReleaseFunc, key string, o backend.Owner, token uint64) error {
+			ho, ht, ok := holder(ctx, key)
+			if !ok {
+				return next(ctx, key, o, token)
+			}
+			mu.Lock()
+			offset[key] = ht
+			mu.Unlock()
+			return next(ctx, key, ho, ht)
+		},
+	}
 }
 
 func TestNegativeControl(t *testing.T) {
@@ -61,7 +59,7 @@ func TestNegativeControl(t *testing.T) {
 		New:  func(testing.TB) backend.Leases { return memory.New() },
 		Want: memory.New().Capabilities(),
 	}
-	wrap := func(b backend.Backend) backend.Backend { return &broken{Backend: b, offset: map[string]uint64{}} }
+	wrap := func(b backend.Backend) backend.Backend { return broken(b) }
 	conformance.NegativeControl(t, h, wrap,
 		"TokensIncreaseOver1000Handovers",
 		"TokensIncreaseAcrossReleasePruneExpiry",

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
@@ -58,36 +59,26 @@ func hold(t *testing.T, q *batcher) func() {
 // waitQueued waits until n requests are queued in q.
 func waitQueued(t *testing.T, q *batcher, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var l int
+	if !eventually.Within(30*time.Second, func() bool {
 		q.mu.Lock()
-		l := len(q.queue)
-		q.mu.Unlock()
-		if l == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d %s requests queued after 30s, want %d", l, q.what, n)
-		}
-		time.Sleep(time.Millisecond)
+		defer q.mu.Unlock()
+		l = len(q.queue)
+		return l == n
+	}) {
+		t.Fatalf("%d %s requests queued after 30s, want %d", l, q.what, n)
 	}
 }
 
 // waitIdle waits until q has nothing in flight.
 func waitIdle(t *testing.T, q *batcher) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if !eventually.Within(30*time.Second, func() bool {
 		q.mu.Lock()
-		busy := q.inflight > 0
-		q.mu.Unlock()
-		if !busy {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s batcher still busy after 30s", q.what)
-		}
-		time.Sleep(time.Millisecond)
+		defer q.mu.Unlock()
+		return q.inflight == 0
+	}) {
+		t.Fatalf("%s batcher still busy after 30s", q.what)
 	}
 }
 

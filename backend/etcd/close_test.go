@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/etcd"
 	"github.com/leasehold/leasehold/internal/chaos"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -111,21 +112,19 @@ func TestCloseDuringFinish(t *testing.T) {
 // in flight.
 func closeOnceApplied(t *testing.T, closing *etcd.Backend, got <-chan error, what string, applied func() error) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := applied()
-		if err == nil {
-			break
+	var err error
+	if !eventually.Within(10*time.Second, func() bool {
+		if err = applied(); err == nil {
+			return true
 		}
 		select {
 		case err := <-got:
 			t.Fatalf("%s returned before etcd applied it: %v", what, err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not reach etcd within 10s: %v", what, err)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("%s did not reach etcd within 10s: %v", what, err)
 	}
 	if err := closing.Close(); err != nil {
 		t.Fatal(err)

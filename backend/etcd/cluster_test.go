@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
@@ -62,8 +63,8 @@ func (c *checker) count() int {
 // leader returns the index of the member that is the Raft leader.
 func leader(t *testing.T, cl *testserver.EtcdCluster) int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	found := -1
+	if eventually.Within(30*time.Second, func() bool {
 		for i, m := range cl.Members {
 			if m.PID() == 0 {
 				continue
@@ -77,10 +78,13 @@ func leader(t *testing.T, cl *testserver.EtcdCluster) int {
 			cancel()
 			c.Close()
 			if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
-				return i
+				found = i
+				return true
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	}) {
+		return found
 	}
 	t.Fatalf("no etcd leader within 30s")
 	return -1
@@ -134,12 +138,8 @@ func TestClusterLeaderKill(t *testing.T) {
 	}
 	waitGrants := func(n int, what string) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for chk.count() < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: only %d grants, want %d", what, chk.count(), n)
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !eventually.Within(60*time.Second, func() bool { return chk.count() >= n }) {
+			t.Fatalf("%s: only %d grants, want %d", what, chk.count(), n)
 		}
 	}
 	waitGrants(20, "before any kill")

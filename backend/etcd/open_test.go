@@ -21,6 +21,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/etcd"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
@@ -94,18 +95,15 @@ func TestTLSAndAuth(t *testing.T) {
 	q := url.Values{"cacert": {ca}, "cert": {cert}, "key": {key}}.Encode()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var b *etcd.Backend
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var err error
+	var (
+		b   *etcd.Backend
+		err error
+	)
+	if !eventually.Within(30*time.Second, func() bool {
 		b, err = etcd.Open(ctx, "etcd://"+srv.Addr()+"/tls?"+q)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Open over TLS: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("Open over TLS: %v", err)
 	}
 	defer b.Close()
 	c := b.Client()

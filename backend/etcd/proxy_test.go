@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/chaos"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
@@ -65,14 +66,10 @@ func TestProxyDelayAndCut(t *testing.T) {
 			}
 			// After the cut the client reconnects; a transport error is no
 			// answer, so retry until etcd answers.
-			deadline := time.Now().Add(20 * time.Second)
-			for {
+			eventually.Within(20*time.Second, func() bool {
 				err = slow.FencedPut(ctx, bkey, uint64(l.Token()), direct.Prefix()+"sink", "late")
-				if err == nil || errors.Is(err, backend.ErrLeaseLost) || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return err == nil || errors.Is(err, backend.ErrLeaseLost)
+			})
 			if !errors.Is(err, backend.ErrLeaseLost) {
 				t.Fatalf("late fenced write by the old holder: got %v, want ErrLeaseLost", err)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/backend/conformance/faultkit"
 	"github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/internal/chaos"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
@@ -184,18 +185,13 @@ func TestCapabilitiesFromLiveConfig(t *testing.T) {
 	}
 	// Attach a replica: a failover could now promote a node that missed writes.
 	replica := testserver.Redis(t, "--replicaof", "127.0.0.1", fmt.Sprint(srv.Port()))
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	if !eventually.Within(20*time.Second, func() bool {
 		if err := b.Refresh(ctx); err != nil {
 			t.Fatalf("Refresh: %v", err)
 		}
-		if !b.Capabilities().DurableFencing {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica %s attached, DurableFencing still declared", replica.Addr())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return !b.Capabilities().DurableFencing
+	}) {
+		t.Fatalf("replica %s attached, DurableFencing still declared", replica.Addr())
 	}
 	if !b.Capabilities().SafeFencing {
 		t.Errorf("a replica does not make counters evictable: SafeFencing withdrawn")

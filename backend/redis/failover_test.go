@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/redis"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
@@ -76,19 +77,19 @@ func stalledReplicas(t *testing.T, c *goredis.Client) int {
 // fails over (errors until a new primary serves the key).
 func acquireEventually(t *testing.T, b *redis.Backend, key string, o backend.Owner) backend.Grant {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var (
+		g   backend.Grant
+		err error
+	)
+	if !eventually.Within(60*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		g, err := b.Acquire(ctx, key, o, time.Minute)
-		cancel()
-		if err == nil {
-			return g
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("acquire after the failover: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		defer cancel()
+		g, err = b.Acquire(ctx, key, o, time.Minute)
+		return err == nil
+	}) {
+		t.Fatalf("acquire after the failover: %v", err)
 	}
+	return g
 }
 
 // failoverCase is one deployment with a primary to kill.
@@ -109,18 +110,18 @@ func sentinelCase(t *testing.T) failoverCase {
 			return s.Primary, s.Replicas
 		},
 		waitFailover: func(t *testing.T, old *testserver.Server) {
-			deadline := time.Now().Add(60 * time.Second)
-			for {
-				m, err := s.Master()
-				if err == nil && m != old.Addr() {
-					if role, _ := testserver.Role(m); role == "master" {
-						return
-					}
+			var (
+				m   string
+				err error
+			)
+			if !eventually.Within(60*time.Second, func() bool {
+				if m, err = s.Master(); err != nil || m == old.Addr() {
+					return false
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("Sentinel did not fail over: master %q, %v", m, err)
-				}
-				time.Sleep(20 * time.Millisecond)
+				role, _ := testserver.Role(m)
+				return role == "master"
+			}) {
+				t.Fatalf("Sentinel did not fail over: master %q, %v", m, err)
 			}
 		},
 	}
@@ -243,22 +244,20 @@ func TestWaitReplicasKeepsGrantsAcrossFailover(t *testing.T) {
 			fc.waitFailover(t, primary)
 			other := backend.Owner{Instance: "b", Nonce: backend.NewNonce()}
 			after := fc.open(t, redis.WithPrefix(probe.Prefix()))
-			deadline := time.Now().Add(60 * time.Second)
-			for {
+			if !eventually.Within(60*time.Second, func() bool {
 				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				_, err := after.Acquire(cctx, "kept", other, time.Minute)
-				cancel()
+				defer cancel()
+				_, err = after.Acquire(cctx, "kept", other, time.Minute)
 				var held *backend.HeldError
 				if errors.As(err, &held) {
-					break // the confirmed grant survived the failover
+					return true // the confirmed grant survived the failover
 				}
 				if err == nil {
 					t.Fatalf("a grant every replica confirmed was lost in the failover (token %d)", kept.Token)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("acquire after the failover: %v", err)
-				}
-				time.Sleep(20 * time.Millisecond)
+				return false
+			}) {
+				t.Fatalf("acquire after the failover: %v", err)
 			}
 		})
 	}

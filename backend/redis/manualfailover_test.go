@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/redis"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
@@ -102,19 +103,20 @@ func (l *load) check(t *testing.T, held map[string]backend.Grant) {
 	}
 	for key, max := range l.maxToken {
 		o := backend.Owner{Instance: "after", Nonce: backend.NewNonce()}
-		var g backend.Grant
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var err error
+		var (
+			g   backend.Grant
+			err error
+		)
+		// Held until a lease of an unknown outcome expires.
+		if !eventually.Within(10*time.Second, func() bool {
 			g, err = l.b.Acquire(ctx, key, o, time.Minute)
 			var heldErr *backend.HeldError
-			if err == nil {
-				break
-			}
-			if !errors.As(err, &heldErr) || time.Now().After(deadline) {
+			if err != nil && !errors.As(err, &heldErr) {
 				t.Fatalf("acquire %s after the failover: %v", key, err)
 			}
-			time.Sleep(50 * time.Millisecond) // a lease of an unknown outcome expires
+			return err == nil
+		}) {
+			t.Fatalf("acquire %s after the failover: %v", key, err)
 		}
 		if g.Token <= max {
 			t.Errorf("%s: token %d after the failover, but %d was reported before: tokens went backwards", key, g.Token, max)
@@ -168,11 +170,10 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 		// A manual failover that cannot finish within Redis's 5 s
 		// (a loaded host) is abandoned by the server, which then keeps its
 		// roles: ask again, up to a minute.
-		deadline := time.Now().Add(60 * time.Second)
 		var asked time.Time
-		for {
+		eventually.True(t, 60*time.Second, fmt.Sprintf("replica %s took over", r), func() bool {
 			if role, _ := testserver.Role(r); role == "master" {
-				break
+				return true
 			}
 			if time.Since(asked) > 6*time.Second {
 				if _, err := testserver.RedisCommand(r, "CLUSTER", "FAILOVER"); err != nil {
@@ -180,11 +181,8 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 				}
 				asked = time.Now()
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %s did not take over", r)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return false
+		})
 	}
 	rc.WaitOK(t, 30*time.Second)
 	close(stop)
@@ -211,20 +209,18 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	if _, err := testserver.RedisCommand(s.Sentinels[0].Addr(), "SENTINEL", "FAILOVER", testserver.RedisSentinelMaster); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		m, err := s.Master()
-		if err == nil && m != old {
-			if role, _ := testserver.Role(m); role == "master" {
-				if info, err := testserver.RedisCommand(m, "INFO", "replication"); err == nil && strings.Contains(info, "connected_slaves:2") {
-					break
-				}
-			}
+	var m string
+	if !eventually.Within(60*time.Second, func() bool {
+		if m, err = s.Master(); err != nil || m == old {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no failover: master %q, %v", m, err)
+		if role, _ := testserver.Role(m); role != "master" {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		info, err := testserver.RedisCommand(m, "INFO", "replication")
+		return err == nil && strings.Contains(info, "connected_slaves:2")
+	}) {
+		t.Fatalf("no failover: master %q, %v", m, err)
 	}
 	// Keep the load on the new primary for a moment of real traffic.
 	waitCount(t, l, 20)
@@ -239,17 +235,13 @@ func waitCount(t *testing.T, l *load, n int) {
 	l.mu.Lock()
 	start := len(l.claimed)
 	l.mu.Unlock()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var got int
+	if !eventually.Within(30*time.Second, func() bool {
 		l.mu.Lock()
-		got := len(l.claimed)
-		l.mu.Unlock()
-		if got >= start+n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("load made %d claims after the failover, want %d", got-start, n)
-		}
-		time.Sleep(10 * time.Millisecond)
+		defer l.mu.Unlock()
+		got = len(l.claimed)
+		return got >= start+n
+	}) {
+		t.Fatalf("load made %d claims after the failover, want %d", got-start, n)
 	}
 }

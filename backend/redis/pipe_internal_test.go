@@ -100,12 +100,6 @@ func holdLanes(t *testing.T, p *redispipe.Pipe) (taken, batches *atomic.Int64, r
 	return taken, batches, release
 }
 
-// waitFor waits up to 10 s for cond (what it waits for) to hold.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	eventually.True(t, 10*time.Second, what, cond)
-}
-
 // TestQueuedIsNotApplied: a request whose context ends while it is still
 // queued (every lane busy) reports ErrNotApplied, changes nothing on the
 // server (the key stays free and its token counter does not move), and
@@ -132,7 +126,7 @@ func TestQueuedIsNotApplied(t *testing.T) {
 			_, _ = b.Get(ctx, "other")
 		}()
 		// One at a time: each finds the lanes busy and starts the next.
-		waitFor(t, "a lane to hold a batch", func() bool { return batches.Load() == int64(i+1) })
+		eventually.True(t, 10*time.Second, "a lane to hold a batch", func() bool { return batches.Load() == int64(i+1) })
 	}
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	_, err = b.Acquire(short, "k", backend.Owner{Instance: "b", Nonce: backend.NewNonce()}, time.Minute)
@@ -189,7 +183,7 @@ func TestCancelMidBatchKeepsConnection(t *testing.T) {
 		t.Fatalf("Acquire cancelled mid-batch: %v, want an unknown outcome wrapping context.Canceled", err)
 	}
 	// Honest: it was sent, and it was applied.
-	waitFor(t, "the orphaned grant to be applied", func() bool {
+	eventually.True(t, 10*time.Second, "the orphaned grant to be applied", func() bool {
 		l, err := b.Get(ctx, "k")
 		return err == nil && l.Owner == owner
 	})
@@ -232,7 +226,7 @@ func TestCancelMidBatchLocker(t *testing.T) {
 	if !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
 		t.Fatalf("TryAcquire cancelled mid-batch: %v, want ErrIndeterminate", err)
 	}
-	waitFor(t, "the orphaned grant to be released", func() bool {
+	eventually.True(t, 10*time.Second, "the orphaned grant to be released", func() bool {
 		l, err := b.List(context.Background(), "", 0)
 		return err == nil && len(l) == 0
 	})
@@ -257,7 +251,7 @@ func TestBurstFewRoundTrips(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "the burst to queue", func() bool { return int(taken.Load())+b.pipe.Queued() == n })
+	eventually.True(t, 10*time.Second, "the burst to queue", func() bool { return int(taken.Load())+b.pipe.Queued() == n })
 	release()
 	wg.Wait()
 	close(errs)
@@ -284,14 +278,14 @@ func TestCloseAnswersQueued(t *testing.T) {
 	_, batches, release := holdLanes(t, b.pipe)
 	for i := range redispipe.DefaultLanes {
 		go func() { _, _ = b.Get(ctx, "busy") }()
-		waitFor(t, "a lane to hold a batch", func() bool { return batches.Load() == int64(i+1) })
+		eventually.True(t, 10*time.Second, "a lane to hold a batch", func() bool { return batches.Load() == int64(i+1) })
 	}
 	got := make(chan error, 1)
 	go func() {
 		_, err := b.Acquire(ctx, "k", backend.Owner{Instance: "q", Nonce: backend.NewNonce()}, time.Minute)
 		got <- err
 	}()
-	waitFor(t, "the acquire to queue", func() bool { return b.pipe.Queued() == 1 })
+	eventually.True(t, 10*time.Second, "the acquire to queue", func() bool { return b.pipe.Queued() == 1 })
 	closed := make(chan struct{})
 	go func() {
 		b.pipe.Close() // waits for the held lanes

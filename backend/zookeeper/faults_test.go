@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/backend/conformance/faultkit"
 	"github.com/leasehold/leasehold/backend/zookeeper"
 	"github.com/leasehold/leasehold/internal/chaos"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
@@ -123,19 +124,15 @@ func TestSessionExpiry(t *testing.T) {
 	// Back online, the holder's client finds its session expired and opens
 	// a new one; its node died with the old session, and what it reads is
 	// the next holder's grant.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got, err := holderB.Get(ctx, "default:lock:svc/expire")
-		if err == nil && holderB.Conn().SessionID() != oldSession {
-			if got.Token != uint64(next.Token()) {
-				t.Fatalf("after reconnecting the old holder reads token %d, want the next holder's %d", got.Token, next.Token())
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("old holder's client did not come back with a new session: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var got backend.Lease
+	if !eventually.Within(30*time.Second, func() bool {
+		got, err = holderB.Get(ctx, "default:lock:svc/expire")
+		return err == nil && holderB.Conn().SessionID() != oldSession
+	}) {
+		t.Fatalf("old holder's client did not come back with a new session: %v", err)
+	}
+	if got.Token != uint64(next.Token()) {
+		t.Fatalf("after reconnecting the old holder reads token %d, want the next holder's %d", got.Token, next.Token())
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/zookeeper"
 	"github.com/leasehold/leasehold/internal/chaos"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
@@ -57,19 +58,20 @@ func acquireWithin(t *testing.T, b *zookeeper.Backend, key string, within time.D
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within+10*time.Second)
 	defer cancel()
-	deadline := time.Now().Add(within)
-	for {
-		o := backend.Owner{Instance: "next", Nonce: backend.NewNonce()}
-		g, err := b.Acquire(ctx, key, o, 5*time.Second)
-		if err == nil {
-			t.Cleanup(func() { _ = b.Release(context.Background(), key, o, g.Token) })
-			return g
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: key %q still not acquirable %v later: %v", why, key, within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var (
+		o   backend.Owner
+		g   backend.Grant
+		err error
+	)
+	if !eventually.Within(within, func() bool {
+		o = backend.Owner{Instance: "next", Nonce: backend.NewNonce()}
+		g, err = b.Acquire(ctx, key, o, 5*time.Second)
+		return err == nil
+	}) {
+		t.Fatalf("%s: key %q still not acquirable %v later: %v", why, key, within, err)
 	}
+	t.Cleanup(func() { _ = b.Release(context.Background(), key, o, g.Token) })
+	return g
 }
 
 // outage holds the black hole for d: the fault's length is the scenario.
@@ -167,15 +169,11 @@ func TestRetriedClaimIsYours(t *testing.T) {
 	go func() { _, err := runner.Claim(ctx, req); claimed <- err }()
 	var run backend.Run
 	var err error
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if run, err = direct.GetRun(ctx, req.Job, at); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the claim was not applied within 20s: %v", err)
-		}
-		time.Sleep(2 * time.Millisecond)
+	if !eventually.Within(20*time.Second, func() bool {
+		run, err = direct.GetRun(ctx, req.Job, at)
+		return err == nil
+	}) {
+		t.Fatalf("the claim was not applied within 20s: %v", err)
 	}
 	p.CloseConns()
 	p.SetDelay(0)
@@ -186,14 +184,10 @@ func TestRetriedClaimIsYours(t *testing.T) {
 		t.Fatalf("the applied claim's owner is %v, want %v", run.Owner, req.Owner)
 	}
 	var g backend.Grant
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	eventually.Within(10*time.Second, func() bool { // failures while reconnecting: again
 		g, err = runner.Claim(ctx, req)
-		if err == nil || errors.Is(err, backend.ErrLeaseLost) || errors.Is(err, backend.ErrOccurrenceClaimed) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // reconnecting
-	}
+		return err == nil || errors.Is(err, backend.ErrLeaseLost) || errors.Is(err, backend.ErrOccurrenceClaimed)
+	})
 	if err != nil {
 		t.Fatalf("retried Claim with the same nonce: %v, want the applied claim's grant", err)
 	}
@@ -201,16 +195,11 @@ func TestRetriedClaimIsYours(t *testing.T) {
 		t.Fatalf("retried Claim answered token %d, want the applied claim's %d", g.Token, run.Token)
 	}
 	// The runner goes silent: no Heartbeat. Its lease must end.
-	deadline = time.Now().Add(g.TTL + 5*time.Second)
-	for {
+	if !eventually.Within(g.TTL+5*time.Second, func() bool {
 		run, err = direct.GetRun(ctx, req.Job, at)
-		if err == nil && run.Expired {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("runner's lease not expired %v after its TTL %v: %+v, %v", 5*time.Second, g.TTL, run, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil && run.Expired
+	}) {
+		t.Fatalf("runner's lease not expired %v after its TTL %v: %+v, %v", 5*time.Second, g.TTL, run, err)
 	}
 	next := req
 	next.Owner = backend.Owner{Instance: "next", Nonce: backend.NewNonce()}
@@ -260,17 +249,10 @@ func closeDuringAcquire(t *testing.T, blocking bool) {
 		got <- err
 	}()
 	// Wait for the create to be applied (its reply is held back).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually.True(t, 10*time.Second, "the create reached the server", func() bool {
 		names, _, _ := direct.Conn().Children(direct.Prefix() + "/locks/k" + url.QueryEscape(bkey))
-		if len(names) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the create did not reach the server within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return len(names) == 1
+	})
 	if err := closing.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // TestQueuedWaiterSurvivesSessionExpiry: a waiter queued behind a holder is
@@ -27,16 +28,15 @@ func TestQueuedWaiterSurvivesSessionExpiry(t *testing.T) {
 	queueDir := direct.Prefix() + "/locks/k" + url.QueryEscape("default:lock:svc/q")
 	queued := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			names, _, err := direct.Conn().Children(queueDir)
-			if err == nil && len(names) == n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("queue of %d nodes not seen within 30s (last: %v, %v)", n, names, err)
-			}
-			time.Sleep(10 * time.Millisecond)
+		var (
+			names []string
+			err   error
+		)
+		if !eventually.Within(30*time.Second, func() bool {
+			names, _, err = direct.Conn().Children(queueDir)
+			return err == nil && len(names) == n
+		}) {
+			t.Fatalf("queue of %d nodes not seen within 30s (last: %v, %v)", n, names, err)
 		}
 	}
 	type result struct {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/chaos"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
@@ -51,18 +52,14 @@ func TestQueuedSlowReplyNeverReturnsDeadLock(t *testing.T) {
 	}()
 	// Wait until the waiter's node is in line.
 	line := direct.Prefix() + "/locks/k" + url.QueryEscape("default:lock:"+key)
-	var queued []string
-	for i := 0; ; i++ {
-		kids, _, err := direct.Conn().Children(line)
-		if err == nil && len(kids) >= 2 {
-			queued = kids
-			break
-		}
-		if i > 500 {
-			t.Fatalf("the waiter never queued (%v, %v)", kids, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var queued, kids []string
+	if !eventually.Within(10*time.Second, func() bool { // the loop's 500 polls of 10 ms, and then some
+		kids, _, err = direct.Conn().Children(line)
+		return err == nil && len(kids) >= 2
+	}) {
+		t.Fatalf("the waiter never queued (%v, %v)", kids, err)
 	}
+	queued = kids
 	p.SetDelay(3 * time.Second)
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -71,15 +68,11 @@ func TestQueuedSlowReplyNeverReturnsDeadLock(t *testing.T) {
 	// TTL; once that node is gone (expired by the backend's timer, or given
 	// back by the Locker), replies are fast again, and a blocking Acquire
 	// must end with a live lock.
-	for i := 0; ; i++ {
-		kids, _, err := direct.Conn().Children(line)
-		if err == nil && !slices.ContainsFunc(kids, func(k string) bool { return slices.Contains(queued, k) }) {
-			break
-		}
-		if i > 3000 {
-			t.Fatalf("the nodes in line %v are still there: %v (%v)", queued, kids, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !eventually.Within(60*time.Second, func() bool { // the loop's 3000 polls of 10 ms, and then some
+		kids, _, err = direct.Conn().Children(line)
+		return err == nil && !slices.ContainsFunc(kids, func(k string) bool { return slices.Contains(queued, k) })
+	}) {
+		t.Fatalf("the nodes in line %v are still there: %v (%v)", queued, kids, err)
 	}
 	p.SetDelay(0)
 	var r result

@@ -18,7 +18,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/sqlite"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // startNATS starts a private nats-server with JetStream on a free port.
@@ -50,18 +52,17 @@ func startNATS(t *testing.T) string {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		nc, err := nats.Connect(url)
-		if err == nil {
-			nc.Close()
-			return url
+	if !eventually.Within(10*time.Second, func() bool {
+		var nc *nats.Conn
+		if nc, err = nats.Connect(url); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nats-server on %s not ready: %v", url, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		nc.Close()
+		return true
+	}) {
+		t.Fatalf("nats-server on %s not ready: %v", url, err)
 	}
+	return url
 }
 
 func readOutbox(t *testing.T, path string) map[string]int {
@@ -107,16 +108,15 @@ func TestOnlyTheLeaderConsumesAndEachNotificationIsSentOnce(t *testing.T) {
 	go func() { doneA <- Run(ctxA, b, opts("a")) }()
 	role := leasehold.RoleKey("default", "notifications/consumer")
 	waitLeader := func(want string) {
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			l, err := b.Get(context.Background(), role)
-			if err == nil && l.Owner.Instance == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never led (holder %+v, %v)", want, l, err)
-			}
-			time.Sleep(10 * time.Millisecond)
+		var (
+			l   backend.Lease
+			err error
+		)
+		if !eventually.Within(20*time.Second, func() bool {
+			l, err = b.Get(context.Background(), role)
+			return err == nil && l.Owner.Instance == want
+		}) {
+			t.Fatalf("%s never led (holder %+v, %v)", want, l, err)
 		}
 	}
 	waitLeader("a")
@@ -129,16 +129,11 @@ func TestOnlyTheLeaderConsumesAndEachNotificationIsSentOnce(t *testing.T) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
-	deadline := time.Now().Add(20 * time.Second)
-	for { // the stream exists once a consumer created it
-		if _, err := js.Stream(ctx, "NOTIFY"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("stream never created")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The stream exists once a consumer created it.
+	eventually.True(t, 20*time.Second, "stream created", func() bool {
+		_, err := js.Stream(ctx, "NOTIFY")
+		return err == nil
+	})
 	const n = 200
 	for i := range n {
 		if _, err := js.Publish(ctx, "notify.mail", []byte(fmt.Sprint("hello ", i)), jetstream.WithMsgID(fmt.Sprint("m", i))); err != nil {
@@ -148,12 +143,8 @@ func TestOnlyTheLeaderConsumesAndEachNotificationIsSentOnce(t *testing.T) {
 			stopA() // the leader goes away mid-stream; b must take over
 		}
 	}
-	deadline = time.Now().Add(60 * time.Second)
-	for len(readOutbox(t, outbox)) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d notifications sent", len(readOutbox(t, outbox)), n)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !eventually.Within(60*time.Second, func() bool { return len(readOutbox(t, outbox)) >= n }) {
+		t.Fatalf("only %d of %d notifications sent", len(readOutbox(t, outbox)), n)
 	}
 	waitLeader("b")
 	stopB()

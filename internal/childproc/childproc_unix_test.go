@@ -34,25 +34,22 @@ func waitGone(t *testing.T, pid int, within time.Duration) {
 // readPids waits for the file a script writes its pids to.
 func readPids(t *testing.T, path string, n int) []int {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, _ := os.ReadFile(path)
-		if f := strings.Fields(string(b)); len(f) >= n {
-			var pids []int
-			for _, s := range f[:n] {
-				p, err := strconv.Atoi(s)
-				if err != nil {
-					t.Fatalf("%s: %q", path, b)
-				}
-				pids = append(pids, p)
-			}
-			return pids
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no %d pids within 10s (%q)", path, n, b)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var b []byte
+	if !eventually.Within(10*time.Second, func() bool {
+		b, _ = os.ReadFile(path)
+		return len(strings.Fields(string(b))) >= n
+	}) {
+		t.Fatalf("%s: no %d pids within 10s (%q)", path, n, b)
 	}
+	var pids []int
+	for _, s := range strings.Fields(string(b))[:n] {
+		p, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("%s: %q", path, b)
+		}
+		pids = append(pids, p)
+	}
+	return pids
 }
 
 // TestStopTerminatesTheGroup: Stop's SIGTERM reaches the child and what it

@@ -7,10 +7,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
@@ -44,7 +46,7 @@ func TestClusterGroupsByNode(t *testing.T) {
 	for i := range ws {
 		ws[i] = p.Start(ctx, countLua, []string{fmt.Sprintf("g{%d}", i)})
 	}
-	waitFor(t, "the burst to queue", func() bool { return int(taken.Load())+p.Queued() == n })
+	eventually.True(t, 20*time.Second, "the burst to queue", func() bool { return int(taken.Load())+p.Queued() == n })
 	close(gate)
 	for i, w := range ws {
 		if v, err := w.Wait().Int64(); err != nil || v != 1 {

@@ -65,8 +65,10 @@ func resendSetup(t *testing.T) (p *Pipe, px *chaos.Proxy, direct *goredis.Client
 			t.Errorf("warm-up: %v", err)
 		}
 	}()
-	waitFor(t, "the warm-up to hold the lane", func() bool { return p.Queued() == 0 && p.inflightNow() == 1 })
-	queued = func(n int) { waitFor(t, "the batch to queue", func() bool { return p.Queued() == n }) }
+	eventually.True(t, 20*time.Second, "the warm-up to hold the lane", func() bool { return p.Queued() == 0 && p.inflightNow() == 1 })
+	queued = func(n int) {
+		eventually.True(t, 20*time.Second, "the batch to queue", func() bool { return p.Queued() == n })
+	}
 	warm = func() { open(); wg.Wait() }
 	return p, px, direct, warm, queued
 }
@@ -75,12 +77,6 @@ func (p *Pipe) inflightNow() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.inflight
-}
-
-// waitFor waits up to 20 s for cond (what it waits for) to hold.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	eventually.True(t, 20*time.Second, what, cond)
 }
 
 // TestNoResendAfterCallerStopped: a batch is sent once. A caller whose
@@ -101,7 +97,7 @@ func TestNoResendAfterCallerStopped(t *testing.T) {
 			b := p.Start(long, countLua, []string{"b"})
 			queued(2)
 			warm()
-			waitFor(t, "the batch to be applied", func() bool { return direct.Get(context.Background(), "a").Val() == "1" })
+			eventually.True(t, 20*time.Second, "the batch to be applied", func() bool { return direct.Get(context.Background(), "a").Val() == "1" })
 			cancel() // a's caller stops waiting while its reply is held
 			err := a.Wait().Err()
 			if err == nil || errors.Is(err, backend.ErrNotApplied) {
@@ -167,7 +163,7 @@ func TestBatchRepliesAfterScriptFlush(t *testing.T) {
 	}
 	warm := make(chan error, 1)
 	go func() { warm <- p.Do(ctx, echoLua, nil, "warm").Err() }()
-	waitFor(t, "the warm-up to hold the lane", func() bool { return p.Queued() == 0 && p.inflightNow() == 1 })
+	eventually.True(t, 20*time.Second, "the warm-up to hold the lane", func() bool { return p.Queued() == 0 && p.inflightNow() == 1 })
 	type call struct {
 		script *goredis.Script
 		keys   []string
@@ -181,7 +177,7 @@ func TestBatchRepliesAfterScriptFlush(t *testing.T) {
 	for i, cl := range calls {
 		ps[i] = p.Start(ctx, cl.script, cl.keys, cl.arg)
 	}
-	waitFor(t, "the batch to queue", func() bool { return p.Queued() == len(calls) })
+	eventually.True(t, 20*time.Second, "the batch to queue", func() bool { return p.Queued() == len(calls) })
 	open()
 	if err := <-warm; err != nil {
 		t.Fatal(err)
@@ -270,7 +266,7 @@ func TestCloseWithBatchInFlight(t *testing.T) {
 	b := p.Start(ctx, countLua, []string{"b"})
 	queued(2)
 	warm()
-	waitFor(t, "the batch to be applied", func() bool { return direct.Get(context.Background(), "b").Val() == "1" })
+	eventually.True(t, 20*time.Second, "the batch to be applied", func() bool { return direct.Get(context.Background(), "b").Val() == "1" })
 	closed := make(chan struct{})
 	go func() { p.Close(); close(closed) }()
 	for name, w := range map[string]*Pending{"a": a, "b": b} {
@@ -286,5 +282,5 @@ func TestCloseWithBatchInFlight(t *testing.T) {
 	if err := p.Do(ctx, countLua, []string{"c"}).Err(); !errors.Is(err, backend.ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
-	waitFor(t, "the pipe's goroutines to exit", func() bool { return runtime.NumGoroutine() <= base })
+	eventually.True(t, 20*time.Second, "the pipe's goroutines to exit", func() bool { return runtime.NumGoroutine() <= base })
 }

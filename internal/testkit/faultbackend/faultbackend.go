@@ -10,7 +10,9 @@
 //		}}
 //
 // A nil On<Method> forwards the call to Next unchanged. Capabilities and
-// Close always forward.
+// Close always forward. OnCall, when set, runs first in every other call,
+// whatever the method: a fault of the whole backend (a process that died,
+// a backend cut off) rather than of one call.
 //
 // Backend's method set is exactly backend.Backend's (Leases + Ledger), as
 // for a struct that embeds backend.Backend: the optional interfaces of the
@@ -49,10 +51,17 @@ type (
 	PruneFunc     func(ctx context.Context, olderThan time.Time, batch int) (int, error)
 )
 
-// Backend is a backend.Backend that runs each call through its
-// On<Method> middleware, when set, or else straight to Next.
+// Backend is a backend.Backend that runs each call through OnCall, when
+// set, and then its On<Method> middleware, when set, or else straight to
+// Next.
 type Backend struct {
 	Next backend.Backend
+
+	// OnCall runs before every call but Capabilities and Close, with the
+	// method's name ("Acquire", "Claim", ...). A non-nil error is the
+	// call's answer, and the call goes no further (neither its On<Method>
+	// nor Next runs); nil lets it go on.
+	OnCall func(ctx context.Context, method string) error
 
 	OnAcquire   func(ctx context.Context, next AcquireFunc, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error)
 	OnRenew     func(ctx context.Context, next RenewFunc, req backend.RenewRequest) (backend.Grant, error)
@@ -74,6 +83,9 @@ var _ backend.Backend = (*Backend)(nil)
 
 // Acquire runs OnAcquire, or Next.Acquire when OnAcquire is nil.
 func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
+	if err := b.call(ctx, "Acquire"); err != nil {
+		return backend.Grant{}, err
+	}
 	if b.OnAcquire != nil {
 		return b.OnAcquire(ctx, b.Next.Acquire, key, owner, ttl)
 	}
@@ -82,6 +94,9 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 
 // Renew runs OnRenew, or Next.Renew when OnRenew is nil.
 func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
+	if err := b.call(ctx, "Renew"); err != nil {
+		return backend.Grant{}, err
+	}
 	if b.OnRenew != nil {
 		return b.OnRenew(ctx, b.Next.Renew, req)
 	}
@@ -90,6 +105,9 @@ func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.
 
 // Release runs OnRelease, or Next.Release when OnRelease is nil.
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
+	if err := b.call(ctx, "Release"); err != nil {
+		return err
+	}
 	if b.OnRelease != nil {
 		return b.OnRelease(ctx, b.Next.Release, key, owner, token)
 	}
@@ -98,6 +116,9 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 
 // Get runs OnGet, or Next.Get when OnGet is nil.
 func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
+	if err := b.call(ctx, "Get"); err != nil {
+		return backend.Lease{}, err
+	}
 	if b.OnGet != nil {
 		return b.OnGet(ctx, b.Next.Get, key)
 	}
@@ -106,6 +127,9 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 
 // List runs OnList, or Next.List when OnList is nil.
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
+	if err := b.call(ctx, "List"); err != nil {
+		return nil, err
+	}
 	if b.OnList != nil {
 		return b.OnList(ctx, b.Next.List, prefix, limit)
 	}
@@ -120,6 +144,9 @@ func (b *Backend) Close() error { return b.Next.Close() }
 
 // Claim runs OnClaim, or Next.Claim when OnClaim is nil.
 func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
+	if err := b.call(ctx, "Claim"); err != nil {
+		return backend.Grant{}, err
+	}
 	if b.OnClaim != nil {
 		return b.OnClaim(ctx, b.Next.Claim, req)
 	}
@@ -128,6 +155,9 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 
 // Heartbeat runs OnHeartbeat, or Next.Heartbeat when OnHeartbeat is nil.
 func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
+	if err := b.call(ctx, "Heartbeat"); err != nil {
+		return err
+	}
 	if b.OnHeartbeat != nil {
 		return b.OnHeartbeat(ctx, b.Next.Heartbeat, req)
 	}
@@ -136,6 +166,9 @@ func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) e
 
 // Finish runs OnFinish, or Next.Finish when OnFinish is nil.
 func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
+	if err := b.call(ctx, "Finish"); err != nil {
+		return err
+	}
 	if b.OnFinish != nil {
 		return b.OnFinish(ctx, b.Next.Finish, req)
 	}
@@ -144,6 +177,9 @@ func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
 
 // Reclaim runs OnReclaim, or Next.Reclaim when OnReclaim is nil.
 func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
+	if err := b.call(ctx, "Reclaim"); err != nil {
+		return backend.Grant{}, backend.Run{}, err
+	}
 	if b.OnReclaim != nil {
 		return b.OnReclaim(ctx, b.Next.Reclaim, req)
 	}
@@ -152,6 +188,9 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 
 // Abandon runs OnAbandon, or Next.Abandon when OnAbandon is nil.
 func (b *Backend) Abandon(ctx context.Context, job string, scheduledAt time.Time) (backend.Run, error) {
+	if err := b.call(ctx, "Abandon"); err != nil {
+		return backend.Run{}, err
+	}
 	if b.OnAbandon != nil {
 		return b.OnAbandon(ctx, b.Next.Abandon, job, scheduledAt)
 	}
@@ -160,6 +199,9 @@ func (b *Backend) Abandon(ctx context.Context, job string, scheduledAt time.Time
 
 // GetRun runs OnGetRun, or Next.GetRun when OnGetRun is nil.
 func (b *Backend) GetRun(ctx context.Context, job string, scheduledAt time.Time) (backend.Run, error) {
+	if err := b.call(ctx, "GetRun"); err != nil {
+		return backend.Run{}, err
+	}
 	if b.OnGetRun != nil {
 		return b.OnGetRun(ctx, b.Next.GetRun, job, scheduledAt)
 	}
@@ -168,6 +210,9 @@ func (b *Backend) GetRun(ctx context.Context, job string, scheduledAt time.Time)
 
 // HighWater runs OnHighWater, or Next.HighWater when OnHighWater is nil.
 func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
+	if err := b.call(ctx, "HighWater"); err != nil {
+		return time.Time{}, "", err
+	}
 	if b.OnHighWater != nil {
 		return b.OnHighWater(ctx, b.Next.HighWater, job)
 	}
@@ -176,6 +221,9 @@ func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string,
 
 // ListRuns runs OnListRuns, or Next.ListRuns when OnListRuns is nil.
 func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
+	if err := b.call(ctx, "ListRuns"); err != nil {
+		return nil, err
+	}
 	if b.OnListRuns != nil {
 		return b.OnListRuns(ctx, b.Next.ListRuns, f)
 	}
@@ -184,8 +232,19 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 
 // Prune runs OnPrune, or Next.Prune when OnPrune is nil.
 func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
+	if err := b.call(ctx, "Prune"); err != nil {
+		return 0, err
+	}
 	if b.OnPrune != nil {
 		return b.OnPrune(ctx, b.Next.Prune, olderThan, batch)
 	}
 	return b.Next.Prune(ctx, olderThan, batch)
+}
+
+// call runs OnCall, when set, for a call of method.
+func (b *Backend) call(ctx context.Context, method string) error {
+	if b.OnCall == nil {
+		return nil
+	}
+	return b.OnCall(ctx, method)
 }

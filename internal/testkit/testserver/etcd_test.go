@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 )
 
 // TestEtcd: a single member answers /health, and again after Kill + Start
@@ -14,15 +16,12 @@ func TestEtcd(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		for {
-			err := etcdHealthy(ctx, s.Addr())
-			if err == nil {
-				return
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("%s: etcd at %s not healthy: %v", what, s.Addr(), err)
-			}
-			time.Sleep(20 * time.Millisecond)
+		var err error
+		if !eventually.Within(10*time.Second, func() bool {
+			err = etcdHealthy(ctx, s.Addr())
+			return err == nil
+		}) {
+			t.Fatalf("%s: etcd at %s not healthy: %v", what, s.Addr(), err)
 		}
 	}
 	healthy("start")

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/testkit/eventually"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
@@ -43,17 +44,14 @@ func TestRedisSentinel(t *testing.T) {
 		t.Fatalf("master %q, %v; want %s", old, err, s.Primary.Addr())
 	}
 	s.Primary.Kill()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		m, err := s.Master()
-		if err == nil && m != old {
-			if role, _ := testserver.Role(m); strings.HasPrefix(role, "master") {
-				break
-			}
+	var m string
+	if !eventually.Within(60*time.Second, func() bool {
+		if m, err = s.Master(); err != nil || m == old {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no failover: master %q, %v", m, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		role, _ := testserver.Role(m)
+		return strings.HasPrefix(role, "master")
+	}) {
+		t.Fatalf("no failover: master %q, %v", m, err)
 	}
 }
