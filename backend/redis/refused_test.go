@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/backend/redis"
@@ -103,5 +105,48 @@ func TestPipelineRefusalAfterAWriteIsNotNotApplied(t *testing.T) {
 	}
 	if !errors.Is(err, backend.ErrRefused) || errors.Is(err, backend.ErrNotApplied) {
 		t.Fatalf("a pipeline refused after a write that ran: %v, want ErrRefused and not ErrNotApplied", err)
+	}
+}
+
+// TestRefusedWaitIsNotNotApplied: with WithWaitReplicas, a user whose ACL
+// allows the scripts but not WAIT has each grant run on the primary, then
+// WAIT refused (NOPERM). The grant is on the server: the answer is an
+// unknown outcome (ErrNotReplicated, still saying refused), never "not
+// applied", which would leave the lease to expire unreleased while the
+// caller believes nothing was granted. On one node and on a Sentinel
+// client alike.
+func TestRefusedWaitIsNotNotApplied(t *testing.T) {
+	ctx := context.Background()
+	s := testserver.StartRedisSentinel(t)
+	master, err := s.Master()
+	if err != nil {
+		t.Fatal(err)
+	}
+	single := testserver.Redis(t)
+	for _, addr := range []string{master, single.Addr()} {
+		if err := client(t, addr).Do(ctx, "acl", "setuser", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clients := map[string]*goredis.Client{
+		"sentinel": goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: testserver.RedisSentinelMaster,
+			SentinelAddrs: s.SentinelAddrs(), Username: "nowait", Password: "pw", ContextTimeoutEnabled: true}),
+		"one node": goredis.NewClient(&goredis.Options{Addr: single.Addr(), Username: "nowait", Password: "pw", ContextTimeoutEnabled: true}),
+	}
+	for name, c := range clients {
+		t.Cleanup(func() { c.Close() })
+		b, err := redis.New(c, redis.WithPrefix("w:"), redis.WithWaitReplicas(1, 200*time.Millisecond))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		t.Cleanup(func() { b.Close() })
+		_, err = b.Acquire(ctx, "k", backend.Owner{Instance: "a", Nonce: backend.NewNonce()}, time.Minute)
+		v, _ := c.Get(ctx, "w:lease:{k}").Result()
+		if v == "" {
+			t.Fatalf("%s: no grant on the primary (%v): the scenario needs the script to run", name, err)
+		}
+		if errors.Is(err, backend.ErrNotApplied) || !errors.Is(err, redis.ErrNotReplicated) || !errors.Is(err, backend.ErrRefused) {
+			t.Errorf("%s: acquire whose grant ran and whose WAIT was refused: %v; want ErrNotReplicated and ErrRefused, not ErrNotApplied", name, err)
+		}
 	}
 }

@@ -63,7 +63,12 @@ func (p *Pipe) waitReplicas(ctx context.Context, pipe goredis.Pipeliner, cmds []
 		return
 	}
 	why := fmt.Errorf("WAIT %d %d answered %d", p.opts.WaitReplicas, p.opts.WaitTimeout.Milliseconds(), n)
-	if err != nil {
+	switch {
+	case errors.Is(err, backend.ErrRefused):
+		// Quoted, not wrapped: a hook marks a NOPERM refusal "not
+		// applied", true of WAIT but not of the calls, which ran.
+		why = fmt.Errorf("WAIT %d %d: %v: %w", p.opts.WaitReplicas, p.opts.WaitTimeout.Milliseconds(), err, backend.ErrRefused)
+	case err != nil:
 		why = fmt.Errorf("WAIT %d %d: %w", p.opts.WaitReplicas, p.opts.WaitTimeout.Milliseconds(), err)
 	}
 	for _, c := range cmds {
