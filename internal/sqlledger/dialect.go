@@ -124,6 +124,17 @@ func (d *Dialect) token(t uint64) any {
 	return int64(t)
 }
 
+// tokenScan returns a scan destination for a token column (BIGINT UNSIGNED
+// or BIGINT, as UnsignedToken says) and a func that stores what was
+// scanned into *t: ScanLease and ScanRun read tokens alike.
+func (d *Dialect) tokenScan(t *uint64) (dest any, done func()) {
+	if d.UnsignedToken {
+		return t, func() {}
+	}
+	var v int64
+	return &v, func() { *t = uint64(v) }
+}
+
 // Micros is d in whole microseconds, rounded up: the resolution of
 // MySQL's DATETIME(6) and PostgreSQL's timestamptz, so that a lease is
 // never shorter than asked.

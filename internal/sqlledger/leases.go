@@ -128,22 +128,16 @@ func (d *Dialect) ScanLease(s Scanner) (backend.Lease, error) {
 	var (
 		l     backend.Lease
 		nonce []byte
-		token int64
 		remUS int64
 	)
-	tokenDest := any(&token)
-	if d.UnsignedToken {
-		tokenDest = &l.Token
-	}
-	if err := s.Scan(&l.Key, &l.Owner.Instance, &nonce, tokenDest, &remUS); err != nil {
+	token, scanned := d.tokenScan(&l.Token)
+	if err := s.Scan(&l.Key, &l.Owner.Instance, &nonce, token, &remUS); err != nil {
 		return l, err
 	}
 	if err := SetNonce(&l.Owner.Nonce, nonce); err != nil {
 		return l, err
 	}
-	if !d.UnsignedToken {
-		l.Token = uint64(token)
-	}
+	scanned()
 	l.Remaining = time.Duration(remUS) * time.Microsecond
 	return l, nil
 }

@@ -317,25 +317,19 @@ func (d *Dialect) ScanRun(s Scanner) (backend.Run, error) {
 	var (
 		r        backend.Run
 		nonce    []byte
-		token    int64
 		state    string
 		finished *time.Time
 		dur      int64
 	)
-	tokenDest := any(&token)
-	if d.UnsignedToken {
-		tokenDest = &r.Token
-	}
-	if err := s.Scan(&r.Job, &r.ScheduledAt, &r.SpecVersion, &r.Owner.Instance, &nonce, tokenDest, &r.Attempt,
+	token, scanned := d.tokenScan(&r.Token)
+	if err := s.Scan(&r.Job, &r.ScheduledAt, &r.SpecVersion, &r.Owner.Instance, &nonce, token, &r.Attempt,
 		&state, &r.ClaimedAt, &finished, &dur, &r.Result, &r.Error, &r.Expired); err != nil {
 		return r, err
 	}
 	if err := SetNonce(&r.Owner.Nonce, nonce); err != nil {
 		return r, err
 	}
-	if !d.UnsignedToken {
-		r.Token = uint64(token)
-	}
+	scanned()
 	r.ScheduledAt, r.ClaimedAt = r.ScheduledAt.UTC(), r.ClaimedAt.UTC()
 	if finished != nil {
 		r.FinishedAt = finished.UTC()
