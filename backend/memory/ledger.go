@@ -35,9 +35,10 @@ func (b *Backend) runningLocked(jobName string, now time.Time) int {
 
 // Claim implements backend.Ledger.
 func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	if err := backend.CheckClaim(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Claim(ctx, req, b.claim)
+}
+
+func (b *Backend) claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
 	if ctx.Err() != nil {
 		return backend.Grant{}, backend.NotSent(ctx)
 	}
@@ -87,16 +88,17 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 func (b *Backend) held(job string, at time.Time, owner backend.Owner, token uint64, now time.Time) (*run, error) {
 	r := b.runs[runKey{job, backend.Instant(at).UnixMilli()}]
 	if r == nil || r.rec.State != backend.Running || r.rec.Owner != owner || r.rec.Token != token || !now.Before(r.expires) {
-		return nil, fmt.Errorf("%w: job %q at %s, token %d", backend.ErrLeaseLost, job, backend.Instant(at).Format(time.RFC3339Nano), token)
+		return nil, backend.ErrLeaseLost
 	}
 	return r, nil
 }
 
 // Heartbeat implements backend.Ledger.
 func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	if err := backend.CheckHeartbeat(req, MinTTL); err != nil {
-		return err
-	}
+	return b.g.Heartbeat(ctx, req, b.heartbeat)
+}
+
+func (b *Backend) heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
 	job, at, owner, token, ttl := req.Job, req.ScheduledAt, req.Owner, req.Token, req.TTL
 	if ctx.Err() != nil {
 		return backend.NotSent(ctx)
@@ -116,10 +118,10 @@ func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) e
 
 // Finish implements backend.Ledger.
 func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
-	req, err := backend.CheckFinish(req)
-	if err != nil {
-		return err
-	}
+	return b.g.Finish(ctx, req, b.finish)
+}
+
+func (b *Backend) finish(ctx context.Context, req backend.FinishRequest) error {
 	job, at, owner, token, out := req.Job, req.ScheduledAt, req.Owner, req.Token, req.Outcome
 	if ctx.Err() != nil {
 		return backend.NotSent(ctx)
@@ -140,9 +142,10 @@ func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
 
 // Reclaim implements backend.Ledger.
 func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
-	if err := backend.CheckClaim(req, MinTTL); err != nil {
-		return backend.Grant{}, backend.Run{}, err
-	}
+	return b.g.Reclaim(ctx, req, b.reclaim)
+}
+
+func (b *Backend) reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
 	if ctx.Err() != nil {
 		return backend.Grant{}, backend.Run{}, backend.NotSent(ctx)
 	}
@@ -183,12 +186,10 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 
 // Abandon implements backend.Ledger.
 func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return backend.Run{}, err
-	}
-	if err := backend.CheckInstant(at); err != nil {
-		return backend.Run{}, err
-	}
+	return b.g.Abandon(ctx, job, at, b.abandon)
+}
+
+func (b *Backend) abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
 	if ctx.Err() != nil {
 		return backend.Run{}, backend.NotSent(ctx)
 	}
@@ -213,25 +214,27 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 
 // GetRun implements backend.Ledger.
 func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return backend.Run{}, err
-	}
+	return b.g.GetRun(ctx, job, at, b.getRun)
+}
+
+func (b *Backend) getRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
 	if err := b.lock(); err != nil {
 		return backend.Run{}, err
 	}
 	defer b.mu.Unlock()
 	r := b.runs[runKey{job, backend.Instant(at).UnixMilli()}]
 	if r == nil {
-		return backend.Run{}, fmt.Errorf("%w: job %q at %s", backend.ErrNotFound, job, backend.Instant(at).Format(time.RFC3339Nano))
+		return backend.Run{}, backend.ErrNotFound
 	}
 	return b.view(r, b.now()), nil
 }
 
 // HighWater implements backend.Ledger.
 func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return time.Time{}, "", err
-	}
+	return b.g.HighWater(ctx, job, b.highWater)
+}
+
+func (b *Backend) highWater(ctx context.Context, job string) (time.Time, string, error) {
 	if err := b.lock(); err != nil {
 		return time.Time{}, "", err
 	}
@@ -244,6 +247,10 @@ func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string,
 
 // ListRuns implements backend.Ledger.
 func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
+	return b.g.ListRuns(ctx, f, b.listRuns)
+}
+
+func (b *Backend) listRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
 	if err := b.lock(); err != nil {
 		return nil, err
 	}
@@ -260,9 +267,10 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 
 // Prune implements backend.Ledger.
 func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
-	if err := backend.CheckPrune(olderThan, batch); err != nil {
-		return 0, err
-	}
+	return b.g.Prune(ctx, olderThan, batch, b.prune)
+}
+
+func (b *Backend) prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
 	if err := b.lock(); err != nil {
 		return 0, err
 	}

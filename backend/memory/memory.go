@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/guard"
 )
 
 // MinTTL is the shortest lease the memory backend grants.
@@ -21,6 +22,7 @@ const MinTTL = time.Millisecond
 
 // Backend is the memory backend. The zero value is not usable; call New.
 type Backend struct {
+	g        guard.Guard // checks, names failures; the closed state is closed, under mu
 	mu       sync.Mutex
 	closed   bool
 	leases   map[string]*lease
@@ -80,6 +82,7 @@ func Open(_ context.Context, rawURL string) (*Backend, error) {
 // New returns an empty memory backend.
 func New() *Backend {
 	return &Backend{
+		g:        guard.Guard{Name: "memory", MinTTL: MinTTL},
 		leases:   map[string]*lease{},
 		counters: map[string]uint64{},
 		waiters:  map[string][]chan struct{}{},
@@ -133,9 +136,10 @@ func (b *Backend) live(key string, now time.Time) *lease {
 
 // Acquire implements backend.Leases.
 func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Acquire(ctx, key, owner, ttl, b.acquire)
+}
+
+func (b *Backend) acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	if ctx.Err() != nil {
 		return backend.Grant{}, backend.NotSent(ctx)
 	}
@@ -159,9 +163,10 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 
 // Renew implements backend.Leases.
 func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	if err := backend.CheckRenew(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Renew(ctx, req, b.renew)
+}
+
+func (b *Backend) renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
 	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
 	if ctx.Err() != nil {
 		return backend.Grant{}, backend.NotSent(ctx)
@@ -173,7 +178,7 @@ func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.
 	now := b.now()
 	l := b.live(key, now)
 	if l == nil || l.owner != owner || l.token != token {
-		return backend.Grant{}, fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
+		return backend.Grant{}, backend.ErrLeaseLost
 	}
 	l.expires = now.Add(ttl)
 	return backend.Grant{Token: token, TTL: ttl}, nil
@@ -181,9 +186,10 @@ func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.
 
 // Release implements backend.Leases.
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if err := backend.CheckRelease(key, owner, token); err != nil {
-		return err
-	}
+	return b.g.Release(ctx, key, owner, token, b.release)
+}
+
+func (b *Backend) release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
 	if ctx.Err() != nil {
 		return backend.NotSent(ctx)
 	}
@@ -193,7 +199,7 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	defer b.mu.Unlock()
 	l := b.live(key, b.now())
 	if l == nil || l.owner != owner || l.token != token {
-		return fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
+		return backend.ErrLeaseLost
 	}
 	delete(b.leases, key)
 	b.wakeLocked(key)
@@ -202,9 +208,10 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 
 // Get implements backend.Leases.
 func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return backend.Lease{}, err
-	}
+	return b.g.Get(ctx, key, b.get)
+}
+
+func (b *Backend) get(ctx context.Context, key string) (backend.Lease, error) {
 	if err := b.lock(); err != nil {
 		return backend.Lease{}, err
 	}
@@ -212,13 +219,17 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 	now := b.now()
 	l := b.live(key, now)
 	if l == nil {
-		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
+		return backend.Lease{}, backend.ErrNotFound
 	}
 	return b.leaseView(key, l, now), nil
 }
 
 // List implements backend.Leases.
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
+	return b.g.List(ctx, prefix, limit, b.list)
+}
+
+func (b *Backend) list(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
 	if err := b.lock(); err != nil {
 		return nil, err
 	}
@@ -247,9 +258,10 @@ func (b *Backend) leaseView(key string, l *lease, now time.Time) backend.Lease {
 // Wait implements backend.Notifier: the channel closes when key is released
 // or its current lease expires.
 func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return nil, err
-	}
+	return b.g.Wait(ctx, key, b.wait)
+}
+
+func (b *Backend) wait(ctx context.Context, key string) (<-chan struct{}, error) {
 	if err := b.lock(); err != nil {
 		return nil, err
 	}

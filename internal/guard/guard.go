@@ -1,0 +1,194 @@
+// Package guard is what every backend does around its storage, written
+// once. A Guard checks a call's arguments (the backend.Check* rules) and
+// cleans its texts, answers backend.ErrClosed after Close before anything
+// is sent, names a call's failures ("redis: acquire key \"k\": …"), gives
+// the bare answers backend.ErrLeaseLost and backend.ErrNotFound the key or
+// occurrence and token they are about, and pages ListRuns. A backend
+// supplies the steps — its storage and atomic operations, over arguments
+// already checked — and each of its exported methods hands its step to the
+// Guard: a rule changed here changes for every backend.
+//
+// A step's error is one of:
+//   - the bare backend.ErrLeaseLost or backend.ErrNotFound: the Guard says
+//     which key or occurrence (and token) the answer is about;
+//   - an error that already is an answer (see Answer): returned as it is;
+//   - anything else, a failure: returned wrapped, named "<Name>: <call>".
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+)
+
+// Guard holds what a backend's calls are checked against.
+type Guard struct {
+	// Name prefixes a call's failures: "redis", "etcd", ….
+	Name string
+	// MinTTL is the backend's shortest lease or runner's lease.
+	MinTTL time.Duration
+	// Closed returns backend.ErrClosed once the backend is closed and nil
+	// before. It must not block: a call that must hold the backend open
+	// while it runs (see closegate.Gate.Enter) does so in its step.
+	Closed func() error
+}
+
+// answers are the errors that say what became of a request, which a Guard
+// returns as they are: the definite answers of the contract, and the
+// request-level ErrInvalid and ErrClosed.
+var answers = []error{
+	backend.ErrInvalid, backend.ErrClosed,
+	backend.ErrLeaseHeld, backend.ErrLeaseLost, backend.ErrLeaseNotExpired, backend.ErrNotFound,
+	backend.ErrOccurrenceClaimed, backend.ErrOccurrenceExhausted, backend.ErrOccurrenceOverlap,
+	backend.ErrOccurrenceTooEarly, backend.ErrOccurrenceTooLate,
+}
+
+// Answer reports whether err says what became of the request (a definite
+// answer, ErrInvalid or ErrClosed) rather than that the call failed.
+func Answer(err error) bool {
+	for _, a := range answers {
+		if errors.Is(err, a) {
+			return true
+		}
+	}
+	return false
+}
+
+// closed runs g.Closed, if set.
+func (g *Guard) closed() error {
+	if g.Closed == nil {
+		return nil
+	}
+	return g.Closed()
+}
+
+// fail names err, a step's error in the call what, as the package doc
+// says; about is what a bare answer is about ("key \"k\", token 3").
+func (g *Guard) fail(err error, what, about string) error {
+	switch {
+	case err == nil:
+		return nil
+	case err == backend.ErrLeaseLost || err == backend.ErrNotFound:
+		return fmt.Errorf("%w: %s", err, about)
+	case Answer(err):
+		return err
+	}
+	return fmt.Errorf("%s: %s: %w", g.Name, what, err)
+}
+
+func keyAbout(key string) string { return fmt.Sprintf("key %q", key) }
+
+func tokenAbout(about string, token uint64) string { return fmt.Sprintf("%s, token %d", about, token) }
+
+// Acquire checks Acquire's arguments and runs step.
+func (g *Guard) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration,
+	step func(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error)) (backend.Grant, error) {
+	if err := backend.CheckLease(key, owner, ttl, g.MinTTL); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := g.closed(); err != nil {
+		return backend.Grant{}, err
+	}
+	gr, err := step(ctx, key, owner, ttl)
+	if err != nil {
+		return backend.Grant{}, g.fail(err, "acquire "+keyAbout(key), keyAbout(key))
+	}
+	return gr, nil
+}
+
+// AcquireQueued checks AcquireQueued's arguments and runs step.
+func (g *Guard) AcquireQueued(ctx context.Context, key string, owner backend.Owner, ttl time.Duration,
+	step func(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, time.Time, error)) (backend.Grant, time.Time, error) {
+	if err := backend.CheckLease(key, owner, ttl, g.MinTTL); err != nil {
+		return backend.Grant{}, time.Time{}, err
+	}
+	if err := g.closed(); err != nil {
+		return backend.Grant{}, time.Time{}, err
+	}
+	gr, sent, err := step(ctx, key, owner, ttl)
+	if err != nil {
+		return backend.Grant{}, time.Time{}, g.fail(err, "acquire (queued) "+keyAbout(key), keyAbout(key))
+	}
+	return gr, sent, nil
+}
+
+// Renew checks Renew's arguments and runs step.
+func (g *Guard) Renew(ctx context.Context, req backend.RenewRequest,
+	step func(ctx context.Context, req backend.RenewRequest) (backend.Grant, error)) (backend.Grant, error) {
+	if err := backend.CheckRenew(req, g.MinTTL); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := g.closed(); err != nil {
+		return backend.Grant{}, err
+	}
+	gr, err := step(ctx, req)
+	if err != nil {
+		return backend.Grant{}, g.fail(err, fmt.Sprintf("renew key %q token %d", req.Key, req.Token), tokenAbout(keyAbout(req.Key), req.Token))
+	}
+	return gr, nil
+}
+
+// Release checks Release's arguments and runs step.
+func (g *Guard) Release(ctx context.Context, key string, owner backend.Owner, token uint64,
+	step func(ctx context.Context, key string, owner backend.Owner, token uint64) error) error {
+	if err := backend.CheckRelease(key, owner, token); err != nil {
+		return err
+	}
+	if err := g.closed(); err != nil {
+		return err
+	}
+	return g.fail(step(ctx, key, owner, token), fmt.Sprintf("release key %q token %d", key, token), tokenAbout(keyAbout(key), token))
+}
+
+// Get checks Get's argument and runs step.
+func (g *Guard) Get(ctx context.Context, key string,
+	step func(ctx context.Context, key string) (backend.Lease, error)) (backend.Lease, error) {
+	if err := backend.CheckKey("key", key); err != nil {
+		return backend.Lease{}, err
+	}
+	if err := g.closed(); err != nil {
+		return backend.Lease{}, err
+	}
+	l, err := step(ctx, key)
+	if err != nil {
+		return backend.Lease{}, g.fail(err, "get "+keyAbout(key), keyAbout(key))
+	}
+	return l, nil
+}
+
+// List runs step, except for a prefix no key can start with (one holding
+// NUL): that lists nothing without asking the store.
+func (g *Guard) List(ctx context.Context, prefix string, limit int,
+	step func(ctx context.Context, prefix string, limit int) ([]backend.Lease, error)) ([]backend.Lease, error) {
+	if err := g.closed(); err != nil {
+		return nil, err
+	}
+	if strings.IndexByte(prefix, 0) >= 0 {
+		return nil, nil
+	}
+	ls, err := step(ctx, prefix, max(limit, 0))
+	if err != nil {
+		return nil, g.fail(err, fmt.Sprintf("list prefix %q", prefix), fmt.Sprintf("prefix %q", prefix))
+	}
+	return ls, nil
+}
+
+// Wait checks Wait's argument and runs step.
+func (g *Guard) Wait(ctx context.Context, key string,
+	step func(ctx context.Context, key string) (<-chan struct{}, error)) (<-chan struct{}, error) {
+	if err := backend.CheckKey("key", key); err != nil {
+		return nil, err
+	}
+	if err := g.closed(); err != nil {
+		return nil, err
+	}
+	ch, err := step(ctx, key)
+	if err != nil {
+		return nil, g.fail(err, "wait for "+keyAbout(key), keyAbout(key))
+	}
+	return ch, nil
+}
