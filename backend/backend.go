@@ -38,7 +38,10 @@
 //     rests on connection settings), ZooKeeper (New makes and owns the
 //     session, whose end releases its locks). It implements Leases, and
 //     Ledger only if it keeps a run ledger (optionally Notifier, Queue,
-//     Explainer and ServerClock); its client library goes in go.mod;
+//     Explainer and ServerClock), each method handing its storage step to
+//     an internal/guard Guard, which checks the arguments, answers
+//     ErrClosed and names failures for every backend alike; its client
+//     library goes in go.mod;
 //  2. its conformance_test.go calling conformance.Run;
 //  3. one row in backend/open's table (name, schemes, URL form, summary,
 //     ledger, open), which Open, "leasehold --help", "leasehold doctor" and
