@@ -25,7 +25,7 @@ func dialect() *sqlledger.Dialect {
 		NotInJob:      "LOCATE(%s, job) = 0",
 		UnsignedToken: true,
 		NoRows:        sql.ErrNoRows,
-		Err:           dbErr,
+		Err:           stepErr,
 	}
 }
 
@@ -39,13 +39,12 @@ func newLedger(b *Backend) *sqlledger.Ledger {
 	l.PruneSQL = `DELETE FROM ` + b.tRuns + `
 		WHERE finished_at < ? AND state <> 'running' ORDER BY finished_at LIMIT ?`
 	l.PruneBefore = func(t time.Time) any { return t.UTC() }
-	l.MinTTL = MinTTL
 	return l
 }
 
 // exec runs one writing statement, retrying deadlocks, and returns the
 // number of rows it matched (the connection counts found rows).
-func (b *Backend) exec(ctx context.Context, what, q string, args ...any) (int64, error) {
+func (b *Backend) exec(ctx context.Context, q string, args ...any) (int64, error) {
 	var n int64
 	err := retryDeadlock(ctx, func() error {
 		res, err := b.db.ExecContext(ctx, q, args...)
@@ -56,7 +55,7 @@ func (b *Backend) exec(ctx context.Context, what, q string, args ...any) (int64,
 		return err
 	})
 	if err != nil {
-		return 0, dbErr(ctx, what, err)
+		return 0, stepErr(ctx, err)
 	}
 	return n, nil
 }

@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	driver "github.com/go-sql-driver/mysql"
@@ -39,11 +38,10 @@ func (b *Backend) acquireSQL() string {
 }
 
 // newLeases returns the shared lease layer over b's leases table, with
-// what is MySQL's own: Acquire's upsert (grant), the key-range condition
-// of List, and Get's locking re-read.
+// what is MySQL's own: the key-range condition of List, and Get's locking
+// re-read. (Acquire's upsert is acquire.)
 func newLeases(b *Backend) *sqlledger.Leases {
 	ls := b.led.ServerLeases(b.tLeases)
-	ls.Grant = b.grant
 	// k is VARBINARY, so LEFT counts bytes: a byte-wise prefix.
 	ls.Prefix = func(prefix string) (string, []any) { return `LEFT(k, ?) = ?`, []any{len(prefix), prefix} }
 	// A locking read (LOCK IN SHARE MODE) waits for a writer of the row and
@@ -58,10 +56,10 @@ func newLeases(b *Backend) *sqlledger.Leases {
 	return ls
 }
 
-// grant is Acquire (sqlledger.Leases.Grant): one statement when the key is
-// free or expired; a second read when it is held (to answer the same
-// owner's retry, or to name the holder).
-func (b *Backend) grant(ctx context.Context, what, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
+// acquire is Acquire's step: one statement when the key is free or
+// expired; a second read when it is held (to answer the same owner's
+// retry, or to name the holder).
+func (b *Backend) acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, err
 	}
@@ -79,7 +77,7 @@ func (b *Backend) grant(ctx context.Context, what, key string, owner backend.Own
 			return err
 		})
 		if err != nil {
-			return backend.Grant{}, dbErr(ctx, what, err)
+			return backend.Grant{}, stepErr(ctx, err)
 		}
 		if token > 0 {
 			return backend.Grant{Token: uint64(token), TTL: granted}, nil
@@ -95,34 +93,34 @@ func (b *Backend) grant(ctx context.Context, what, key string, owner backend.Own
 		}
 		// Released or expired in between: try again.
 	}
-	return backend.Grant{}, fmt.Errorf("mysql: %s: no answer after 10 attempts under contention", what)
+	return backend.Grant{}, errors.New("no answer after 10 attempts under contention")
 }
 
-// Acquire implements backend.Leases (sqlledger, with grant).
+// Acquire implements backend.Leases (acquire).
 func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	return b.leases.Acquire(ctx, key, owner, ttl)
+	return b.g.Acquire(ctx, key, owner, ttl, b.acquire)
 }
 
 // Renew implements backend.Leases (sqlledger: a guarded UPDATE, retried
 // on deadlock like every write of exec).
 func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	return b.leases.Renew(ctx, req)
+	return b.g.Renew(ctx, req, b.leases.Renew)
 }
 
 // Release implements backend.Leases (sqlledger): it clears the holder and
 // keeps the row (the key's token counter).
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	return b.leases.Release(ctx, key, owner, token)
+	return b.g.Release(ctx, key, owner, token, b.leases.Clear)
 }
 
 // Get implements backend.Leases (sqlledger, with newLeases' locking
 // re-read).
 func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
-	return b.leases.Get(ctx, key)
+	return b.g.Get(ctx, key, b.leases.Get)
 }
 
 // List implements backend.Leases (sqlledger): unexpired leases whose keys
 // start with prefix (byte-wise), in key order.
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	return b.leases.List(ctx, prefix, limit)
+	return b.g.List(ctx, prefix, limit, b.leases.List)
 }

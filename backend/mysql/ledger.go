@@ -16,9 +16,6 @@ func (b *Backend) getRun(ctx context.Context, q sqlledger.StdQueryer, job string
 	return b.led.Get(ctx, sqlledger.Std{Q: q}, b.led.D.ScanRun, job, at, lock)
 }
 
-// occurrence names an occurrence in messages.
-var occurrence = backend.FormatOccurrence
-
 // tx runs fn in a READ COMMITTED transaction, retrying deadlocks.
 func (b *Backend) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return retryDeadlock(ctx, func() error {
@@ -62,15 +59,15 @@ var errLostRace = errors.New("lost the race")
 // (it used to bump the counter first, so every concurrent loser queued on
 // the job's row for a redo-log flush of its own).
 func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	if err := backend.CheckClaim(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Claim(ctx, req, b.claim)
+}
+
+func (b *Backend) claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
 	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, err
 	}
 	defer b.gate.Leave()
 	at := backend.Instant(req.ScheduledAt)
-	what := "claim " + occurrence(req.Job, at)
 	ttl := sqlledger.MicrosTTL(req.TTL)
 	var (
 		g     backend.Grant
@@ -88,14 +85,14 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	case err == nil:
 		exist = &r
 	case !errors.Is(err, sql.ErrNoRows):
-		return backend.Grant{}, dbErr(ctx, what, err)
+		return backend.Grant{}, stepErr(ctx, err)
 	default:
 		err = b.tx(ctx, func(tx *sql.Tx) error { return b.claimTx(ctx, tx, req, at, ttl, &g) })
 	}
 	if errors.Is(err, errLostRace) {
 		r, gerr := b.getRun(ctx, b.db, req.Job, at, "")
 		if gerr != nil {
-			return backend.Grant{}, dbErr(ctx, what, gerr)
+			return backend.Grant{}, stepErr(ctx, gerr)
 		}
 		exist, err = &r, nil
 	}
@@ -103,7 +100,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	case sqlledger.Verdict(err):
 		return backend.Grant{}, err
 	case err != nil:
-		return backend.Grant{}, dbErr(ctx, what, err)
+		return backend.Grant{}, stepErr(ctx, err)
 	case exist == nil:
 		return g, nil
 	}
@@ -114,11 +111,11 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 	n, err := b.led.Renew(ctx, b.led.DB, req, at, exist.Token)
 	switch {
 	case err != nil:
-		return backend.Grant{}, dbErr(ctx, what, err)
+		return backend.Grant{}, stepErr(ctx, err)
 	case n == 0: // taken over or finished meanwhile
 		r, err := b.getRun(ctx, b.db, req.Job, at, "")
 		if err != nil {
-			return backend.Grant{}, dbErr(ctx, what, err)
+			return backend.Grant{}, stepErr(ctx, err)
 		}
 		return backend.Grant{}, &backend.ClaimedError{Run: r}
 	}
@@ -204,26 +201,26 @@ func serverNow(ctx context.Context, q interface {
 
 // Heartbeat implements backend.Ledger (sqlledger: a guarded UPDATE).
 func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	return b.led.Heartbeat(ctx, req)
+	return b.g.Heartbeat(ctx, req, b.led.Heartbeat)
 }
 
 // Finish implements backend.Ledger (sqlledger: a guarded UPDATE).
 func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
-	return b.led.Finish(ctx, req)
+	return b.g.Finish(ctx, req, b.led.Finish)
 }
 
 // Reclaim implements backend.Ledger (the run's row is locked FOR UPDATE;
 // it exists, so the lock is real even at READ COMMITTED).
 func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
-	if err := backend.CheckClaim(req, MinTTL); err != nil {
-		return backend.Grant{}, backend.Run{}, err
-	}
+	return b.g.Reclaim(ctx, req, b.reclaim)
+}
+
+func (b *Backend) reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
 	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, backend.Run{}, err
 	}
 	defer b.gate.Leave()
 	at := backend.Instant(req.ScheduledAt)
-	what := "reclaim " + occurrence(req.Job, at)
 	ttl := sqlledger.MicrosTTL(req.TTL)
 	var (
 		g   backend.Grant
@@ -279,25 +276,22 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		if sqlledger.Verdict(err) {
 			return backend.Grant{}, backend.Run{}, err
 		}
-		return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
+		return backend.Grant{}, backend.Run{}, stepErr(ctx, err)
 	}
 	return g, run, nil
 }
 
 // Abandon implements backend.Ledger.
 func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return backend.Run{}, err
-	}
-	if err := backend.CheckInstant(at); err != nil {
-		return backend.Run{}, err
-	}
+	return b.g.Abandon(ctx, job, at, b.abandon)
+}
+
+func (b *Backend) abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
 	if err := b.gate.Enter(); err != nil {
 		return backend.Run{}, err
 	}
 	defer b.gate.Leave()
 	at = backend.Instant(at)
-	what := "abandon " + occurrence(job, at)
 	// The update and the read of its result in one transaction: the row
 	// stays locked until both are done, so a Prune cannot delete the run
 	// this call abandoned in between and have it answered "never claimed".
@@ -320,14 +314,14 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 		return nil
 	})
 	if err != nil {
-		return backend.Run{}, dbErr(ctx, what, err)
+		return backend.Run{}, stepErr(ctx, err)
 	}
 	err = readErr
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return backend.Run{}, sqlledger.NeverClaimed(job, at)
 	case err != nil:
-		return backend.Run{}, dbErr(ctx, what, err)
+		return backend.Run{}, stepErr(ctx, err)
 	case n == 1:
 		return r, nil
 	}
@@ -338,18 +332,18 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 
 // GetRun implements backend.Ledger (sqlledger).
 func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	return b.led.GetRun(ctx, job, at)
+	return b.g.GetRun(ctx, job, at, b.led.GetRun)
 }
 
 // HighWater implements backend.Ledger (sqlledger).
 func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
-	return b.led.HighWater(ctx, job)
+	return b.g.HighWater(ctx, job, b.led.HighWater)
 }
 
 // ListRuns implements backend.Ledger (sqlledger): newest ScheduledAt
 // first, then job.
 func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	return b.led.ListRuns(ctx, f)
+	return b.g.ListRuns(ctx, f, b.led.ListRuns)
 }
 
 // Prune implements backend.Ledger (sqlledger, with newLedger's PruneSQL:
@@ -357,5 +351,5 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 // index). Running occurrences (whose finished_at is NULL), counters and
 // high-water marks are never touched.
 func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
-	return b.led.Prune(ctx, olderThan, batch)
+	return b.g.Prune(ctx, olderThan, batch, b.led.Prune)
 }

@@ -65,6 +65,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/closegate"
 	"github.com/leasehold/leasehold/internal/declared"
+	"github.com/leasehold/leasehold/internal/guard"
 	"github.com/leasehold/leasehold/internal/sqlledger"
 )
 
@@ -106,8 +107,9 @@ type Backend struct {
 	stmts stmtCache // the claim path's prepared statements (stmts.go)
 
 	gate   closegate.Gate
+	g      guard.Guard       // checks, names failures; closed: gate.Check, and the steps Enter the gate
 	led    *sqlledger.Ledger // the ledger's rules and reads, written once
-	leases *sqlledger.Leases // the lease layer, written once but for grant
+	leases *sqlledger.Leases // the lease layer, written once but for acquire
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -228,6 +230,7 @@ func newBackend(db *sql.DB, owns bool, dbName, prefix string) *Backend {
 	b := &Backend{db: db, ownsDB: owns, dbName: dbName, prefix: prefix}
 	q := func(n string) string { return "`" + prefix + n + "`" }
 	b.tLeases, b.tJobs, b.tRuns, b.tMeta = q("leases"), q("jobs"), q("runs"), q("meta")
+	b.g = guard.Guard{Name: "mysql", MinTTL: MinTTL, Closed: b.gate.Check}
 	b.led = newLedger(b)
 	b.leases = newLeases(b)
 	return b
@@ -471,15 +474,18 @@ func (b *Backend) Close() error {
 	return b.db.Close()
 }
 
-func dbErr(ctx context.Context, what string, err error) error {
+// stepErr classifies a database error (a refusal) and adds the context's
+// error when the context ended (so errors.Is(err, context.Canceled)
+// works); the guard names the call (sqlledger.Dialect.Err).
+func stepErr(ctx context.Context, err error) error {
 	var me *driver.MySQLError
 	if errors.As(err, &me) && refusedErrors[me.Number] {
 		err = backend.Refused(err, true) // the statement did not run; its transaction is rolled back
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("mysql: %s: %w (%w)", what, err, cerr)
+		return fmt.Errorf("%w (%w)", err, cerr)
 	}
-	return fmt.Errorf("mysql: %s: %w", what, err)
+	return err
 }
 
 // refusedErrors are the server errors of a refusal for want of permission

@@ -30,17 +30,17 @@ func dialect() *sqlledger.Dialect {
 		Instant:    func(t time.Time) any { return t },
 		NotInJob:   "strpos(job, %s) = 0",
 		NoRows:     pgx.ErrNoRows,
-		Err:        dbErr,
+		Err:        stepErr,
 	}
 }
 
 // newLedger returns the shared ledger over b's tables.
 func newLedger(b *Backend) *sqlledger.Ledger {
 	l := sqlledger.ServerClock(dialect(), pgxDB{b.pool}, &b.gate, b.tJobs, b.tRuns,
-		func(ctx context.Context, what, q string, args ...any) (int64, error) {
+		func(ctx context.Context, q string, args ...any) (int64, error) {
 			tag, err := b.pool.Exec(ctx, q, args...)
 			if err != nil {
-				return 0, dbErr(ctx, what, err)
+				return 0, stepErr(ctx, err)
 			}
 			return tag.RowsAffected(), nil
 		})
@@ -54,7 +54,6 @@ func newLedger(b *Backend) *sqlledger.Ledger {
 			ORDER BY finished_at LIMIT ? FOR UPDATE SKIP LOCKED
 		) d WHERE r.job = d.job AND r.scheduled_at = d.scheduled_at`
 	l.PruneBefore = func(t time.Time) any { return ceilMicro(t) }
-	l.MinTTL = MinTTL
 	return l
 }
 

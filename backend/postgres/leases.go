@@ -40,11 +40,11 @@ func (b *Backend) acquireSQL() string {
 }
 
 // newLeases returns the shared lease layer over b's leases table, with
-// what is PostgreSQL's own: Acquire's statement (grant), Release's NOTIFY
-// (release), the key-range condition of List, and Get's locking re-read.
+// what is PostgreSQL's own: Release's NOTIFY (release), the key-range
+// condition of List, and Get's locking re-read. (Acquire's statement is
+// acquire.)
 func newLeases(b *Backend) *sqlledger.Leases {
 	ls := b.led.ServerLeases(b.tLeases)
-	ls.Grant = b.grant
 	ls.Clear = b.release
 	// starts_with decides; key < prefixEnd bounds the key range above
 	// when prefixEnd is cheap to form.
@@ -68,10 +68,9 @@ func newLeases(b *Backend) *sqlledger.Leases {
 	return ls
 }
 
-// grant is Acquire (sqlledger.Leases.Grant) in one statement (two when the
-// key is held and the holder's row is newer than the statement's
-// snapshot).
-func (b *Backend) grant(ctx context.Context, what, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
+// acquire is Acquire's step in one statement (two when the key is held and
+// the holder's row is newer than the statement's snapshot).
+func (b *Backend) acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, err
 	}
@@ -95,11 +94,11 @@ func (b *Backend) grant(ctx context.Context, what, key string, owner backend.Own
 			h := backend.Lease{Key: key, Token: uint64(token), Remaining: time.Duration(remUS) * time.Microsecond}
 			h.Owner.Instance = *instance
 			if err := sqlledger.SetNonce(&h.Owner.Nonce, nonce); err != nil {
-				return backend.Grant{}, dbErr(ctx, what, err)
+				return backend.Grant{}, stepErr(ctx, err)
 			}
 			return backend.Grant{}, &backend.HeldError{Holder: h}
 		case err != nil && !errors.Is(err, pgx.ErrNoRows):
-			return backend.Grant{}, dbErr(ctx, what, err)
+			return backend.Grant{}, stepErr(ctx, err)
 		}
 		// Not granted, and the holder was not visible (or has expired or
 		// been released since): read it again, then try again.
@@ -113,7 +112,7 @@ func (b *Backend) grant(ctx context.Context, what, key string, owner backend.Own
 			return backend.Grant{}, gerr
 		}
 		if attempt == 10 {
-			return backend.Grant{}, fmt.Errorf("postgres: %s: no answer after %d attempts under contention", what, attempt+1)
+			return backend.Grant{}, fmt.Errorf("no answer after %d attempts under contention", attempt+1)
 		}
 	}
 }
@@ -131,9 +130,9 @@ func (b *Backend) releaseSQL() string {
 			(SELECT count(pg_notify(?, key)) FROM r WHERE wake_until > clock_timestamp())`)
 }
 
-// release is Release's guarded write (sqlledger.Leases.Clear): it clears
-// the holder and notifies waiters, if any, in one statement.
-func (b *Backend) release(ctx context.Context, what, key string, owner backend.Owner, token uint64) error {
+// release is Release's step, its guarded write (sqlledger.Leases.Clear): it
+// clears the holder and notifies waiters, if any, in one statement.
+func (b *Backend) release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
 	if err := b.gate.Enter(); err != nil {
 		return err
 	}
@@ -142,40 +141,40 @@ func (b *Backend) release(ctx context.Context, what, key string, owner backend.O
 	err := b.pool.QueryRow(ctx, b.releaseSQL(), append(b.led.D.LeaseGuardArgs(key, owner, token), b.channel)...).Scan(&n, &notified)
 	switch {
 	case err != nil:
-		return dbErr(ctx, what, err)
+		return stepErr(ctx, err)
 	case n == 0:
 		return backend.ErrLeaseLost
 	}
 	return nil
 }
 
-// Acquire implements backend.Leases (sqlledger, with grant).
+// Acquire implements backend.Leases (acquire).
 func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	return b.leases.Acquire(ctx, key, owner, ttl)
+	return b.g.Acquire(ctx, key, owner, ttl, b.acquire)
 }
 
 // Renew implements backend.Leases (sqlledger: a guarded UPDATE).
 func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	return b.leases.Renew(ctx, req)
+	return b.g.Renew(ctx, req, b.leases.Renew)
 }
 
-// Release implements backend.Leases (sqlledger, with release): it clears
+// Release implements backend.Leases (release): it clears
 // the holder, keeps the row (the key's token counter) and notifies
 // waiters, if any, in one statement.
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	return b.leases.Release(ctx, key, owner, token)
+	return b.g.Release(ctx, key, owner, token, b.release)
 }
 
 // Get implements backend.Leases (sqlledger, with newLeases' locking
 // re-read).
 func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
-	return b.leases.Get(ctx, key)
+	return b.g.Get(ctx, key, b.leases.Get)
 }
 
 // List implements backend.Leases (sqlledger): the unexpired leases whose
 // keys start with prefix (byte-wise), in key order.
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	return b.leases.List(ctx, prefix, limit)
+	return b.g.List(ctx, prefix, limit, b.leases.List)
 }
 
 // prefixEnd returns the least string greater than every string that starts

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,15 +68,15 @@ func (b *Backend) claimSQL() string {
 // with it, a transaction that locks the job's row before counting the
 // running occurrences, so that two claims cannot both see room.
 func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	if err := backend.CheckClaim(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Claim(ctx, req, b.claim)
+}
+
+func (b *Backend) claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
 	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, err
 	}
 	defer b.gate.Leave()
 	at := backend.Instant(req.ScheduledAt)
-	what := "claim " + occurrence(req.Job, at)
 	for attempt := 0; attempt < 10; attempt++ {
 		var (
 			bumped int
@@ -94,7 +93,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 			return backend.Grant{}, err
 		}
 		if err != nil {
-			return backend.Grant{}, dbErr(ctx, what, err)
+			return backend.Grant{}, stepErr(ctx, err)
 		}
 		if token != nil {
 			return backend.Grant{Token: uint64(*token), TTL: sqlledger.MicrosTTL(req.TTL)}, nil
@@ -110,14 +109,14 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 			// A retry: renew it.
 			n, err := b.led.Renew(ctx, b.led.DB, req, at, r.Token)
 			if err != nil {
-				return backend.Grant{}, dbErr(ctx, what, err)
+				return backend.Grant{}, stepErr(ctx, err)
 			}
 			if n == 0 {
 				continue // taken over meanwhile: read it again
 			}
 			return backend.Grant{Token: r.Token, TTL: sqlledger.MicrosTTL(req.TTL)}, nil
 		case !errors.Is(err, pgx.ErrNoRows):
-			return backend.Grant{}, dbErr(ctx, what, err)
+			return backend.Grant{}, stepErr(ctx, err)
 		}
 		if bumped == 0 {
 			return backend.Grant{}, sqlledger.TooEarly(req, at, now)
@@ -128,7 +127,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		// The conflicting run vanished (pruned after finishing): try again,
 		// and be told it is finished or claim it.
 	}
-	return backend.Grant{}, fmt.Errorf("postgres: %s: no answer after 10 attempts under contention", what)
+	return backend.Grant{}, errors.New("no answer after 10 attempts under contention")
 }
 
 // claimInsertFirst is Claim without MaxRunning, in a transaction that
@@ -246,10 +245,10 @@ func (b *Backend) claimLimited(ctx context.Context, req backend.ClaimRequest, at
 
 // Heartbeat implements backend.Ledger (sqlledger: a guarded UPDATE).
 func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	return b.led.Heartbeat(ctx, req)
+	return b.g.Heartbeat(ctx, req, b.led.Heartbeat)
 }
 
 // Finish implements backend.Ledger (sqlledger: a guarded UPDATE).
 func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
-	return b.led.Finish(ctx, req)
+	return b.g.Finish(ctx, req, b.led.Finish)
 }

@@ -58,7 +58,7 @@ func (n *notifier) listen(ctx context.Context) error {
 	select {
 	case n.dialing <- struct{}{}:
 	case <-ctx.Done():
-		return dbErr(ctx, "listen: wait for the connect in flight", ctx.Err())
+		return fmt.Errorf("listen: wait for the connect in flight: %w", stepErr(ctx, ctx.Err()))
 	}
 	defer func() { <-n.dialing }()
 	if done, err := n.listening(); done { // the connect we waited for may have done it
@@ -69,12 +69,12 @@ func (n *notifier) listen(ctx context.Context) error {
 	}
 	pc, err := n.b.pool.Acquire(ctx)
 	if err != nil {
-		return dbErr(ctx, "listen: acquire a connection", err)
+		return fmt.Errorf("listen: acquire a connection: %w", stepErr(ctx, err))
 	}
 	conn := pc.Hijack()
 	if _, err := conn.Exec(ctx, "LISTEN "+n.b.channel); err != nil {
 		conn.Close(context.Background())
-		return dbErr(ctx, "listen", err)
+		return fmt.Errorf("listen: %w", stepErr(ctx, err))
 	}
 	n.mu.Lock()
 	if n.closed { // closed while connecting
@@ -172,9 +172,10 @@ func (n *notifier) close() {
 // so a release just before Wait is seen: the channel is then closed at
 // once.
 func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return nil, err
-	}
+	return b.g.Wait(ctx, key, b.wait)
+}
+
+func (b *Backend) wait(ctx context.Context, key string) (<-chan struct{}, error) {
 	if err := b.gate.Enter(); err != nil {
 		return nil, err
 	}
@@ -206,7 +207,7 @@ func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error)
 		return w.ch, nil
 	case err != nil:
 		n.drop(key, w)
-		return nil, fmt.Errorf("postgres: wait for key %q: %w", key, err)
+		return nil, err
 	}
 	n.mu.Lock()
 	if _, ok := n.waiters[key][w]; ok {
@@ -231,14 +232,15 @@ func (b *Backend) registerSQL() string {
 		RETURNING ` + b.leases.Cols
 }
 
-// registerWaiter runs registerSQL: backend.ErrNotFound when the key is free.
+// registerWaiter runs registerSQL: the bare backend.ErrNotFound when the
+// key is free.
 func (b *Backend) registerWaiter(ctx context.Context, key string) (backend.Lease, error) {
 	l, err := b.leases.D.ScanLease(b.pool.QueryRow(ctx, b.registerSQL(), key))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
+		return backend.Lease{}, backend.ErrNotFound
 	case err != nil:
-		return backend.Lease{}, dbErr(ctx, fmt.Sprintf("register a waiter for key %q", key), err)
+		return backend.Lease{}, fmt.Errorf("register a waiter: %w", stepErr(ctx, err))
 	}
 	return l, nil
 }

@@ -64,6 +64,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/closegate"
 	"github.com/leasehold/leasehold/internal/declared"
+	"github.com/leasehold/leasehold/internal/guard"
 	"github.com/leasehold/leasehold/internal/sqlledger"
 )
 
@@ -123,8 +124,9 @@ type Backend struct {
 	tLeases, tJobs, tRuns, tMeta string
 
 	gate   closegate.Gate
+	g      guard.Guard       // checks, names failures; closed: gate.Check, and the steps Enter the gate
 	led    *sqlledger.Ledger // the ledger's rules and reads, written once
-	leases *sqlledger.Leases // the lease layer, written once but for grant and release
+	leases *sqlledger.Leases // the lease layer, written once but for acquire and release
 	n      *notifier
 }
 
@@ -226,6 +228,7 @@ func layout(pool *pgxpool.Pool, owns bool, cfg config) *Backend {
 	b := &Backend{pool: pool, ownsPool: owns, schema: cfg.schema, prefix: cfg.prefix}
 	tbl := func(name string) string { return pgx.Identifier{cfg.schema, cfg.prefix + name}.Sanitize() }
 	b.tLeases, b.tJobs, b.tRuns, b.tMeta = tbl("leases"), tbl("jobs"), tbl("runs"), tbl("meta")
+	b.g = guard.Guard{Name: "postgres", MinTTL: MinTTL, Closed: b.gate.Check}
 	b.led = newLedger(b)
 	b.leases = newLeases(b)
 	h := fnv.New64a()
@@ -443,17 +446,24 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// dbErr wraps a database error, adding the context's error when the context
-// ended (so errors.Is(err, context.Canceled) works).
+// dbErr wraps a database error of a call that no guard names (stepErr),
+// naming what.
 func dbErr(ctx context.Context, what string, err error) error {
+	return fmt.Errorf("postgres: %s: %w", what, stepErr(ctx, err))
+}
+
+// stepErr classifies a database error (a refusal) and adds the context's
+// error when the context ended (so errors.Is(err, context.Canceled)
+// works); the guard names the call (sqlledger.Dialect.Err).
+func stepErr(ctx context.Context, err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && refusedCodes[pe.Code] {
 		err = backend.Refused(err, true) // the statement did not run; its transaction is rolled back
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("postgres: %s: %w (%w)", what, err, cerr)
+		return fmt.Errorf("%w (%w)", err, cerr)
 	}
-	return fmt.Errorf("postgres: %s: %w", what, err)
+	return err
 }
 
 // refusedCodes are the SQLSTATEs of a refusal for want of permission:

@@ -14,19 +14,19 @@ import (
 // Reclaim implements backend.Ledger, in a transaction that locks the run's
 // row (FOR UPDATE) and then the job's counter row.
 func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
-	if err := backend.CheckClaim(req, MinTTL); err != nil {
-		return backend.Grant{}, backend.Run{}, err
-	}
+	return b.g.Reclaim(ctx, req, b.reclaim)
+}
+
+func (b *Backend) reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
 	if err := b.gate.Enter(); err != nil {
 		return backend.Grant{}, backend.Run{}, err
 	}
 	defer b.gate.Leave()
 	at := backend.Instant(req.ScheduledAt)
-	what := "reclaim " + occurrence(req.Job, at)
 	ttl := sqlledger.MicrosTTL(req.TTL)
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
-		return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
+		return backend.Grant{}, backend.Run{}, stepErr(ctx, err)
 	}
 	defer tx.Rollback(ctx)
 	r, err := b.getRun(ctx, tx, req.Job, at, " FOR UPDATE")
@@ -34,16 +34,16 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	case errors.Is(err, pgx.ErrNoRows):
 		return backend.Grant{}, backend.Run{}, sqlledger.NeverClaimed(req.Job, at)
 	case err != nil:
-		return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
+		return backend.Grant{}, backend.Run{}, stepErr(ctx, err)
 	}
 	if renew, err := sqlledger.Reclaim(req, at, r, !r.Expired); err != nil {
 		return backend.Grant{}, backend.Run{}, err
 	} else if renew { // a retry
 		if _, err := b.led.Renew(ctx, pgxDB{tx}, req, at, r.Token); err != nil {
-			return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
+			return backend.Grant{}, backend.Run{}, stepErr(ctx, err)
 		}
 		if err := tx.Commit(ctx); err != nil {
-			return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
+			return backend.Grant{}, backend.Run{}, stepErr(ctx, err)
 		}
 		return backend.Grant{Token: r.Token, TTL: ttl}, r, nil
 	}
@@ -54,11 +54,11 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		// (READ COMMITTED) is taken after the lock was granted and so sees
 		// the claim that held it.
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+b.tJobs+` WHERE job = $1 FOR UPDATE`, req.Job); err != nil {
-			return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
+			return backend.Grant{}, backend.Run{}, stepErr(ctx, err)
 		}
 		running, err := b.led.Running(ctx, pgxDB{tx}, req.Job, at)
 		if err != nil {
-			return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
+			return backend.Grant{}, backend.Run{}, stepErr(ctx, err)
 		}
 		if running >= req.MaxRunning {
 			return backend.Grant{}, backend.Run{}, sqlledger.OverlapOther(req, at, running)
@@ -73,28 +73,25 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		RETURNING `+b.led.Cols,
 		req.Job, at, req.Owner.Instance, req.Owner.Nonce[:], req.SpecVersion, sqlledger.Micros(req.TTL)))
 	if err != nil {
-		return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
+		return backend.Grant{}, backend.Run{}, stepErr(ctx, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return backend.Grant{}, backend.Run{}, dbErr(ctx, what, err)
+		return backend.Grant{}, backend.Run{}, stepErr(ctx, err)
 	}
 	return backend.Grant{Token: r.Token, TTL: ttl}, r, nil
 }
 
 // Abandon implements backend.Ledger.
 func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return backend.Run{}, err
-	}
-	if err := backend.CheckInstant(at); err != nil {
-		return backend.Run{}, err
-	}
+	return b.g.Abandon(ctx, job, at, b.abandon)
+}
+
+func (b *Backend) abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
 	if err := b.gate.Enter(); err != nil {
 		return backend.Run{}, err
 	}
 	defer b.gate.Leave()
 	at = backend.Instant(at)
-	what := "abandon " + occurrence(job, at)
 	r, err := b.led.D.ScanRun(b.pool.QueryRow(ctx, `UPDATE `+b.tRuns+` SET state = 'abandoned', finished_at = clock_timestamp()
 		WHERE job = $1 AND scheduled_at = $2 AND state = 'running' AND expires_at <= clock_timestamp()
 		RETURNING `+b.led.Cols, job, at))
@@ -102,7 +99,7 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 	case err == nil:
 		return r, nil
 	case !errors.Is(err, pgx.ErrNoRows):
-		return backend.Run{}, dbErr(ctx, what, err)
+		return backend.Run{}, stepErr(ctx, err)
 	}
 	// Not abandoned: say why.
 	r, err = b.getRun(ctx, b.pool, job, at, "")
@@ -110,7 +107,7 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 	case errors.Is(err, pgx.ErrNoRows):
 		return backend.Run{}, sqlledger.NeverClaimed(job, at)
 	case err != nil:
-		return backend.Run{}, dbErr(ctx, what, err)
+		return backend.Run{}, stepErr(ctx, err)
 	}
 	// The UPDATE's guard failed: it is finished or its lease is live.
 	return backend.Run{}, sqlledger.Abandon(job, at, r, true)
@@ -118,18 +115,18 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 
 // GetRun implements backend.Ledger (sqlledger).
 func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	return b.led.GetRun(ctx, job, at)
+	return b.g.GetRun(ctx, job, at, b.led.GetRun)
 }
 
 // HighWater implements backend.Ledger (sqlledger).
 func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
-	return b.led.HighWater(ctx, job)
+	return b.g.HighWater(ctx, job, b.led.HighWater)
 }
 
 // ListRuns implements backend.Ledger (sqlledger): newest ScheduledAt
 // first, then by job.
 func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	return b.led.ListRuns(ctx, f)
+	return b.g.ListRuns(ctx, f, b.led.ListRuns)
 }
 
 // Prune implements backend.Ledger (sqlledger, with newLedger's PruneSQL:
@@ -137,5 +134,5 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 // olderThan, FOR UPDATE SKIP LOCKED). Running occurrences, counters and
 // high-water marks are never touched.
 func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
-	return b.led.Prune(ctx, olderThan, batch)
+	return b.g.Prune(ctx, olderThan, batch, b.led.Prune)
 }

@@ -28,7 +28,7 @@ func dialect() *sqlledger.Dialect {
 		},
 		NotInJob: "instr(job, %s) = 0",
 		NoRows:   sql.ErrNoRows,
-		Err:      dbErr,
+		Err:      stepErr,
 	}
 }
 
@@ -43,8 +43,8 @@ func newLedger(b *Backend) *sqlledger.Ledger {
 		Cols: runCols,
 		// The clock is read first (after the gate), and Expired judged by
 		// it and the boot id.
-		Reader: func(what string) (sqlledger.ScanFunc, error) {
-			now, err := b.now(what)
+		Reader: func() (sqlledger.ScanFunc, error) {
+			now, err := b.now()
 			if err != nil {
 				return nil, err
 			}
@@ -57,12 +57,12 @@ func newLedger(b *Backend) *sqlledger.Ledger {
 			}, nil
 		},
 		// Every write is an immediate transaction (write).
-		Write: func(ctx context.Context, what, q string, args ...any) (int64, error) {
+		Write: func(ctx context.Context, q string, args ...any) (int64, error) {
 			var n int64
-			err := b.write(ctx, what, func(tx *sql.Tx) error {
+			err := b.write(ctx, func(tx *sql.Tx) error {
 				var err error
 				if n, err = (sqlledger.Std{Q: tx}).Exec(ctx, q, args...); err != nil {
-					return dbErr(ctx, what, err)
+					return stepErr(ctx, err)
 				}
 				return nil
 			})
@@ -75,6 +75,5 @@ func newLedger(b *Backend) *sqlledger.Ledger {
 		PruneSQL: `DELETE FROM runs WHERE rowid IN (
 			SELECT rowid FROM runs WHERE state IN ('succeeded', 'failed', 'abandoned') AND finished_at_ms < ? LIMIT ?)`,
 		PruneBefore: func(t time.Time) any { return backend.CeilInstant(t).UnixMilli() },
-		MinTTL:      MinTTL,
 	}
 }

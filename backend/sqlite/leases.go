@@ -64,12 +64,10 @@ func newLeases(b *Backend) *sqlledger.Leases {
 		Gate:   &b.gate,
 		Table:  "leases",
 		Cols:   `key, ` + leaseCols,
-		MinTTL: MinTTL,
-		Grant:  b.grant,
 		Extend: b.renew,
 		Clear:  b.release,
-		Reader: func(what string) (sqlledger.LeaseReader, error) {
-			now, err := b.now(what)
+		Reader: func() (sqlledger.LeaseReader, error) {
+			now, err := b.now()
 			if err != nil {
 				return sqlledger.LeaseReader{}, err
 			}
@@ -97,15 +95,15 @@ func newLeases(b *Backend) *sqlledger.Leases {
 	}
 }
 
-// grant is Acquire (sqlledger.Leases.Grant). In one immediate transaction
-// it reads the lease on key; if it is live it answers the same owner with
-// the existing grant, renewed to ttl from now, and anyone else with a
+// acquire is Acquire's step. In one immediate transaction it reads the
+// lease on key; if it is live it answers the same owner with the existing
+// grant, renewed to ttl from now, and anyone else with a
 // *backend.HeldError; otherwise it increments the key's counter and writes
 // the new lease.
-func (b *Backend) grant(ctx context.Context, what, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
+func (b *Backend) acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	var g backend.Grant
-	err := b.write(ctx, what, func(tx *sql.Tx) error {
-		now, err := b.now(what)
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		now, err := b.now()
 		if err != nil {
 			return err
 		}
@@ -114,21 +112,21 @@ func (b *Backend) grant(ctx context.Context, what, key string, owner backend.Own
 		case err == nil && b.liveLease(cur, now):
 			if cur.owner == owner { // a retry of a request that was applied: renew it
 				if _, err := tx.ExecContext(ctx, `UPDATE leases SET expires_ns = ? WHERE key = ?`, now+int64(ttl), key); err != nil {
-					return dbErr(ctx, what, err)
+					return stepErr(ctx, err)
 				}
 				g = backend.Grant{Token: cur.token, TTL: ttl}
 				return nil
 			}
 			return &backend.HeldError{Holder: cur.view(key, now)}
 		case err != nil && !errors.Is(err, sql.ErrNoRows):
-			return dbErr(ctx, what, err)
+			return stepErr(ctx, err)
 		}
 		var token int64
 		if err := tx.StmtContext(ctx, b.stmts[stBumpCounter]).QueryRowContext(ctx, key).Scan(&token); err != nil {
-			return dbErr(ctx, what, err)
+			return stepErr(ctx, err)
 		}
 		if _, err := tx.StmtContext(ctx, b.stmts[stUpsertLease]).ExecContext(ctx, key, owner.Instance, owner.Nonce[:], token, now+int64(ttl), b.bootID); err != nil {
-			return dbErr(ctx, what, err)
+			return stepErr(ctx, err)
 		}
 		g = backend.Grant{Token: uint64(token), TTL: ttl}
 		return nil
@@ -187,77 +185,73 @@ func (b *Backend) prepare(ctx context.Context) error {
 
 // renew is Renew's guarded write (sqlledger.Leases.Extend), in an
 // immediate transaction that reads the clock.
-func (b *Backend) renew(ctx context.Context, what string, req backend.RenewRequest) error {
+func (b *Backend) renew(ctx context.Context, req backend.RenewRequest) error {
 	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
-	return b.write(ctx, what, func(tx *sql.Tx) error {
-		now, err := b.now(what)
+	return b.write(ctx, func(tx *sql.Tx) error {
+		now, err := b.now()
 		if err != nil {
 			return err
 		}
 		res, err := tx.StmtContext(ctx, b.stmts[stRenewLease]).ExecContext(ctx, now+int64(ttl), key, owner.Instance, owner.Nonce[:], int64(token), b.bootID, now)
-		return b.guarded(ctx, what, res, err, leaseLost)
+		return b.guarded(ctx, res, err)
 	})
 }
 
-// release is Release's guarded write (sqlledger.Leases.Clear): it deletes
-// the lease and keeps the key's counter.
-func (b *Backend) release(ctx context.Context, what, key string, owner backend.Owner, token uint64) error {
-	return b.write(ctx, what, func(tx *sql.Tx) error {
-		now, err := b.now(what)
+// release is Release's step, its guarded write (sqlledger.Leases.Clear): it
+// deletes the lease and keeps the key's counter.
+func (b *Backend) release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
+	return b.write(ctx, func(tx *sql.Tx) error {
+		now, err := b.now()
 		if err != nil {
 			return err
 		}
 		res, err := tx.StmtContext(ctx, b.stmts[stReleaseLease]).ExecContext(ctx, key, owner.Instance, owner.Nonce[:], int64(token), b.bootID, now)
-		return b.guarded(ctx, what, res, err, leaseLost)
+		return b.guarded(ctx, res, err)
 	})
 }
 
-// leaseLost is renew's and release's answer when no row matched: the bare
-// sentinel, which sqlledger names with the key and token.
-func leaseLost() error { return backend.ErrLeaseLost }
-
 // guarded turns the result of a guarded UPDATE or DELETE into nil (one row
-// changed), lost() (no row matched) or a wrapped database error.
-func (b *Backend) guarded(ctx context.Context, what string, res sql.Result, err error, lost func() error) error {
+// changed), the bare backend.ErrLeaseLost (no row matched; the guard says
+// which key or occurrence and token) or a database error.
+func (b *Backend) guarded(ctx context.Context, res sql.Result, err error) error {
 	if err != nil {
-		return dbErr(ctx, what, err)
+		return stepErr(ctx, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return dbErr(ctx, what, err)
+		return stepErr(ctx, err)
 	}
 	if n == 0 {
-		return lost()
+		return backend.ErrLeaseLost
 	}
 	return nil
 }
 
-// Acquire implements backend.Leases (sqlledger, with grant).
+// Acquire implements backend.Leases (acquire).
 func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	return b.leases.Acquire(ctx, key, owner, ttl)
+	return b.g.Acquire(ctx, key, owner, ttl, b.acquire)
 }
 
 // Renew implements backend.Leases (sqlledger, with renew).
 func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	return b.leases.Renew(ctx, req)
+	return b.g.Renew(ctx, req, b.leases.Renew)
 }
 
-// Release implements backend.Leases (sqlledger, with release). The key's
-// counter is kept.
+// Release implements backend.Leases (release). The key's counter is kept.
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	return b.leases.Release(ctx, key, owner, token)
+	return b.g.Release(ctx, key, owner, token, b.release)
 }
 
 // Get implements backend.Leases (sqlledger, by newLeases' clock).
 func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
-	return b.leases.Get(ctx, key)
+	return b.g.Get(ctx, key, b.leases.Get)
 }
 
 // List implements backend.Leases (sqlledger): the unexpired leases whose
 // keys start with prefix (byte-wise, like strings.HasPrefix), in key
 // order.
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	return b.leases.List(ctx, prefix, limit)
+	return b.g.List(ctx, prefix, limit, b.leases.List)
 }
 
 // prefixEnd returns the least string greater than every string that starts

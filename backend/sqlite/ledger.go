@@ -69,19 +69,16 @@ func getRun(ctx context.Context, q queryer, job string, atMs int64) (*runRow, er
 	return scanRun(q.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE job = ? AND scheduled_ms = ?`, job, atMs))
 }
 
-// occurrence names an occurrence in messages.
-var occurrence = backend.FormatOccurrence
-
 // Claim implements backend.Ledger.
 func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	if err := backend.CheckClaim(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Claim(ctx, req, b.claim)
+}
+
+func (b *Backend) claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
 	at := backend.Instant(req.ScheduledAt)
-	what := "claim " + occurrence(req.Job, at)
 	var g backend.Grant
-	err := b.write(ctx, what, func(tx *sql.Tx) error {
-		now, err := b.now(what)
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		now, err := b.now()
 		if err != nil {
 			return err
 		}
@@ -94,12 +91,12 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 			}
 			// A retry: renew it.
 			if err := b.renewRun(ctx, tx, req, at, now); err != nil {
-				return dbErr(ctx, what, err)
+				return stepErr(ctx, err)
 			}
 			g = backend.Grant{Token: r.rec.Token, TTL: req.TTL}
 			return nil
 		case !errors.Is(err, sql.ErrNoRows):
-			return dbErr(ctx, what, err)
+			return stepErr(ctx, err)
 		}
 		if err := sqlledger.Window(req, at, wall); err != nil {
 			return err
@@ -109,7 +106,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM runs
 				WHERE job = ? AND state = 'running' AND boot_id = ? AND expires_ns > ?`,
 				req.Job, b.bootID, now).Scan(&n); err != nil {
-				return dbErr(ctx, what, err)
+				return stepErr(ctx, err)
 			}
 			if n >= req.MaxRunning {
 				return sqlledger.Overlap(req, n)
@@ -123,13 +120,13 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 				high_version = CASE WHEN high_ms IS NULL OR excluded.high_ms > high_ms THEN excluded.high_version ELSE high_version END,
 				high_ms = CASE WHEN high_ms IS NULL OR excluded.high_ms > high_ms THEN excluded.high_ms ELSE high_ms END
 			RETURNING counter`, req.Job, at.UnixMilli(), req.SpecVersion).Scan(&token); err != nil {
-			return dbErr(ctx, what, err)
+			return stepErr(ctx, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO runs (job, scheduled_ms, spec_version, instance, nonce, token,
 			attempt, state, claimed_at_ms, expires_ns, boot_id) VALUES (?, ?, ?, ?, ?, ?, 1, 'running', ?, ?, ?)`,
 			req.Job, at.UnixMilli(), req.SpecVersion, req.Owner.Instance, req.Owner.Nonce[:], token,
 			wall.UnixMilli(), now+int64(req.TTL), b.bootID); err != nil {
-			return dbErr(ctx, what, err)
+			return stepErr(ctx, err)
 		}
 		g = backend.Grant{Token: uint64(token), TTL: req.TTL}
 		return nil
@@ -146,41 +143,35 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 const runGuard = `job = ? AND scheduled_ms = ? AND state = 'running' AND instance = ? AND nonce = ?
 	AND token = ? AND boot_id = ? AND expires_ns > ?`
 
-// lostRun is a guarded update's answer when it matched no row.
-func lostRun(job string, at time.Time, token uint64) func() error {
-	return func() error { return sqlledger.LeaseLost(job, at, token) }
-}
-
 // Heartbeat implements backend.Ledger.
 func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	if err := backend.CheckHeartbeat(req, MinTTL); err != nil {
-		return err
-	}
+	return b.g.Heartbeat(ctx, req, b.heartbeat)
+}
+
+func (b *Backend) heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
 	job, at, owner, token, ttl := req.Job, req.ScheduledAt, req.Owner, req.Token, req.TTL
 	at = backend.Instant(at)
-	what := "heartbeat " + occurrence(job, at)
-	return b.write(ctx, what, func(tx *sql.Tx) error {
-		now, err := b.now(what)
+	return b.write(ctx, func(tx *sql.Tx) error {
+		now, err := b.now()
 		if err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE runs SET expires_ns = ? WHERE `+runGuard,
 			now+int64(ttl), job, at.UnixMilli(), owner.Instance, owner.Nonce[:], int64(token), b.bootID, now)
-		return b.guarded(ctx, what, res, err, lostRun(job, at, token))
+		return b.guarded(ctx, res, err)
 	})
 }
 
 // Finish implements backend.Ledger.
 func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
-	req, err := backend.CheckFinish(req)
-	if err != nil {
-		return err
-	}
+	return b.g.Finish(ctx, req, b.finish)
+}
+
+func (b *Backend) finish(ctx context.Context, req backend.FinishRequest) error {
 	job, at, owner, token, out := req.Job, req.ScheduledAt, req.Owner, req.Token, req.Outcome
 	at = backend.Instant(at)
-	what := "finish " + occurrence(job, at)
-	return b.write(ctx, what, func(tx *sql.Tx) error {
-		now, err := b.now(what)
+	return b.write(ctx, func(tx *sql.Tx) error {
+		now, err := b.now()
 		if err != nil {
 			return err
 		}
@@ -188,21 +179,21 @@ func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
 			WHERE `+runGuard,
 			string(out.State), b.wall().UnixMilli(), int64(out.Duration), out.Result, out.Error,
 			job, at.UnixMilli(), owner.Instance, owner.Nonce[:], int64(token), b.bootID, now)
-		return b.guarded(ctx, what, res, err, lostRun(job, at, token))
+		return b.guarded(ctx, res, err)
 	})
 }
 
 // Reclaim implements backend.Ledger.
 func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
-	if err := backend.CheckClaim(req, MinTTL); err != nil {
-		return backend.Grant{}, backend.Run{}, err
-	}
+	return b.g.Reclaim(ctx, req, b.reclaim)
+}
+
+func (b *Backend) reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
 	at := backend.Instant(req.ScheduledAt)
-	what := "reclaim " + occurrence(req.Job, at)
 	var g backend.Grant
 	var run backend.Run
-	err := b.write(ctx, what, func(tx *sql.Tx) error {
-		now, err := b.now(what)
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		now, err := b.now()
 		if err != nil {
 			return err
 		}
@@ -211,13 +202,13 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		case errors.Is(err, sql.ErrNoRows):
 			return sqlledger.NeverClaimed(req.Job, at)
 		case err != nil:
-			return dbErr(ctx, what, err)
+			return stepErr(ctx, err)
 		}
 		if renew, err := sqlledger.Reclaim(req, at, b.view(r, now), b.liveRun(r, now)); err != nil {
 			return err
 		} else if renew { // a retry
 			if err := b.renewRun(ctx, tx, req, at, now); err != nil {
-				return dbErr(ctx, what, err)
+				return stepErr(ctx, err)
 			}
 			g, run = backend.Grant{Token: r.rec.Token, TTL: req.TTL}, b.view(r, now)
 			return nil
@@ -227,7 +218,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM runs
 				WHERE job = ? AND scheduled_ms <> ? AND state = 'running' AND boot_id = ? AND expires_ns > ?`,
 				req.Job, at.UnixMilli(), b.bootID, now).Scan(&n); err != nil {
-				return dbErr(ctx, what, err)
+				return stepErr(ctx, err)
 			}
 			if n >= req.MaxRunning {
 				return sqlledger.OverlapOther(req, at, n)
@@ -236,7 +227,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		var token int64
 		if err := tx.QueryRowContext(ctx, `INSERT INTO jobs (job, counter) VALUES (?, 1)
 			ON CONFLICT (job) DO UPDATE SET counter = counter + 1 RETURNING counter`, req.Job).Scan(&token); err != nil {
-			return dbErr(ctx, what, err)
+			return stepErr(ctx, err)
 		}
 		wall := b.wall()
 		r.rec.Owner, r.rec.Token, r.rec.Attempt = req.Owner, uint64(token), r.rec.Attempt+1
@@ -246,7 +237,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 			spec_version = ?, claimed_at_ms = ?, expires_ns = ?, boot_id = ? WHERE job = ? AND scheduled_ms = ?`,
 			req.Owner.Instance, req.Owner.Nonce[:], token, r.rec.Attempt, req.SpecVersion, wall.UnixMilli(),
 			r.expires, r.bootID, req.Job, at.UnixMilli()); err != nil {
-			return dbErr(ctx, what, err)
+			return stepErr(ctx, err)
 		}
 		g, run = backend.Grant{Token: uint64(token), TTL: req.TTL}, b.view(r, now)
 		return nil
@@ -259,17 +250,14 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 
 // Abandon implements backend.Ledger.
 func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return backend.Run{}, err
-	}
-	if err := backend.CheckInstant(at); err != nil {
-		return backend.Run{}, err
-	}
+	return b.g.Abandon(ctx, job, at, b.abandon)
+}
+
+func (b *Backend) abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
 	at = backend.Instant(at)
-	what := "abandon " + occurrence(job, at)
 	var run backend.Run
-	err := b.write(ctx, what, func(tx *sql.Tx) error {
-		now, err := b.now(what)
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		now, err := b.now()
 		if err != nil {
 			return err
 		}
@@ -278,7 +266,7 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 		case errors.Is(err, sql.ErrNoRows):
 			return sqlledger.NeverClaimed(job, at)
 		case err != nil:
-			return dbErr(ctx, what, err)
+			return stepErr(ctx, err)
 		}
 		if err := sqlledger.Abandon(job, at, b.view(r, now), b.liveRun(r, now)); err != nil {
 			return err
@@ -286,7 +274,7 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 		finished := b.wall().UnixMilli()
 		if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = 'abandoned', finished_at_ms = ? WHERE job = ? AND scheduled_ms = ?`,
 			finished, job, at.UnixMilli()); err != nil {
-			return dbErr(ctx, what, err)
+			return stepErr(ctx, err)
 		}
 		r.rec.State, r.rec.FinishedAt = backend.Abandoned, fromMs(finished)
 		run = b.view(r, now)
@@ -301,18 +289,18 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 // GetRun implements backend.Ledger (sqlledger; Expired judged by the
 // host's clock, see newLedger).
 func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	return b.led.GetRun(ctx, job, at)
+	return b.g.GetRun(ctx, job, at, b.led.GetRun)
 }
 
 // HighWater implements backend.Ledger (sqlledger).
 func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
-	return b.led.HighWater(ctx, job)
+	return b.g.HighWater(ctx, job, b.led.HighWater)
 }
 
 // ListRuns implements backend.Ledger (sqlledger): newest ScheduledAt
 // first, then by job.
 func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	return b.led.ListRuns(ctx, f)
+	return b.g.ListRuns(ctx, f, b.led.ListRuns)
 }
 
 // Prune implements backend.Ledger (sqlledger, with newLedger's PruneSQL):
@@ -320,7 +308,7 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 // olderThan. Running occurrences, counters and high-water marks are never
 // touched.
 func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
-	return b.led.Prune(ctx, olderThan, batch)
+	return b.g.Prune(ctx, olderThan, batch, b.led.Prune)
 }
 
 // renewRun extends the runner's lease on a running occurrence to the TTL

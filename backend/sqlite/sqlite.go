@@ -61,6 +61,7 @@ import (
 
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/closegate"
+	"github.com/leasehold/leasehold/internal/guard"
 	"github.com/leasehold/leasehold/internal/sqlledger"
 	"modernc.org/sqlite" // registers the "sqlite" driver
 	sqlite3 "modernc.org/sqlite/lib"
@@ -133,6 +134,7 @@ func withClocks(mono func() (int64, error), wall func() time.Time) Option {
 // may open the same file.
 type Backend struct {
 	gate    closegate.Gate
+	g       guard.Guard       // checks, names failures; closed: gate.Check, and write Enters the gate
 	led     *sqlledger.Ledger // the ledger's rules and reads, written once
 	leases  *sqlledger.Leases // the lease layer, written once but for its clock
 	db      *sql.DB
@@ -205,6 +207,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
 	b := &Backend{db: db, path: abs, bootID: cfg.bootID, mono: cfg.mono, wall: cfg.wall}
+	b.g = guard.Guard{Name: "sqlite", MinTTL: MinTTL, Closed: b.gate.Check}
 	b.led = newLedger(b)
 	b.leases = newLeases(b)
 	if err := b.initRetryingBusy(ctx, cfg.busyTimeout); err != nil {
@@ -388,10 +391,10 @@ func (b *Backend) Close() error {
 
 // write runs fn in one immediate transaction, committing if fn returns nil.
 // Errors from fn are returned as they are; errors from the database are
-// wrapped with what (which names the key or job).
-func (b *Backend) write(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
+// classified (stepErr), for the guard to name.
+func (b *Backend) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("sqlite: %s: %w: %w", what, backend.ErrNotApplied, err)
+		return fmt.Errorf("%w: %w", backend.ErrNotApplied, err)
 	}
 	if err := b.gate.Enter(); err != nil {
 		return err
@@ -399,35 +402,30 @@ func (b *Backend) write(ctx context.Context, what string, fn func(tx *sql.Tx) er
 	defer b.gate.Leave()
 	tx, err := b.db.BeginTx(ctx, nil)
 	if err != nil {
-		return dbErr(ctx, what, err)
+		return stepErr(ctx, err)
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return dbErr(ctx, what, err)
+		return stepErr(ctx, err)
 	}
 	return nil
 }
 
-// dbErr wraps a database error, adding the context's error when the
-// context ended (so errors.Is(err, context.Canceled) works).
-func dbErr(ctx context.Context, what string, err error) error {
+// stepErr adds the context's error to a database error when the context
+// ended (so errors.Is(err, context.Canceled) works); the guard names the
+// call (sqlledger.Dialect.Err).
+func stepErr(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("sqlite: %s: %w (%w)", what, err, cerr)
+		return fmt.Errorf("%w (%w)", err, cerr)
 	}
-	return fmt.Errorf("sqlite: %s: %w", what, err)
+	return err
 }
 
-// now reads the monotonic clock, wrapping a failure.
-func (b *Backend) now(what string) (int64, error) {
-	n, err := b.mono()
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: %s: %w", what, err)
-	}
-	return n, nil
-}
+// now reads the monotonic clock (a failure is the guard's to name).
+func (b *Backend) now() (int64, error) { return b.mono() }
 
 // fromMs converts stored milliseconds to a UTC time.
 func fromMs(ms int64) time.Time { return time.UnixMilli(ms).UTC() }

@@ -59,9 +59,9 @@ type Dialect struct {
 	// NoRows is the driver's "no rows" error (sql.ErrNoRows,
 	// pgx.ErrNoRows).
 	NoRows error
-	// Err classifies and wraps a database error (refusals, the
-	// context's end), naming what was asked.
-	Err func(ctx context.Context, what string, err error) error
+	// Err classifies a database error (refusals) and adds the context's
+	// end; the backend's guard.Guard names the call it failed.
+	Err func(ctx context.Context, err error) error
 }
 
 // Bind returns q with its ? placeholders numbered when the dialect

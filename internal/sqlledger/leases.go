@@ -20,37 +20,33 @@ type LeaseReader struct {
 }
 
 // Leases is the lease layer of a SQL backend (backend.Leases) written
-// once: the checks and the gate, the names of failed calls ("acquire key
-// %q", …), Renew and Release answering backend.ErrLeaseLost with the key
-// and token when their guarded write matched no row, Get's not-found
-// answer, and List's prefix, limit and scan. Each backend fills one in at
-// New with what differs: how Acquire takes a token atomically (Grant), the
-// clock a lease is judged live by (Reader), how a key range is bounded
-// (Prefix), and whether Get reads again under a row lock (Relock).
+// once: the steps a backend's guard.Guard runs for Renew (answering the
+// bare backend.ErrLeaseLost when its guarded write matched no row, and the
+// TTL granted), Get (not found: the bare backend.ErrNotFound) and List
+// (prefix, limit and scan); the guard checks the arguments and the closed
+// state, and names failures and answers. Each backend fills one in at New
+// with what differs: Release's guarded write (Clear), the clock a lease is
+// judged live by (Reader), how a key range is bounded (Prefix), and whether
+// Get reads again under a row lock (Relock). Acquire's step is the
+// backend's own (how it takes a token atomically).
 type Leases struct {
 	D    *Dialect
 	DB   DB   // the pool, for reads
-	Gate Gate // the backend's closed state
+	Gate Gate // the backend's closed state, held while a read runs
 	// Table is the leases table's (qualified) name; Cols the columns that
 	// Reader's Scan reads.
 	Table, Cols string
-	// MinTTL is the backend's shortest lease.
-	MinTTL time.Duration
 
-	// Grant is Acquire once its arguments are checked: it enters Gate and
-	// names its failures what.
-	Grant func(ctx context.Context, what, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error)
-	// Extend is Renew's guarded write and Clear Release's, once their
-	// arguments are checked: each enters Gate, names its failures what,
-	// and answers backend.ErrLeaseLost itself (not wrapped) when the
-	// lease is not held by the owner and token, unexpired; Renew and
-	// Release then say which key and token.
-	Extend func(ctx context.Context, what string, req backend.RenewRequest) error
-	Clear  func(ctx context.Context, what, key string, owner backend.Owner, token uint64) error
+	// Extend is Renew's guarded write and Clear Release's (Clear is the
+	// step of Release as it is): each enters Gate and answers the bare
+	// backend.ErrLeaseLost when the lease is not held by the owner and
+	// token, unexpired.
+	Extend func(ctx context.Context, req backend.RenewRequest) error
+	Clear  func(ctx context.Context, key string, owner backend.Owner, token uint64) error
 	// Granted is the TTL a Renew of ttl grants; nil: ttl as it is.
 	Granted func(ttl time.Duration) time.Duration
-	// Reader returns how to read leases now, for the call named what.
-	Reader func(what string) (LeaseReader, error)
+	// Reader returns how to read leases now.
+	Reader func() (LeaseReader, error)
 	// Prefix returns the condition, beside KeyColumn >= prefix, that the
 	// key starts with prefix (byte-wise), and its arguments; "" for none.
 	Prefix func(prefix string) (cond string, args []any)
@@ -65,15 +61,15 @@ type Leases struct {
 
 // ServerLeases returns the Leases over table for a dialect that judges
 // expiry by the server's clock (Now), sharing l's dialect, pool, gate,
-// writes and MinTTL: a lease is live by LeaseLive and read as LeaseCols by
+// and writes: a lease is live by LeaseLive and read as LeaseCols by
 // ScanLease, Renew and Release are guarded UPDATEs (LeaseGuard) run by
 // l.Write, and a renewal grants whole microseconds (Micros). The caller
-// adds Grant, Prefix, Relock and CannotLock (and may replace Clear).
+// adds Prefix, Relock and CannotLock (and may replace Clear).
 func (l *Ledger) ServerLeases(table string) *Leases {
 	d := l.D
-	ls := &Leases{D: d, DB: l.DB, Gate: l.Gate, Table: table, Cols: d.LeaseCols(), MinTTL: l.MinTTL, Granted: MicrosTTL}
+	ls := &Leases{D: d, DB: l.DB, Gate: l.Gate, Table: table, Cols: d.LeaseCols(), Granted: MicrosTTL}
 	reader := LeaseReader{Live: d.LeaseLive(), Scan: d.ScanLease}
-	ls.Reader = func(string) (LeaseReader, error) { return reader, nil }
+	ls.Reader = func() (LeaseReader, error) { return reader, nil }
 	// Renewed to the TTL from now, never shortened (GREATEST, as the
 	// ledger's heartbeats): a renewal that waited on the row lock must not
 	// move back the expiry a later one set (MySQL's NOW(6) is the
@@ -81,8 +77,8 @@ func (l *Ledger) ServerLeases(table string) *Leases {
 	renew := d.Bind(`UPDATE ` + table + ` SET expires_at = GREATEST(expires_at, ` + d.Later("?") + `) WHERE ` + d.LeaseGuard())
 	// The holder is cleared and the row kept: it is the key's token counter.
 	release := d.Bind(`UPDATE ` + table + ` SET expires_at = NULL WHERE ` + d.LeaseGuard())
-	guarded := func(ctx context.Context, what, q string, args ...any) error {
-		n, err := l.Write(ctx, what, q, args...)
+	guarded := func(ctx context.Context, q string, args ...any) error {
+		n, err := l.Write(ctx, q, args...)
 		switch {
 		case err != nil:
 			return err
@@ -91,11 +87,11 @@ func (l *Ledger) ServerLeases(table string) *Leases {
 		}
 		return nil
 	}
-	ls.Extend = func(ctx context.Context, what string, req backend.RenewRequest) error {
-		return guarded(ctx, what, renew, append([]any{Micros(req.TTL)}, d.LeaseGuardArgs(req.Key, req.Owner, req.Token)...)...)
+	ls.Extend = func(ctx context.Context, req backend.RenewRequest) error {
+		return guarded(ctx, renew, append([]any{Micros(req.TTL)}, d.LeaseGuardArgs(req.Key, req.Owner, req.Token)...)...)
 	}
-	ls.Clear = func(ctx context.Context, what, key string, owner backend.Owner, token uint64) error {
-		return guarded(ctx, what, release, d.LeaseGuardArgs(key, owner, token)...)
+	ls.Clear = func(ctx context.Context, key string, owner backend.Owner, token uint64) error {
+		return guarded(ctx, release, d.LeaseGuardArgs(key, owner, token)...)
 	}
 	return ls
 }
@@ -142,29 +138,9 @@ func (d *Dialect) ScanLease(s Scanner) (backend.Lease, error) {
 	return l, nil
 }
 
-// lost turns Extend's and Clear's bare backend.ErrLeaseLost into the
-// answer of a Renew or Release of a lease its caller no longer holds.
-func lost(err error, key string, token uint64) error {
-	if err == backend.ErrLeaseLost {
-		return fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
-	}
-	return err
-}
-
-// Acquire implements backend.Leases with Grant.
-func (l *Leases) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckLease(key, owner, ttl, l.MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	return l.Grant(ctx, fmt.Sprintf("acquire key %q", key), key, owner, ttl)
-}
-
-// Renew implements backend.Leases with Extend.
+// Renew is the step of Renew (guard.Guard.Renew): Extend, and the grant.
 func (l *Leases) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	if err := backend.CheckRenew(req, l.MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	if err := lost(l.Extend(ctx, fmt.Sprintf("renew key %q", req.Key), req), req.Key, req.Token); err != nil {
+	if err := l.Extend(ctx, req); err != nil {
 		return backend.Grant{}, err
 	}
 	ttl := req.TTL
@@ -174,19 +150,8 @@ func (l *Leases) Renew(ctx context.Context, req backend.RenewRequest) (backend.G
 	return backend.Grant{Token: req.Token, TTL: ttl}, nil
 }
 
-// Release implements backend.Leases with Clear.
-func (l *Leases) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if err := backend.CheckRelease(key, owner, token); err != nil {
-		return err
-	}
-	return lost(l.Clear(ctx, fmt.Sprintf("release key %q", key), key, owner, token), key, token)
-}
-
-// Get implements backend.Leases with Read.
+// Get is the step of Get (guard.Guard.Get): Read, inside Gate.
 func (l *Leases) Get(ctx context.Context, key string) (backend.Lease, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return backend.Lease{}, err
-	}
 	if err := l.Gate.Enter(); err != nil {
 		return backend.Lease{}, err
 	}
@@ -194,8 +159,9 @@ func (l *Leases) Get(ctx context.Context, key string) (backend.Lease, error) {
 	return l.Read(ctx, key)
 }
 
-// Read reads the key's unexpired lease (backend.ErrNotFound: none), for a
-// caller inside Gate (Get, and a Grant that found the key held).
+// Read reads the key's unexpired lease (the bare backend.ErrNotFound:
+// none), for a caller inside Gate (Get, and an Acquire that found the key
+// held).
 //
 // With Relock, a read that finds none reads the row again under a shared
 // row lock, judging expiry after the lock: a Renew (or Release) judges
@@ -207,8 +173,7 @@ func (l *Leases) Get(ctx context.Context, key string) (backend.Lease, error) {
 // lock rows (a read-only one, a read-only server or standby) keeps the
 // first answer.
 func (l *Leases) Read(ctx context.Context, key string) (backend.Lease, error) {
-	what := fmt.Sprintf("get key %q", key)
-	r, err := l.Reader(what)
+	r, err := l.Reader()
 	if err != nil {
 		return backend.Lease{}, err
 	}
@@ -221,9 +186,9 @@ func (l *Leases) Read(ctx context.Context, key string) (backend.Lease, error) {
 	}
 	switch {
 	case errors.Is(err, l.D.NoRows):
-		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
+		return backend.Lease{}, backend.ErrNotFound
 	case err != nil:
-		return backend.Lease{}, l.D.Err(ctx, what, err)
+		return backend.Lease{}, l.D.Err(ctx, err)
 	}
 	return lease, nil
 }
@@ -234,18 +199,15 @@ func (l *Leases) ReadSQL(live string) string {
 	return l.D.Bind(`SELECT ` + l.Cols + ` FROM ` + l.Table + ` WHERE ` + l.D.KeyColumn + ` = ? AND ` + live)
 }
 
-// List implements backend.Leases: the unexpired leases whose keys start
-// with prefix (byte-wise, like strings.HasPrefix), in key order.
+// List is the step of List (guard.Guard.List, which answers a prefix
+// holding NUL itself): the unexpired leases whose keys start with prefix
+// (byte-wise, like strings.HasPrefix), in key order; limit 0: all.
 func (l *Leases) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
 	if err := l.Gate.Enter(); err != nil {
 		return nil, err
 	}
 	defer l.Gate.Leave()
-	if strings.IndexByte(prefix, 0) >= 0 {
-		return nil, nil // no valid key contains NUL (nor can PostgreSQL text)
-	}
-	what := fmt.Sprintf("list prefix %q", prefix)
-	r, err := l.Reader(what)
+	r, err := l.Reader()
 	if err != nil {
 		return nil, err
 	}
@@ -260,5 +222,5 @@ func (l *Leases) List(ctx context.Context, prefix string, limit int) ([]backend.
 		q += fmt.Sprintf(` LIMIT %d`, limit)
 	}
 	rows, err := l.DB.Query(ctx, l.D.Bind(q), args...)
-	return collect(ctx, l.D, what, rows, err, r.Scan)
+	return collect(ctx, l.D, rows, err, r.Scan)
 }

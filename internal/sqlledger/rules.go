@@ -85,12 +85,6 @@ func NotExpired(job string, at time.Time, r backend.Run) error {
 	return fmt.Errorf("%w: %s held by %s", backend.ErrLeaseNotExpired, occurrence(job, at), r.Owner.Instance)
 }
 
-// LeaseLost is the answer of a guarded update of a run (Heartbeat, Finish)
-// that matched no row.
-func LeaseLost(job string, at time.Time, token uint64) error {
-	return fmt.Errorf("%w: %s, token %d", backend.ErrLeaseLost, occurrence(job, at), token)
-}
-
 // Reclaim judges a Reclaim of the occurrence whose record is r, read under
 // the row's lock; live says whether the runner's lease is unexpired by the
 // backend's clock. In order: a retry by its running owner is renewed

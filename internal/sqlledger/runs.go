@@ -70,22 +70,22 @@ type stdRows struct{ *sql.Rows }
 func (r stdRows) Close() { r.Rows.Close() }
 
 // collect reads every row of a query's result (rows, err) with scan and
-// closes it; a failure is wrapped by d.Err naming what.
-func collect[T any](ctx context.Context, d *Dialect, what string, rows Rows, err error, scan func(Scanner) (T, error)) ([]T, error) {
+// closes it; a failure is wrapped by d.Err.
+func collect[T any](ctx context.Context, d *Dialect, rows Rows, err error, scan func(Scanner) (T, error)) ([]T, error) {
 	if err != nil {
-		return nil, d.Err(ctx, what, err)
+		return nil, d.Err(ctx, err)
 	}
 	defer rows.Close()
 	var out []T
 	for rows.Next() {
 		v, err := scan(rows)
 		if err != nil {
-			return nil, d.Err(ctx, what, err)
+			return nil, d.Err(ctx, err)
 		}
 		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, d.Err(ctx, what, err)
+		return nil, d.Err(ctx, err)
 	}
 	return out, nil
 }
@@ -100,7 +100,9 @@ type Gate interface {
 }
 
 // Ledger is the part of a SQL backend's ledger that is the same in every
-// dialect. Each backend fills one in at New and calls it from its methods.
+// dialect. Each backend fills one in at New and hands its methods, the
+// steps of a guard.Guard (which checks the arguments and the closed state,
+// and names failures and answers), to its Guard.
 type Ledger struct {
 	D    *Dialect
 	DB   DB   // the pool, for reads outside a transaction
@@ -108,38 +110,36 @@ type Ledger struct {
 	// Runs and Jobs are the tables' (qualified) names; Cols the columns
 	// that Reader's ScanFunc reads.
 	Runs, Jobs, Cols string
-	// Reader returns how to read runs now, for the call named what: the
-	// same ScanFunc where the database judges Expired (a column of Cols);
-	// SQLite reads its clock first, and judges Expired by it.
-	Reader func(what string) (ScanFunc, error)
+	// Reader returns how to read runs now: the same ScanFunc where the
+	// database judges Expired (a column of Cols); SQLite reads its clock
+	// first, and judges Expired by it.
+	Reader func() (ScanFunc, error)
 	// Write runs one writing statement outside a transaction and returns
 	// the rows it matched; it enters Gate, retries what the database says
-	// may be retried, and wraps failures with Dialect.Err naming what.
-	Write func(ctx context.Context, what, q string, args ...any) (int64, error)
+	// may be retried, and wraps failures with Dialect.Err.
+	Write func(ctx context.Context, q string, args ...any) (int64, error)
 	// PruneSQL is Prune's statement, whose placeholders take the
 	// PruneBefore of olderThan and the batch size: deleting at most batch
 	// finished runs whose finished_at is before it (the statement differs
 	// by what the database can limit and lock; see each backend).
 	PruneSQL    string
 	PruneBefore func(olderThan time.Time) any
-	// MinTTL is the backend's shortest lease.
-	MinTTL time.Duration
 }
 
 // ServerClock returns the Ledger of a dialect that judges expiry by the
 // server's clock (Now): its runs are read as RunCols by ScanRun, and Write
 // enters gate around exec, which runs one statement outside a transaction
-// and wraps its failure. The caller adds PruneSQL, PruneBefore and MinTTL.
-func ServerClock(d *Dialect, db DB, gate Gate, jobs, runs string, exec func(ctx context.Context, what, q string, args ...any) (int64, error)) *Ledger {
+// and wraps its failure. The caller adds PruneSQL and PruneBefore.
+func ServerClock(d *Dialect, db DB, gate Gate, jobs, runs string, exec func(ctx context.Context, q string, args ...any) (int64, error)) *Ledger {
 	return &Ledger{
 		D: d, DB: db, Gate: gate, Jobs: jobs, Runs: runs, Cols: d.RunCols(),
-		Reader: func(string) (ScanFunc, error) { return d.ScanRun, nil },
-		Write: func(ctx context.Context, what, q string, args ...any) (int64, error) {
+		Reader: func() (ScanFunc, error) { return d.ScanRun, nil },
+		Write: func(ctx context.Context, q string, args ...any) (int64, error) {
 			if err := gate.Enter(); err != nil {
 				return 0, err
 			}
 			defer gate.Leave()
-			return exec(ctx, what, q, args...)
+			return exec(ctx, q, args...)
 		},
 	}
 }
@@ -154,37 +154,30 @@ func (l *Ledger) Get(ctx context.Context, q DB, scan ScanFunc, job string, at ti
 	return scan(q.QueryRow(ctx, l.D.Bind(`SELECT `+l.Cols+` FROM `+l.Runs+l.occurrenceWhere()+lock), job, l.D.Instant(at)))
 }
 
-// GetRun implements backend.Ledger's GetRun.
+// GetRun is the step of backend.Ledger's GetRun (guard.Guard.GetRun).
 func (l *Ledger) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return backend.Run{}, err
-	}
 	if err := l.Gate.Enter(); err != nil {
 		return backend.Run{}, err
 	}
 	defer l.Gate.Leave()
-	at = backend.Instant(at)
-	what := "get run " + occurrence(job, at)
-	scan, err := l.Reader(what)
+	scan, err := l.Reader()
 	if err != nil {
 		return backend.Run{}, err
 	}
-	r, err := l.Get(ctx, l.DB, scan, job, at, "")
+	r, err := l.Get(ctx, l.DB, scan, job, backend.Instant(at), "")
 	switch {
 	case errors.Is(err, l.D.NoRows):
-		return backend.Run{}, fmt.Errorf("%w: %s", backend.ErrNotFound, occurrence(job, at))
+		return backend.Run{}, backend.ErrNotFound
 	case err != nil:
-		return backend.Run{}, l.D.Err(ctx, what, err)
+		return backend.Run{}, l.D.Err(ctx, err)
 	}
 	return r, nil
 }
 
-// HighWater implements backend.Ledger's HighWater: the job's high-water
-// mark and the spec version stored with it; zero without one.
+// HighWater is the step of backend.Ledger's HighWater
+// (guard.Guard.HighWater): the job's high-water mark and the spec version
+// stored with it; zero without one.
 func (l *Ledger) HighWater(ctx context.Context, job string) (time.Time, string, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return time.Time{}, "", err
-	}
 	if err := l.Gate.Enter(); err != nil {
 		return time.Time{}, "", err
 	}
@@ -202,20 +195,20 @@ func (l *Ledger) HighWater(ctx context.Context, job string) (time.Time, string, 
 	case errors.Is(err, l.D.NoRows) || (err == nil && !ok):
 		return time.Time{}, "", nil
 	case err != nil:
-		return time.Time{}, "", l.D.Err(ctx, fmt.Sprintf("high-water mark of job %q", job), err)
+		return time.Time{}, "", l.D.Err(ctx, err)
 	}
 	return t, version, nil
 }
 
-// ListRuns implements backend.Ledger's ListRuns: newest ScheduledAt first,
-// then by job; runs only, not job metadata (backend.MetaSep).
+// ListRuns is the step of backend.Ledger's ListRuns (guard.Guard.ListRuns,
+// which makes f's limit explicit): newest ScheduledAt first, then by job;
+// runs only, not job metadata (backend.MetaSep).
 func (l *Ledger) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
 	if err := l.Gate.Enter(); err != nil {
 		return nil, err
 	}
 	defer l.Gate.Leave()
-	const what = "list runs"
-	scan, err := l.Reader(what)
+	scan, err := l.Reader()
 	if err != nil {
 		return nil, err
 	}
@@ -237,57 +230,49 @@ func (l *Ledger) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.R
 		add(l.D.AtColumn+" < ?", l.D.Instant(backend.CeilInstant(f.Before)))
 	}
 	q := `SELECT ` + l.Cols + ` FROM ` + l.Runs + ` WHERE ` + strings.Join(where, " AND ") +
-		fmt.Sprintf(` ORDER BY %s DESC, job LIMIT %d`, l.D.AtColumn, f.EffectiveLimit())
+		fmt.Sprintf(` ORDER BY %s DESC, job LIMIT %d`, l.D.AtColumn, f.Limit)
 	rows, err := l.DB.Query(ctx, l.D.Bind(q), args...)
-	return collect(ctx, l.D, what, rows, err, scan)
+	return collect(ctx, l.D, rows, err, scan)
 }
 
-// Prune implements backend.Ledger's Prune with PruneSQL. Running
-// occurrences, counters and high-water marks are never touched.
+// Prune is the step of backend.Ledger's Prune (guard.Guard.Prune), with
+// PruneSQL. Running occurrences, counters and high-water marks are never
+// touched.
 func (l *Ledger) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
-	if err := backend.CheckPrune(olderThan, batch); err != nil {
-		return 0, err
-	}
-	n, err := l.Write(ctx, "prune runs", l.D.Bind(l.PruneSQL), l.PruneBefore(olderThan), batch)
+	n, err := l.Write(ctx, l.D.Bind(l.PruneSQL), l.PruneBefore(olderThan), batch)
 	return int(n), err
 }
 
-// Heartbeat implements backend.Ledger's Heartbeat for a dialect that
-// judges expiry by the server's clock: the lease is extended to the TTL
-// from now, never shortened.
+// Heartbeat is the step of backend.Ledger's Heartbeat
+// (guard.Guard.Heartbeat) for a dialect that judges expiry by the server's
+// clock: the lease is extended to the TTL from now, never shortened.
 func (l *Ledger) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	if err := backend.CheckHeartbeat(req, l.MinTTL); err != nil {
-		return err
-	}
-	return l.guardedRun(ctx, "heartbeat", req.Job, req.ScheduledAt, req.Owner, req.Token,
+	return l.guardedRun(ctx, req.Job, req.ScheduledAt, req.Owner, req.Token,
 		`UPDATE `+l.Runs+` SET expires_at = GREATEST(expires_at, `+l.D.Later("?")+`) WHERE `+l.D.RunGuard(),
 		Micros(req.TTL))
 }
 
-// Finish implements backend.Ledger's Finish for a dialect that judges
-// expiry by the server's clock.
+// Finish is the step of backend.Ledger's Finish (guard.Guard.Finish, which
+// cleans the outcome's texts) for a dialect that judges expiry by the
+// server's clock.
 func (l *Ledger) Finish(ctx context.Context, req backend.FinishRequest) error {
-	req, err := backend.CheckFinish(req)
-	if err != nil {
-		return err
-	}
 	out := req.Outcome
-	return l.guardedRun(ctx, "finish", req.Job, req.ScheduledAt, req.Owner, req.Token,
+	return l.guardedRun(ctx, req.Job, req.ScheduledAt, req.Owner, req.Token,
 		`UPDATE `+l.Runs+` SET state = ?, finished_at = `+l.D.Now+`, duration_ns = ?, result = ?, error = ?
 		WHERE `+l.D.RunGuard(), string(out.State), int64(out.Duration), out.Result, out.Error)
 }
 
 // guardedRun runs a guarded UPDATE of a run (RunGuard); set are the SET
-// arguments, which come before the guard's. No row matched: LeaseLost.
-func (l *Ledger) guardedRun(ctx context.Context, op, job string, at time.Time, owner backend.Owner, token uint64, q string, set ...any) error {
-	at = backend.Instant(at)
-	args := append(set, l.D.GuardArgs(job, at, owner, token)...)
-	n, err := l.Write(ctx, op+" "+occurrence(job, at), l.D.Bind(q), args...)
+// arguments, which come before the guard's. No row matched: the bare
+// backend.ErrLeaseLost.
+func (l *Ledger) guardedRun(ctx context.Context, job string, at time.Time, owner backend.Owner, token uint64, q string, set ...any) error {
+	args := append(set, l.D.GuardArgs(job, backend.Instant(at), owner, token)...)
+	n, err := l.Write(ctx, l.D.Bind(q), args...)
 	switch {
 	case err != nil:
 		return err
 	case n == 0:
-		return LeaseLost(job, at, token)
+		return backend.ErrLeaseLost
 	}
 	return nil
 }
