@@ -84,6 +84,7 @@ func newLeases(b *Backend) *sqlledger.Leases {
 				},
 			}, nil
 		},
+		Recheck: b.recheck,
 		// Keys compare with memcmp (BINARY collation), so the keys starting
 		// with prefix are exactly those in [prefix, prefixEnd(prefix)).
 		Prefix: func(prefix string) (string, []any) {
@@ -93,6 +94,39 @@ func newLeases(b *Backend) *sqlledger.Leases {
 			return "", nil
 		},
 	}
+}
+
+// recheck is Get's second read of a key on which it found no live lease
+// (sqlledger.Leases.Recheck). A Renew judges expiry inside its immediate
+// transaction, but other connections — another process on the same file —
+// see its new expiry only at its commit, so a read in between, after the
+// old expiry passed, answered NotFound for a lease the renewal then kept:
+// a lease read as expired came back (TestGetDoesNotSeeExpiryARenewCovers).
+// When the key has a row, recheck reads it again in an immediate
+// transaction, which waits for that writer, and judges expiry after it. A
+// key without a row (never taken, or released) needs no wait: an Acquire
+// committing meanwhile comes after this Get.
+func (b *Backend) recheck(ctx context.Context, key string) (backend.Lease, error) {
+	if _, err := scanLease(b.stmts[stSelectLease].QueryRowContext(ctx, key), nil); err != nil {
+		return backend.Lease{}, err // sql.ErrNoRows: no row
+	}
+	var l backend.Lease
+	err := b.inTx(ctx, func(tx *sql.Tx) error {
+		now, err := b.now()
+		if err != nil {
+			return err
+		}
+		cur, err := scanLease(tx.StmtContext(ctx, b.stmts[stSelectLease]).QueryRowContext(ctx, key), nil)
+		switch {
+		case err != nil:
+			return err
+		case !b.liveLease(cur, now):
+			return sql.ErrNoRows
+		}
+		l = cur.view(key, now)
+		return nil
+	})
+	return l, err
 }
 
 // acquire is Acquire's step. In one immediate transaction it reads the

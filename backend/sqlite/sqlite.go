@@ -400,6 +400,13 @@ func (b *Backend) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return err
 	}
 	defer b.gate.Leave()
+	return b.inTx(ctx, fn)
+}
+
+// inTx runs fn in an immediate transaction (it waits, up to the busy
+// timeout, for another connection's write to commit) and commits it, for a
+// caller inside the gate.
+func (b *Backend) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := b.db.BeginTx(ctx, nil)
 	if err != nil {
 		return stepErr(ctx, err)

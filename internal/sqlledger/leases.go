@@ -57,6 +57,11 @@ type Leases struct {
 	// lock rows.
 	Relock     string
 	CannotLock func(error) bool
+	// Recheck, when set instead of Relock, is that second read for a
+	// backend without row locks (SQLite): it reads the key's lease again
+	// ordered after any write of its row in progress, judging expiry after
+	// it, and answers D.NoRows when there is none; see Read.
+	Recheck func(ctx context.Context, key string) (backend.Lease, error)
 }
 
 // ServerLeases returns the Leases over table for a dialect that judges
@@ -171,18 +176,22 @@ func (l *Leases) Get(ctx context.Context, key string) (backend.Lease, error) {
 // TestGetDoesNotSeeExpiryARenewCovers). Waiting for the row's writer
 // orders the read after it, as Acquire's upsert is. A role that may not
 // lock rows (a read-only one, a read-only server or standby) keeps the
-// first answer.
+// first answer. Recheck does the same where rows cannot be locked.
 func (l *Leases) Read(ctx context.Context, key string) (backend.Lease, error) {
 	r, err := l.Reader()
 	if err != nil {
 		return backend.Lease{}, err
 	}
 	lease, err := r.Scan(l.DB.QueryRow(ctx, l.ReadSQL(r.Live), append([]any{key}, r.Args...)...))
-	if errors.Is(err, l.D.NoRows) && l.Relock != "" {
+	switch {
+	case !errors.Is(err, l.D.NoRows):
+	case l.Relock != "":
 		l2, err2 := r.Scan(l.DB.QueryRow(ctx, l.Relock, key))
 		if !l.CannotLock(err2) {
 			lease, err = l2, err2
 		}
+	case l.Recheck != nil:
+		lease, err = l.Recheck(ctx, key)
 	}
 	switch {
 	case errors.Is(err, l.D.NoRows):
