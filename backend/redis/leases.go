@@ -28,35 +28,33 @@ func parseValue(key, v string) (backend.Lease, error) {
 	t, err := strconv.ParseUint(tok, 10, 64)
 	n, nerr := backend.ParseNonce(nonce)
 	if !ok1 || !ok2 || err != nil || nerr != nil {
-		return backend.Lease{}, fmt.Errorf("redis: lease %q has malformed value %q", key, v)
+		return backend.Lease{}, fmt.Errorf("lease %q has malformed value %q", key, v)
 	}
 	return backend.Lease{Key: key, Owner: backend.Owner{Instance: inst, Nonce: n}, Token: t}, nil
 }
 
 // Acquire implements backend.Leases: one round trip (acquireScript).
 func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	if err := b.gate.Check(); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Acquire(ctx, key, owner, ttl, b.acquire)
+}
+
+func (b *Backend) acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	ms := ttlMS(ttl)
 	res, err := b.pipe.Do(ctx, acquireLua, []string{b.leaseKey(key), b.tokenKey(key)},
 		owner.Nonce.String(), owner.Instance, ms).Slice()
 	if err != nil {
-		return backend.Grant{}, fmt.Errorf("redis: acquire %q: %w", key, err)
+		return backend.Grant{}, err
 	}
 	granted := time.Duration(ms) * time.Millisecond
 	if len(res) == 2 && toInt(res[0]) == 1 {
 		t, err := toUint(res[1])
 		if err != nil {
-			return backend.Grant{}, fmt.Errorf("redis: acquire %q: token %v: %w", key, res[1], err)
+			return backend.Grant{}, fmt.Errorf("token %v: %w", res[1], err)
 		}
 		return backend.Grant{Token: t, TTL: granted}, nil
 	}
 	if len(res) != 3 {
-		return backend.Grant{}, fmt.Errorf("redis: acquire %q: unexpected reply %v", key, res)
+		return backend.Grant{}, fmt.Errorf("unexpected reply %v", res)
 	}
 	l, err := parseValue(key, fmt.Sprint(res[1]))
 	if err != nil {
@@ -68,20 +66,18 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 
 // Renew implements backend.Leases: one round trip (renewScript).
 func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	if err := backend.CheckRenew(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Renew(ctx, req, b.renew)
+}
+
+func (b *Backend) renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
 	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
-	if err := b.gate.Check(); err != nil {
-		return backend.Grant{}, err
-	}
 	ms := ttlMS(ttl)
 	n, err := b.pipe.Do(ctx, renewLua, []string{b.leaseKey(key)}, value(token, owner), ms).Int64()
 	if err != nil {
-		return backend.Grant{}, fmt.Errorf("redis: renew %q token %d: %w", key, token, err)
+		return backend.Grant{}, err
 	}
 	if n != 1 {
-		return backend.Grant{}, fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
+		return backend.Grant{}, backend.ErrLeaseLost
 	}
 	return backend.Grant{Token: token, TTL: time.Duration(ms) * time.Millisecond}, nil
 }
@@ -89,39 +85,35 @@ func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.
 // Release implements backend.Leases: one round trip (releaseScript), which
 // also publishes the release to waiters. The token counter is kept.
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if err := backend.CheckRelease(key, owner, token); err != nil {
-		return err
-	}
-	if err := b.gate.Check(); err != nil {
-		return err
-	}
+	return b.g.Release(ctx, key, owner, token, b.release)
+}
+
+func (b *Backend) release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
 	n, err := b.pipe.Do(ctx, releaseLua, []string{b.leaseKey(key)}, value(token, owner), b.channel(key)).Int64()
 	if err != nil {
-		return fmt.Errorf("redis: release %q token %d: %w", key, token, err)
+		return err
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
+		return backend.ErrLeaseLost
 	}
 	return nil
 }
 
 // Get implements backend.Leases.
 func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := b.gate.Check(); err != nil {
-		return backend.Lease{}, err
-	}
+	return b.g.Get(ctx, key, b.get)
+}
+
+func (b *Backend) get(ctx context.Context, key string) (backend.Lease, error) {
 	res, err := b.pipe.Do(ctx, getLua, []string{b.leaseKey(key)}).Slice()
 	if errors.Is(err, goredis.Nil) {
-		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
+		return backend.Lease{}, backend.ErrNotFound
 	}
 	if err != nil {
-		return backend.Lease{}, fmt.Errorf("redis: get %q: %w", key, err)
+		return backend.Lease{}, err
 	}
 	if len(res) != 2 {
-		return backend.Lease{}, fmt.Errorf("redis: get %q: unexpected reply %v", key, res)
+		return backend.Lease{}, fmt.Errorf("unexpected reply %v", res)
 	}
 	l, err := parseValue(key, fmt.Sprint(res[0]))
 	if err != nil {
@@ -135,9 +127,10 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 // lease keys, then reads each (not one atomic snapshot: a lease can expire
 // or be granted while List runs).
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	if err := b.gate.Check(); err != nil {
-		return nil, err
-	}
+	return b.g.List(ctx, prefix, limit, b.list)
+}
+
+func (b *Backend) list(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
 	match := globEscape(b.prefix) + "lease:{" + globEscape(prefix) + "*"
 	var (
 		mu    sync.Mutex
@@ -165,7 +158,7 @@ func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend
 		err = scan(ctx, b.c)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("redis: list %q: %w", prefix, err)
+		return nil, err
 	}
 	sort.Strings(names)
 	names = slices.Compact(names)
@@ -181,7 +174,7 @@ func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend
 			ttls[i] = pipe.PTTL(ctx, b.leaseKey(name))
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
-			return nil, fmt.Errorf("redis: list %q: %w", prefix, err)
+			return nil, err
 		}
 		for i, name := range batch {
 			v, err := gets[i].Result()

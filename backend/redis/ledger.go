@@ -39,7 +39,7 @@ func ceilUnit(t time.Time, unit time.Duration) int64 {
 func parseRun(raw any, now int64) (backend.Run, error) {
 	a, ok := raw.([]any)
 	if !ok || len(a)%2 != 0 || len(a) == 0 {
-		return backend.Run{}, fmt.Errorf("redis: malformed run record %v", raw)
+		return backend.Run{}, fmt.Errorf("malformed run record %v", raw)
 	}
 	h := make(map[string]string, len(a)/2)
 	for i := 0; i < len(a); i += 2 {
@@ -48,7 +48,7 @@ func parseRun(raw any, now int64) (backend.Run, error) {
 	num := func(k string) int64 { n, _ := strconv.ParseInt(h[k], 10, 64); return n }
 	nonce, err := backend.ParseNonce(h["n"])
 	if err != nil {
-		return backend.Run{}, fmt.Errorf("redis: run %s@%s: %w", h["j"], h["at"], err)
+		return backend.Run{}, fmt.Errorf("run %s@%s: %w", h["j"], h["at"], err)
 	}
 	tok, _ := strconv.ParseUint(h["t"], 10, 64)
 	r := backend.Run{
@@ -63,25 +63,23 @@ func parseRun(raw any, now int64) (backend.Run, error) {
 
 // Claim implements backend.Ledger.
 func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	if err := backend.CheckClaim(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	if err := b.gate.Check(); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Claim(ctx, req, b.claim)
+}
+
+func (b *Backend) claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
 	at := backend.Instant(req.ScheduledAt)
 	ttl := time.Duration(ttlMS(req.TTL)) * time.Millisecond
 	res, err := b.pipe.Do(ctx, claimLua, b.ledgerKeys(), b.ledger, req.Job, fmtAt(at), req.SpecVersion,
 		req.Owner.Instance, req.Owner.Nonce.String(), ttl.Microseconds(), req.MaxEarly.Microseconds(), req.MaxRunning,
 		int64((req.MaxLate+time.Microsecond-1)/time.Microsecond)).Slice() // rounded up: a bound under 1 µs stays a bound
 	if err != nil {
-		return backend.Grant{}, fmt.Errorf("redis: claim %q at %s: %w", req.Job, at.Format(time.RFC3339Nano), err)
+		return backend.Grant{}, err
 	}
 	switch toInt(res[0]) {
 	case 1:
 		t, err := toUint(res[1])
 		if err != nil {
-			return backend.Grant{}, fmt.Errorf("redis: claim %q: token %v: %w", req.Job, res[1], err)
+			return backend.Grant{}, fmt.Errorf("token %v: %w", res[1], err)
 		}
 		return backend.Grant{Token: t, TTL: ttl}, nil
 	case 2:
@@ -99,30 +97,24 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		return backend.Grant{}, fmt.Errorf("%w: job %q at %s, backend clock %s, max late %v", backend.ErrOccurrenceTooLate,
 			req.Job, at.Format(time.RFC3339Nano), usTime(toInt(res[1])).Format(time.RFC3339Nano), req.MaxLate)
 	}
-	return backend.Grant{}, fmt.Errorf("redis: claim %q: unexpected reply %v", req.Job, res)
-}
-
-func lost(job string, at time.Time, token uint64) error {
-	return fmt.Errorf("%w: job %q at %s, token %d", backend.ErrLeaseLost, job, backend.Instant(at).Format(time.RFC3339Nano), token)
+	return backend.Grant{}, fmt.Errorf("unexpected reply %v", res)
 }
 
 // Heartbeat implements backend.Ledger.
 func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	if err := backend.CheckHeartbeat(req, MinTTL); err != nil {
-		return err
-	}
+	return b.g.Heartbeat(ctx, req, b.heartbeat)
+}
+
+func (b *Backend) heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
 	job, at, owner, token, ttl := req.Job, req.ScheduledAt, req.Owner, req.Token, req.TTL
-	if err := b.gate.Check(); err != nil {
-		return err
-	}
 	ttl = time.Duration(ttlMS(ttl)) * time.Millisecond
 	n, err := b.pipe.Do(ctx, heartbeatLua, b.ledgerKeys(), b.ledger, job, fmtAt(at), owner.Instance, owner.Nonce.String(),
 		strconv.FormatUint(token, 10), ttl.Microseconds()).Int64()
 	if err != nil {
-		return fmt.Errorf("redis: heartbeat %q token %d: %w", job, token, err)
+		return err
 	}
 	if n != 1 {
-		return lost(job, at, token)
+		return backend.ErrLeaseLost
 	}
 	return nil
 }
@@ -130,39 +122,34 @@ func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) e
 // Finish implements backend.Ledger. A retry of a Finish that was applied
 // (same owner, token and outcome) succeeds.
 func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
-	req, err := backend.CheckFinish(req)
-	if err != nil {
-		return err
-	}
+	return b.g.Finish(ctx, req, b.finish)
+}
+
+func (b *Backend) finish(ctx context.Context, req backend.FinishRequest) error {
 	job, at, owner, token, out := req.Job, req.ScheduledAt, req.Owner, req.Token, req.Outcome
-	if err := b.gate.Check(); err != nil {
-		return err
-	}
 	n, err := b.pipe.Do(ctx, finishLua, b.ledgerKeys(), b.ledger, job, fmtAt(at), owner.Instance, owner.Nonce.String(),
 		strconv.FormatUint(token, 10), string(out.State), int64(out.Duration), out.Result, out.Error).Int64()
 	if err != nil {
-		return fmt.Errorf("redis: finish %q token %d: %w", job, token, err)
+		return err
 	}
 	if n != 1 {
-		return lost(job, at, token)
+		return backend.ErrLeaseLost
 	}
 	return nil
 }
 
 // Reclaim implements backend.Ledger.
 func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
-	if err := backend.CheckClaim(req, MinTTL); err != nil {
-		return backend.Grant{}, backend.Run{}, err
-	}
-	if err := b.gate.Check(); err != nil {
-		return backend.Grant{}, backend.Run{}, err
-	}
+	return b.g.Reclaim(ctx, req, b.reclaim)
+}
+
+func (b *Backend) reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
 	at := backend.Instant(req.ScheduledAt)
 	ttl := time.Duration(ttlMS(req.TTL)) * time.Millisecond
 	res, err := b.pipe.Do(ctx, reclaimLua, b.ledgerKeys(), b.ledger, req.Job, fmtAt(at), req.SpecVersion,
 		req.Owner.Instance, req.Owner.Nonce.String(), ttl.Microseconds(), req.MaxRunning, req.MaxAttempts).Slice()
 	if err != nil {
-		return backend.Grant{}, backend.Run{}, fmt.Errorf("redis: reclaim %q at %s: %w", req.Job, at.Format(time.RFC3339Nano), err)
+		return backend.Grant{}, backend.Run{}, err
 	}
 	switch toInt(res[0]) {
 	case 0:
@@ -170,7 +157,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 	case 1:
 		t, err := toUint(res[1])
 		if err != nil {
-			return backend.Grant{}, backend.Run{}, fmt.Errorf("redis: reclaim %q: token %v: %w", req.Job, res[1], err)
+			return backend.Grant{}, backend.Run{}, fmt.Errorf("token %v: %w", res[1], err)
 		}
 		r, err := parseRun(res[3], toInt(res[2]))
 		return backend.Grant{Token: t, TTL: ttl}, r, err
@@ -189,24 +176,19 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: job %q at %s ran %d attempts, max %d",
 			backend.ErrOccurrenceExhausted, req.Job, at.Format(time.RFC3339Nano), toInt(res[1]), req.MaxAttempts)
 	}
-	return backend.Grant{}, backend.Run{}, fmt.Errorf("redis: reclaim %q: unexpected reply %v", req.Job, res)
+	return backend.Grant{}, backend.Run{}, fmt.Errorf("unexpected reply %v", res)
 }
 
 // Abandon implements backend.Ledger.
 func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return backend.Run{}, err
-	}
-	if err := backend.CheckInstant(at); err != nil {
-		return backend.Run{}, err
-	}
-	if err := b.gate.Check(); err != nil {
-		return backend.Run{}, err
-	}
+	return b.g.Abandon(ctx, job, at, b.abandon)
+}
+
+func (b *Backend) abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
 	at = backend.Instant(at)
 	res, err := b.pipe.Do(ctx, abandonLua, b.ledgerKeys(), b.ledger, job, fmtAt(at)).Slice()
 	if err != nil {
-		return backend.Run{}, fmt.Errorf("redis: abandon %q at %s: %w", job, at.Format(time.RFC3339Nano), err)
+		return backend.Run{}, err
 	}
 	switch toInt(res[0]) {
 	case 0:
@@ -222,45 +204,41 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 	case 3:
 		return backend.Run{}, fmt.Errorf("%w: job %q at %s held by %s", backend.ErrLeaseNotExpired, job, at.Format(time.RFC3339Nano), res[1])
 	}
-	return backend.Run{}, fmt.Errorf("redis: abandon %q: unexpected reply %v", job, res)
+	return backend.Run{}, fmt.Errorf("unexpected reply %v", res)
 }
 
 // GetRun implements backend.Ledger.
 func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return backend.Run{}, err
-	}
-	if err := b.gate.Check(); err != nil {
-		return backend.Run{}, err
-	}
+	return b.g.GetRun(ctx, job, at, b.getRun)
+}
+
+func (b *Backend) getRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
 	res, err := b.pipe.Do(ctx, getRunLua, b.ledgerKeys(), b.ledger, job, fmtAt(at)).Slice()
 	if err != nil {
-		return backend.Run{}, fmt.Errorf("redis: get run %q: %w", job, err)
+		return backend.Run{}, err
 	}
 	if raw, _ := res[1].([]any); len(raw) == 0 {
-		return backend.Run{}, fmt.Errorf("%w: job %q at %s", backend.ErrNotFound, job, backend.Instant(at).Format(time.RFC3339Nano))
+		return backend.Run{}, backend.ErrNotFound
 	}
 	return parseRun(res[1], toInt(res[0]))
 }
 
 // HighWater implements backend.Ledger.
 func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return time.Time{}, "", err
-	}
-	if err := b.gate.Check(); err != nil {
-		return time.Time{}, "", err
-	}
+	return b.g.HighWater(ctx, job, b.highWater)
+}
+
+func (b *Backend) highWater(ctx context.Context, job string) (time.Time, string, error) {
 	v, err := b.c.HMGet(ctx, b.ledger+"job:"+job, "h", "v").Result()
 	if err != nil {
-		return time.Time{}, "", fmt.Errorf("redis: high-water %q: %w", job, err)
+		return time.Time{}, "", err
 	}
 	if v[0] == nil {
 		return time.Time{}, "", nil
 	}
 	ms, err := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
 	if err != nil {
-		return time.Time{}, "", fmt.Errorf("redis: high-water %q: malformed %v", job, v[0])
+		return time.Time{}, "", fmt.Errorf("malformed %v", v[0])
 	}
 	ver, _ := v[1].(string)
 	return time.UnixMilli(ms).UTC(), ver, nil
@@ -269,9 +247,11 @@ func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string,
 // ListRuns implements backend.Ledger. Runs with equal ScheduledAt are in
 // job order.
 func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	if err := b.gate.Check(); err != nil {
-		return nil, err
-	}
+	return b.g.ListRuns(ctx, f, b.listRuns)
+}
+
+// listRuns: f.Limit is effective (the guard made it so).
+func (b *Backend) listRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
 	lo, hi := "-inf", "+inf"
 	if !f.Since.IsZero() {
 		lo = strconv.FormatInt(ceilUnit(f.Since, time.Millisecond), 10)
@@ -279,7 +259,7 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 	if !f.Before.IsZero() {
 		hi = "(" + strconv.FormatInt(ceilUnit(f.Before, time.Millisecond), 10)
 	}
-	limit := f.EffectiveLimit()
+	limit := f.Limit
 	var out []backend.Run
 	// Script by script, each reading at most listBudget records (see
 	// listRunsScript); each goes on below the instant the last one stopped
@@ -287,7 +267,7 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 	for {
 		res, err := b.pipe.Do(ctx, listRunsLua, b.ledgerKeys(), b.ledger, f.Job, string(f.State), lo, hi, limit-len(out), b.listBudget).Slice()
 		if err != nil {
-			return nil, fmt.Errorf("redis: list runs: %w", err)
+			return nil, err
 		}
 		now := toInt(res[0])
 		for _, raw := range res[2:] {
@@ -321,15 +301,13 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 // Prune implements backend.Ledger: deletes finished runs only; counters,
 // high-water marks and running occurrences stay.
 func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
-	if err := backend.CheckPrune(olderThan, batch); err != nil {
-		return 0, err
-	}
-	if err := b.gate.Check(); err != nil {
-		return 0, err
-	}
+	return b.g.Prune(ctx, olderThan, batch, b.prune)
+}
+
+func (b *Backend) prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
 	n, err := b.pipe.Do(ctx, pruneLua, b.ledgerKeys(), b.ledger, "("+strconv.FormatInt(ceilUnit(olderThan, time.Microsecond), 10), batch).Int()
 	if err != nil {
-		return 0, fmt.Errorf("redis: prune: %w", err)
+		return 0, err
 	}
 	return n, nil
 }

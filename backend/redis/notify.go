@@ -66,7 +66,7 @@ func (n *notifier) start(ctx context.Context) error {
 	if n.b.expEvt.Load() {
 		if err := ps.Subscribe(ctx, n.expiredChannel()); err != nil {
 			ps.Close()
-			return fmt.Errorf("redis: subscribe %s: %w", n.expiredChannel(), err)
+			return fmt.Errorf("subscribe %s: %w", n.expiredChannel(), err)
 		}
 	}
 	n.ps, n.done = ps, make(chan struct{})
@@ -92,7 +92,7 @@ func (n *notifier) loop(ps *goredis.PubSub) {
 		if err != nil && strings.HasPrefix(err.Error(), "NOPERM") {
 			n.mu.Lock()
 			if n.deniedErr == nil {
-				n.deniedErr = fmt.Errorf("redis: psubscribe %s: %w", n.pattern(), err)
+				n.deniedErr = fmt.Errorf("psubscribe %s: %w", n.pattern(), err)
 				close(n.denied)
 			}
 			n.wakeAllLocked()
@@ -186,12 +186,10 @@ func (n *notifier) close() {
 // server's expired-key event when enabled), when the subscription's
 // connection breaks, or when ctx ends. A key that is free closes it at once.
 func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return nil, err
-	}
-	if err := b.gate.Check(); err != nil {
-		return nil, err
-	}
+	return b.g.Wait(ctx, key, b.waitFor)
+}
+
+func (b *Backend) waitFor(ctx context.Context, key string) (<-chan struct{}, error) {
 	n := b.ps
 	if err := n.start(ctx); err != nil {
 		return nil, err
@@ -221,7 +219,7 @@ func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error)
 	pttl, err := b.c.PTTL(ctx, b.leaseKey(key)).Result()
 	if err != nil {
 		n.remove(key, w)
-		return nil, fmt.Errorf("redis: wait %q: %w", key, err)
+		return nil, err
 	}
 	if pttl <= 0 { // free (or about to be): let the caller try now
 		n.remove(key, w)

@@ -116,6 +116,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	"github.com/leasehold/leasehold/internal/closegate"
 	"github.com/leasehold/leasehold/internal/declared"
+	"github.com/leasehold/leasehold/internal/guard"
 	"github.com/leasehold/leasehold/internal/redispipe"
 )
 
@@ -130,6 +131,7 @@ const DefaultPrefix = "leasehold:"
 
 // Backend is the Redis backend. Create it with New or Open.
 type Backend struct {
+	g        guard.Guard // checks, closed state (gate), failure names: "redis"
 	c        goredis.UniversalClient
 	prefix   string
 	ledger   string // prefix + "{ledger}:"
@@ -229,6 +231,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{c: client, prefix: cfg.prefix, ledger: cfg.prefix + "{ledger}:", timeout: cfg.timeout}
+	b.g = guard.Guard{Name: "redis", MinTTL: MinTTL, Closed: b.gate.Check}
 	if c, ok := client.(*goredis.Client); ok {
 		b.db = c.Options().DB
 	}

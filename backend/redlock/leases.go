@@ -18,12 +18,10 @@ import (
 
 // Acquire implements backend.Leases with Redlock's quorum grant.
 func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	if err := b.gate.Check(); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Acquire(ctx, key, owner, ttl, b.acquire)
+}
+
+func (b *Backend) acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	ttl = time.Duration(ceilMS(ttl)) * time.Millisecond
 	px := ceilMS(ttl + drift(ttl))
 	att := b.nextAttempt()
@@ -40,7 +38,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		}
 	}
 	validity := time.Duration(px)*time.Millisecond - time.Since(start) - drift(ttl)
-	failed := fmt.Sprintf("redlock: acquire %q: %d of %d nodes granted, quorum %d", key, len(granted), len(b.nodes), b.quorum)
+	failed := fmt.Sprintf("%d of %d nodes granted, quorum %d", len(granted), len(b.nodes), b.quorum)
 	held := holderTokens(rs, b.quorum)
 	if len(granted) >= b.quorum && validity > 0 {
 		top, known := grantToken(rs, granted, held, b.quorum)
@@ -55,7 +53,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	if !slices.ContainsFunc(rs, func(r nodeReply) bool { return !r.notSent }) {
 		// Sent to no node: nothing of it exists anywhere. The only
 		// failure that may say so (backend.ErrNotApplied).
-		return backend.Grant{}, fmt.Errorf("redlock: acquire %q: sent to none of %d nodes: %w", key, len(b.nodes), rs[0].err)
+		return backend.Grant{}, fmt.Errorf("sent to none of %d nodes: %w", len(b.nodes), rs[0].err)
 	}
 	// What to undo: where a live holder may carry the owner's lease (held
 	// is not empty), only the leases this call made afresh — a node that
@@ -320,13 +318,11 @@ func madeHere(r nodeReply) bool { return r.ok && !r.yours && r.err == nil }
 // Renew implements backend.Leases: extends on every node, succeeds on a
 // quorum within the validity.
 func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	if err := backend.CheckRenew(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Renew(ctx, req, b.renew)
+}
+
+func (b *Backend) renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
 	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
-	if err := b.gate.Check(); err != nil {
-		return backend.Grant{}, err
-	}
 	ttl = time.Duration(ceilMS(ttl)) * time.Millisecond
 	px := ceilMS(ttl + drift(ttl))
 	start := time.Now()
@@ -356,20 +352,18 @@ func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.
 		// validity: the lease may be live on those nodes or may have just
 		// ended there. No node said it was gone, so "lost" would be a
 		// guess; the outcome is unknown.
-		return backend.Grant{}, fmt.Errorf("redlock: renew %q token %d: renewed on %d of %d nodes, quorum %d, but the replies took %v, past the validity of a %v TTL: outcome unknown", key, token, ok, len(b.nodes), b.quorum, time.Since(start).Round(time.Millisecond), ttl)
+		return backend.Grant{}, fmt.Errorf("renewed on %d of %d nodes, quorum %d, but the replies took %v, past the validity of a %v TTL: outcome unknown", ok, len(b.nodes), b.quorum, time.Since(start).Round(time.Millisecond), ttl)
 	}
-	return backend.Grant{}, fmt.Errorf("redlock: renew %q token %d: renewed on %d of %d nodes, quorum %d: %w", key, token, ok, len(b.nodes), b.quorum, errs.err())
+	return backend.Grant{}, fmt.Errorf("renewed on %d of %d nodes, quorum %d: %w", ok, len(b.nodes), b.quorum, errs.err())
 }
 
 // Release implements backend.Leases: deletes the owner's lease on every
 // node (each publishes the release). The counters are kept.
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if err := backend.CheckRelease(key, owner, token); err != nil {
-		return err
-	}
-	if err := b.gate.Check(); err != nil {
-		return err
-	}
+	return b.g.Release(ctx, key, owner, token, b.release)
+}
+
+func (b *Backend) release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
 	var exact int
 	var errs nodeErrors
 	keys, args := b.releaseCall(key, owner, token)
@@ -384,20 +378,18 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	case exact >= b.quorum:
 		return nil
 	case errs.first != nil:
-		return fmt.Errorf("redlock: release %q token %d: released on %d of %d nodes: %w", key, token, exact, len(b.nodes), errs.err())
+		return fmt.Errorf("released on %d of %d nodes: %w", exact, len(b.nodes), errs.err())
 	}
-	return fmt.Errorf("%w: key %q, token %d", backend.ErrLeaseLost, key, token)
+	return backend.ErrLeaseLost
 }
 
 // Get implements backend.Leases: the lease held with the same value on a
 // quorum of nodes, with the time a quorum still holds it.
 func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := b.gate.Check(); err != nil {
-		return backend.Lease{}, err
-	}
+	return b.g.Get(ctx, key, b.get)
+}
+
+func (b *Backend) get(ctx context.Context, key string) (backend.Lease, error) {
 	type seen struct {
 		v    string
 		pttl time.Duration
@@ -432,17 +424,18 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 		}
 	}
 	if firstEr != nil && len(vals)+b.quorum > 0 {
-		return backend.Lease{}, fmt.Errorf("redlock: get %q: %w", key, firstEr)
+		return backend.Lease{}, firstEr
 	}
-	return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
+	return backend.Lease{}, backend.ErrNotFound
 }
 
 // List implements backend.Leases: the union of the nodes' lease keys, each
 // read with Get (no snapshot).
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	if err := b.gate.Check(); err != nil {
-		return nil, err
-	}
+	return b.g.List(ctx, prefix, limit, b.list)
+}
+
+func (b *Backend) list(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
 	match := globEscape(b.prefix) + "lease:{" + globEscape(prefix) + "*"
 	var mu sync.Mutex
 	names := map[string]bool{}
@@ -474,12 +467,15 @@ func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend
 	sort.Strings(sorted)
 	var out []backend.Lease
 	for _, name := range sorted {
-		l, err := b.Get(ctx, name)
+		if err := b.gate.Check(); err != nil { // as each Get's own check did
+			return nil, err
+		}
+		l, err := b.get(ctx, name)
 		if errors.Is(err, backend.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("get key %q: %w", name, err)
 		}
 		out = append(out, l)
 		if limit > 0 && len(out) == limit {

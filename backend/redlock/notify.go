@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-
-	"github.com/leasehold/leasehold/backend"
 )
 
 // Wait implements backend.Notifier: the channel closes when a quorum of
@@ -13,12 +11,10 @@ import (
 // its remaining TTL), or free, or when ctx ends. A node that cannot be
 // reached never counts.
 func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return nil, err
-	}
-	if err := b.gate.Check(); err != nil {
-		return nil, err
-	}
+	return b.g.Wait(ctx, key, b.wait)
+}
+
+func (b *Backend) wait(ctx context.Context, key string) (<-chan struct{}, error) {
 	out := make(chan struct{})
 	wctx, cancel := context.WithCancel(ctx)
 	var once sync.Once

@@ -129,6 +129,7 @@ import (
 	"github.com/leasehold/leasehold/backend"
 	rb "github.com/leasehold/leasehold/backend/redis"
 	"github.com/leasehold/leasehold/internal/closegate"
+	"github.com/leasehold/leasehold/internal/guard"
 	"github.com/leasehold/leasehold/internal/redact"
 	"github.com/leasehold/leasehold/internal/redispipe"
 )
@@ -143,6 +144,7 @@ const DefaultNodeTimeout = 100 * time.Millisecond
 
 // Backend is the Redlock backend. Create it with New or Open.
 type Backend struct {
+	g           guard.Guard // checks, closed state (gate), failure names: "redlock"
 	nodes       []*node
 	quorum      int
 	prefix      string
@@ -218,6 +220,7 @@ func New(clients []goredis.UniversalClient, opts ...Option) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{quorum: len(clients)/2 + 1, prefix: cfg.prefix, nodeTimeout: cfg.nodeTimeout}
+	b.g = guard.Guard{Name: "redlock", MinTTL: MinTTL, Closed: b.gate.Check}
 	for i, c := range clients {
 		w, err := cfg.make.newWatch(c, rb.WithPrefix(cfg.prefix))
 		if err != nil {

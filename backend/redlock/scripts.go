@@ -163,7 +163,7 @@ func parseValue(key, v string) (backend.Lease, error) {
 	t, err := strconv.ParseUint(tok, 10, 64)
 	n, nerr := backend.ParseNonce(nonce)
 	if !ok1 || !ok2 || err != nil || nerr != nil {
-		return backend.Lease{}, fmt.Errorf("redlock: lease %q has malformed value %q", key, v)
+		return backend.Lease{}, fmt.Errorf("lease %q has malformed value %q", key, v)
 	}
 	return backend.Lease{Key: key, Owner: backend.Owner{Instance: inst, Nonce: n}, Token: t}, nil
 }
