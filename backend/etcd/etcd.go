@@ -110,6 +110,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/guard"
 )
 
 // MinTTL is the shortest TTL the backend accepts: etcd leases are whole
@@ -144,6 +145,7 @@ type Config struct {
 
 // Backend is the etcd backend. It is safe for concurrent use.
 type Backend struct {
+	g      guard.Guard // checks, closed state (check), names failures
 	c      *clientv3.Client
 	own    bool // Close closes c
 	prefix string
@@ -318,10 +320,12 @@ func newBackend(c *clientv3.Client, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	cfg.Password = "" // not kept beyond the client
-	return &Backend{
+	b := &Backend{
 		c: c, prefix: p, cfg: cfg, pool: newLeasePool(), ka: newKAStreams(c), done: make(chan struct{}),
 		acq: newBatcher(c, "acquire"), rel: newBatcher(c, "release"),
-	}, nil
+	}
+	b.g = guard.Guard{Name: "etcd", MinTTL: MinTTL, Closed: b.check}
+	return b, nil
 }
 
 func tlsConfig(cfg Config) (*tls.Config, error) {
@@ -413,20 +417,36 @@ func (b *Backend) check() error {
 	return nil
 }
 
-// wrap turns a client error into one callers can classify: the error (not
-// a sentinel unless ErrNotApplied: the outcome is unknown) with what was
-// being done. A request cut off by Close was sent, so it may have been
+// fail turns a client error of a step (what the Guard hands a call to)
+// into one callers can classify: the error (not a sentinel unless
+// ErrNotApplied: the outcome is unknown), after what was being done if the
+// step did more than one thing (what; "" for the call itself, which the
+// Guard names). A request cut off by Close was sent, so it may have been
 // applied: it is not ErrClosed (which says nothing happened) but an
 // unknown outcome, so that the Locker reports ErrIndeterminate; requests
-// made after Close get ErrClosed from check before anything is sent.
+// made after Close get ErrClosed from the Guard before anything is sent.
+func (b *Backend) fail(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	if what != "" {
+		what += ": "
+	}
+	if b.check() != nil && !errors.Is(err, backend.ErrClosed) {
+		return fmt.Errorf("%sthe backend was closed with the request in flight, its outcome unknown: %w", what, err)
+	}
+	if what == "" {
+		return err
+	}
+	return fmt.Errorf("%s%w", what, err)
+}
+
+// wrap is fail for a call the Guard does not name: "etcd: <what>: …".
 func (b *Backend) wrap(err error, what string) error {
 	if err == nil {
 		return nil
 	}
-	if b.check() != nil && !errors.Is(err, backend.ErrClosed) {
-		return fmt.Errorf("etcd: %s: the backend was closed with the request in flight, its outcome unknown: %w", what, err)
-	}
-	return fmt.Errorf("etcd: %s: %w", what, err)
+	return fmt.Errorf("etcd: %w", b.fail(err, what))
 }
 
 // keepAlive renews lease id once over the backend's keep-alive stream and

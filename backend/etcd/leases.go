@@ -23,11 +23,11 @@ func ownerValue(o backend.Owner) string { return o.Nonce.String() + " " + o.Inst
 func parseOwner(v []byte) (backend.Owner, error) {
 	n, inst, ok := strings.Cut(string(v), " ")
 	if !ok {
-		return backend.Owner{}, fmt.Errorf("etcd: malformed owner value %q", v)
+		return backend.Owner{}, fmt.Errorf("malformed owner value %q", v)
 	}
 	nonce, err := backend.ParseNonce(n)
 	if err != nil {
-		return backend.Owner{}, fmt.Errorf("etcd: malformed owner value %q: %w", v, err)
+		return backend.Owner{}, fmt.Errorf("malformed owner value %q: %w", v, err)
 	}
 	return backend.Owner{Instance: inst, Nonce: nonce}, nil
 }
@@ -39,12 +39,10 @@ func parseOwner(v []byte) (backend.Owner, error) {
 // parallel with the Txn (one round trip) — or else a new LeaseGrant before
 // the Txn.
 func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	if err := b.check(); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Acquire(ctx, key, owner, ttl, b.acquire)
+}
+
+func (b *Backend) acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	secs := ttlSeconds(ttl)
 	if x, current, ok := b.pool.take(secs, time.Now()); ok {
 		if current {
@@ -56,11 +54,11 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 				return b.decide(ctx, key, owner, x, resp)
 			case errors.Is(err, backend.ErrNotApplied):
 				b.unused(x) // never sent: the lease is still idle
-				return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+				return backend.Grant{}, b.fail(err, "")
 			case !errors.Is(err, rpctypes.ErrLeaseNotFound):
 				// Unknown outcome: if applied, the retry finds the key and
 				// re-sends a keep-alive; Release revokes the untracked lease.
-				return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+				return backend.Grant{}, b.fail(err, "")
 			}
 			// Revoked under us (cannot happen while tracked): grant anew.
 		} else if g, err, done := b.acquirePooled(ctx, key, owner, x); done {
@@ -68,12 +66,12 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		}
 	}
 	if ctx.Err() != nil {
-		return backend.Grant{}, fmt.Errorf("etcd: acquire key %q: %w", key, notApplied(ctx))
+		return backend.Grant{}, notApplied(ctx)
 	}
 	sent := time.Now()
 	lg, err := b.c.Grant(ctx, secs+leaseSlack)
 	if err != nil {
-		return backend.Grant{}, b.wrap(err, fmt.Sprintf("grant a lease for key %q", key))
+		return backend.Grant{}, b.fail(err, "grant a lease")
 	}
 	x := pooled{id: lg.ID, ttl: lg.TTL, req: secs, fresh: sent}
 	resp, err := b.acquireTxn(ctx, key, owner, x.id)
@@ -84,7 +82,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		// Otherwise an unknown outcome: the lease stays (a retry with the
 		// same nonce finds the key if the Txn was applied); it expires on
 		// its own.
-		return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+		return backend.Grant{}, b.fail(err, "")
 	}
 	return b.decide(ctx, key, owner, x, resp)
 }
@@ -116,14 +114,14 @@ func (b *Backend) acquirePooled(ctx context.Context, key string, owner backend.O
 			}
 			b.unused(x) // never sent: the lease is still idle
 		}
-		return backend.Grant{}, b.wrap(terr, fmt.Sprintf("acquire key %q", key)), true
+		return backend.Grant{}, b.fail(terr, ""), true
 	case ka.err != nil:
 		if resp.Succeeded {
 			// Ours, but the lease's life is unknown: report an unknown
 			// outcome; the retry answers "yours" after a keep-alive.
 			x.lock, x.owner = lockRef{key, uint64(resp.Header.Revision)}, owner
 			b.pool.hold(x)
-			return backend.Grant{}, b.wrap(ka.err, fmt.Sprintf("refresh the lease of key %q", key)), true
+			return backend.Grant{}, b.fail(ka.err, "refresh the lease"), true
 		}
 		g, err := b.decide(ctx, key, owner, pooled{}, resp)
 		return g, err, true
@@ -165,8 +163,8 @@ func (b *Backend) decide(ctx context.Context, key string, owner backend.Owner, x
 			if x.id != 0 {
 				go b.revoke(x.id)
 			}
-			return backend.Grant{}, fmt.Errorf("etcd: key %q: revision %d is not above the last token %d recorded in %q: refusing a token that goes backwards",
-				key, token, prev[0].ModRevision, ck)
+			return backend.Grant{}, fmt.Errorf("revision %d is not above the last token %d recorded in %q: refusing a token that goes backwards",
+				token, prev[0].ModRevision, ck)
 		}
 		if x.id != 0 {
 			x.lock, x.owner = lockRef{key, token}, owner
@@ -180,7 +178,7 @@ func (b *Backend) decide(ctx context.Context, key string, owner backend.Owner, x
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
 		// Cannot happen: the compare and the get see one revision.
-		return backend.Grant{}, fmt.Errorf("etcd: acquire key %q: key vanished inside a Txn", key)
+		return backend.Grant{}, errors.New("key vanished inside a Txn")
 	}
 	kv := kvs[0]
 	holder, err := parseOwner(kv.Value)
@@ -194,7 +192,7 @@ func (b *Backend) decide(ctx context.Context, key string, owner backend.Owner, x
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				return backend.Grant{}, fmt.Errorf("%w: key %q, token %d expired before the retry", backend.ErrLeaseLost, key, kv.CreateRevision)
 			}
-			return backend.Grant{}, b.wrap(err, fmt.Sprintf("renew the lease of key %q on retry", key))
+			return backend.Grant{}, b.fail(err, "renew the lease on retry")
 		}
 		b.pool.renewed(clientv3.LeaseID(kv.Lease), sent)
 		return backend.Grant{Token: uint64(kv.CreateRevision), TTL: lockTTL(int64(ka / time.Second))}, nil
@@ -214,10 +212,10 @@ func (b *Backend) revoke(id clientv3.LeaseID) {
 func (b *Backend) held(ctx context.Context, key string, owner backend.Owner, token uint64) (*mvccpb.KeyValue, error) {
 	resp, err := b.c.Get(ctx, b.LockKey(key))
 	if err != nil {
-		return nil, b.wrap(err, fmt.Sprintf("read key %q", key))
+		return nil, b.fail(err, "read the lock key")
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, fmt.Errorf("%w: key %q, token %d: not held", backend.ErrLeaseLost, key, token)
+		return nil, backend.ErrLeaseLost
 	}
 	kv := resp.Kvs[0]
 	if uint64(kv.CreateRevision) != token || string(kv.Value) != ownerValue(owner) {
@@ -231,13 +229,11 @@ func (b *Backend) held(ctx context.Context, key string, owner backend.Owner, tok
 // fixed at grant; a different req.TTL is not applied and the lease's TTL is
 // returned.
 func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	if err := backend.CheckRenew(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Renew(ctx, req, b.renew)
+}
+
+func (b *Backend) renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
 	key, owner, token := req.Key, req.Owner, req.Token
-	if err := b.check(); err != nil {
-		return backend.Grant{}, err
-	}
 	kv, err := b.held(ctx, key, owner, token)
 	if err != nil {
 		return backend.Grant{}, err
@@ -249,7 +245,7 @@ func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.
 			b.pool.release(clientv3.LeaseID(kv.Lease))
 			return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: lease expired", backend.ErrLeaseLost, key, token)
 		}
-		return backend.Grant{}, b.wrap(err, fmt.Sprintf("renew key %q", key))
+		return backend.Grant{}, b.fail(err, "")
 	}
 	b.pool.renewed(clientv3.LeaseID(kv.Lease), sent)
 	return backend.Grant{Token: token, TTL: lockTTL(int64(ka / time.Second))}, nil
@@ -261,12 +257,10 @@ func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.
 // are known locally; otherwise the Txn also compares the owner and the
 // delete returns the deleted key to learn the lease.
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if err := backend.CheckRelease(key, owner, token); err != nil {
-		return err
-	}
-	if err := b.check(); err != nil {
-		return err
-	}
+	return b.g.Release(ctx, key, owner, token, b.release)
+}
+
+func (b *Backend) release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
 	lk := b.LockKey(key)
 	id, granted, known := b.pool.leaseOf(key, token)
 	if known && granted != owner {
@@ -282,13 +276,13 @@ func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, 
 	}
 	resp, err := b.rel.do(&txnReq{ctx: ctx, key: lk, cmps: cmps, then: []clientv3.Op{clientv3.OpDelete(lk, opts...)}})
 	if err != nil {
-		return b.wrap(err, fmt.Sprintf("release key %q", key))
+		return b.fail(err, "")
 	}
 	if !resp.Succeeded {
 		if known {
 			b.pool.release(id) // expired or deleted: forget it
 		}
-		return fmt.Errorf("%w: key %q, token %d: not held", backend.ErrLeaseLost, key, token)
+		return backend.ErrLeaseLost
 	}
 	if !known {
 		kvs := resp.Responses[0].GetResponseDeleteRange().PrevKvs
@@ -318,7 +312,7 @@ func (b *Backend) view(ctx context.Context, kv *mvccpb.KeyValue) (backend.Lease,
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return l, false, nil
 		}
-		return l, false, b.wrap(err, fmt.Sprintf("read the lease of key %q", l.Key))
+		return l, false, b.fail(err, fmt.Sprintf("read the lease of key %q", l.Key))
 	}
 	// etcd reports a lease it has not revoked with its remaining whole
 	// seconds, rounded toward zero: 0 is its last second (or one past its
@@ -335,18 +329,16 @@ func (b *Backend) view(ctx context.Context, kv *mvccpb.KeyValue) (backend.Lease,
 
 // Get implements backend.Leases.
 func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := b.check(); err != nil {
-		return backend.Lease{}, err
-	}
+	return b.g.Get(ctx, key, b.get)
+}
+
+func (b *Backend) get(ctx context.Context, key string) (backend.Lease, error) {
 	resp, err := b.c.Get(ctx, b.LockKey(key))
 	if err != nil {
-		return backend.Lease{}, b.wrap(err, fmt.Sprintf("get key %q", key))
+		return backend.Lease{}, b.fail(err, "")
 	}
 	if len(resp.Kvs) == 0 {
-		return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
+		return backend.Lease{}, backend.ErrNotFound
 	}
 	l, ok, err := b.view(ctx, resp.Kvs[0])
 	if err != nil {
@@ -361,12 +353,13 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 // List implements backend.Leases. etcd returns keys in byte order, which is
 // key order.
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	if err := b.check(); err != nil {
-		return nil, err
-	}
+	return b.g.List(ctx, prefix, limit, b.list)
+}
+
+func (b *Backend) list(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
 	resp, err := b.c.Get(ctx, b.LockKey(prefix), clientv3.WithPrefix())
 	if err != nil {
-		return nil, b.wrap(err, fmt.Sprintf("list prefix %q", prefix))
+		return nil, b.fail(err, "")
 	}
 	var out []backend.Lease
 	for _, kv := range resp.Kvs {
@@ -387,16 +380,14 @@ func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend
 // Wait implements backend.Notifier: it watches the lock key from the
 // revision of its Get + 1 for a delete (release or lease expiry).
 func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return nil, err
-	}
-	if err := b.check(); err != nil {
-		return nil, err
-	}
+	return b.g.Wait(ctx, key, b.wait)
+}
+
+func (b *Backend) wait(ctx context.Context, key string) (<-chan struct{}, error) {
 	lk := b.LockKey(key)
 	resp, err := b.c.Get(ctx, lk)
 	if err != nil {
-		return nil, b.wrap(err, fmt.Sprintf("get key %q", key))
+		return nil, b.fail(err, "get the lock key")
 	}
 	if len(resp.Kvs) == 0 {
 		ch := make(chan struct{})

@@ -41,7 +41,7 @@ func (b *Backend) read(ctx context.Context, job string, at time.Time) (snapshot,
 		clientv3.OpGet(b.runKey(job, at)), clientv3.OpGet(b.jobKey(job)), clientv3.OpGet(b.aliveKey(job, at)),
 	).Commit()
 	if err != nil {
-		return snapshot{}, b.wrap(err, "read "+occurrence(job, at))
+		return snapshot{}, b.fail(err, "read the occurrence")
 	}
 	return snapshot{run: first(resp.Responses[0]), job: first(resp.Responses[1]), alive: first(resp.Responses[2]), rev: resp.Header.Revision}, nil
 }
@@ -60,7 +60,7 @@ func (l *leaseFor) get(ctx context.Context) (clientv3.LeaseID, error) {
 	}
 	lg, err := l.b.c.Grant(ctx, ttlSeconds(l.ttl))
 	if err != nil {
-		return 0, l.b.wrap(err, "grant a runner's lease")
+		return 0, l.b.fail(err, "grant a runner's lease")
 	}
 	l.id, l.got = lg.ID, time.Duration(lg.TTL)*time.Second
 	return l.id, nil
@@ -84,7 +84,7 @@ func (b *Backend) yours(ctx context.Context, s snapshot, r runRec, job string, a
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return backend.Grant{}, fmt.Errorf("%w: %s, token %d: the runner's lease expired", backend.ErrLeaseLost, occurrence(job, at), r.Token)
 		}
-		return backend.Grant{}, b.wrap(err, "renew the runner's lease of "+occurrence(job, at))
+		return backend.Grant{}, b.fail(err, "renew the runner's lease")
 	}
 	return backend.Grant{Token: r.Token, TTL: ka}, nil
 }
@@ -93,12 +93,10 @@ func (b *Backend) yours(ctx context.Context, s snapshot, r runRec, job string, a
 // (its counter gives the token) that creates the run and the runner's lease
 // key, retried when another claim of the job won the race.
 func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	if err := backend.CheckClaim(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	if err := b.check(); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Claim(ctx, req, b.claim)
+}
+
+func (b *Backend) claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
 	at := backend.Instant(req.ScheduledAt)
 	lf := &leaseFor{b: b, ttl: req.TTL}
 	used := false
@@ -134,7 +132,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 		if req.MaxRunning > 0 {
 			cr, err := b.c.Get(ctx, b.prefix+"a/"+escJob(req.Job)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(s.rev))
 			if err != nil {
-				return backend.Grant{}, b.wrap(err, "count running occurrences of job "+req.Job)
+				return backend.Grant{}, b.fail(err, "count running occurrences")
 			}
 			if int(cr.Count) >= req.MaxRunning {
 				return backend.Grant{}, fmt.Errorf("%w: job %q has %d running, max %d", backend.ErrOccurrenceOverlap, req.Job, cr.Count, req.MaxRunning)
@@ -161,7 +159,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 			Commit()
 		if err != nil {
 			used = true // may have been applied: a retry with this nonce finds it
-			return backend.Grant{}, b.wrap(err, "claim "+occurrence(req.Job, at))
+			return backend.Grant{}, b.fail(err, "")
 		}
 		if resp.Succeeded {
 			used = true
@@ -179,16 +177,15 @@ func valueOf(kv *mvccpb.KeyValue) []byte {
 
 // heldRun checks that owner+token hold the running occurrence unexpired.
 func (b *Backend) heldRun(s snapshot, job string, at time.Time, owner backend.Owner, token uint64) (runRec, error) {
-	lost := fmt.Errorf("%w: %s, token %d", backend.ErrLeaseLost, occurrence(job, at), token)
 	if s.run == nil || s.alive == nil || string(s.alive.Value) != aliveValue(owner, token) {
-		return runRec{}, lost
+		return runRec{}, backend.ErrLeaseLost
 	}
 	r, err := decodeRun(s.run.Value)
 	if err != nil {
 		return r, err
 	}
 	if r.State != string(backend.Running) || r.owner() != owner || r.Token != token {
-		return r, lost
+		return r, backend.ErrLeaseLost
 	}
 	return r, nil
 }
@@ -196,13 +193,11 @@ func (b *Backend) heldRun(s snapshot, job string, at time.Time, owner backend.Ow
 // Heartbeat implements backend.Ledger: a keep-alive of the runner's lease.
 // The lease's TTL is fixed at claim; req.TTL is validated, not applied.
 func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	if err := backend.CheckHeartbeat(req, MinTTL); err != nil {
-		return err
-	}
+	return b.g.Heartbeat(ctx, req, b.heartbeat)
+}
+
+func (b *Backend) heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
 	job, at, owner, token := req.Job, req.ScheduledAt, req.Owner, req.Token
-	if err := b.check(); err != nil {
-		return err
-	}
 	s, err := b.read(ctx, job, at)
 	if err != nil {
 		return err
@@ -214,21 +209,18 @@ func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) e
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return fmt.Errorf("%w: %s, token %d: the runner's lease expired", backend.ErrLeaseLost, occurrence(job, at), token)
 		}
-		return b.wrap(err, "heartbeat "+occurrence(job, at))
+		return b.fail(err, "")
 	}
 	return nil
 }
 
 // Finish implements backend.Ledger.
 func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
-	req, err := backend.CheckFinish(req)
-	if err != nil {
-		return err
-	}
+	return b.g.Finish(ctx, req, b.finish)
+}
+
+func (b *Backend) finish(ctx context.Context, req backend.FinishRequest) error {
 	job, at, owner, token, out := req.Job, req.ScheduledAt, req.Owner, req.Token, req.Outcome
-	if err := b.check(); err != nil {
-		return err
-	}
 	for {
 		s, err := b.read(ctx, job, at)
 		if err != nil {
@@ -246,7 +238,7 @@ func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
 			Then(clientv3.OpPut(rk, r.encode()), clientv3.OpDelete(ak), clientv3.OpPut(b.finKey(now, job, at), "")).
 			Commit()
 		if err != nil {
-			return b.wrap(err, "finish "+occurrence(job, at))
+			return b.fail(err, "")
 		}
 		if resp.Succeeded {
 			b.revoke(clientv3.LeaseID(s.alive.Lease))
@@ -257,12 +249,10 @@ func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
 
 // Reclaim implements backend.Ledger.
 func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
-	if err := backend.CheckClaim(req, MinTTL); err != nil {
-		return backend.Grant{}, backend.Run{}, err
-	}
-	if err := b.check(); err != nil {
-		return backend.Grant{}, backend.Run{}, err
-	}
+	return b.g.Reclaim(ctx, req, b.reclaim)
+}
+
+func (b *Backend) reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
 	at := backend.Instant(req.ScheduledAt)
 	lf := &leaseFor{b: b, ttl: req.TTL}
 	used := false
@@ -303,7 +293,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 			// taken again, if another claim or reclaim of the job came first.
 			cr, err := b.c.Get(ctx, b.prefix+"a/"+escJob(req.Job)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(s.rev))
 			if err != nil {
-				return backend.Grant{}, backend.Run{}, b.wrap(err, "count running occurrences of job "+req.Job)
+				return backend.Grant{}, backend.Run{}, b.fail(err, "count running occurrences")
 			}
 			if int(cr.Count) >= req.MaxRunning {
 				return backend.Grant{}, backend.Run{}, fmt.Errorf("%w: reclaim %s: the job has %d other running, max %d",
@@ -330,7 +320,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 			Commit()
 		if err != nil {
 			used = true
-			return backend.Grant{}, backend.Run{}, b.wrap(err, "reclaim "+occurrence(req.Job, at))
+			return backend.Grant{}, backend.Run{}, b.fail(err, "")
 		}
 		if resp.Succeeded {
 			used = true
@@ -341,15 +331,10 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 
 // Abandon implements backend.Ledger.
 func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return backend.Run{}, err
-	}
-	if err := backend.CheckInstant(at); err != nil {
-		return backend.Run{}, err
-	}
-	if err := b.check(); err != nil {
-		return backend.Run{}, err
-	}
+	return b.g.Abandon(ctx, job, at, b.abandon)
+}
+
+func (b *Backend) abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
 	at = backend.Instant(at)
 	for {
 		s, err := b.read(ctx, job, at)
@@ -377,7 +362,7 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 			Then(clientv3.OpPut(rk, r.encode()), clientv3.OpPut(b.finKey(now, job, at), "")).
 			Commit()
 		if err != nil {
-			return backend.Run{}, b.wrap(err, "abandon "+occurrence(job, at))
+			return backend.Run{}, b.fail(err, "")
 		}
 		if resp.Succeeded {
 			return r.view(false), nil
@@ -387,18 +372,16 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 
 // GetRun implements backend.Ledger.
 func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return backend.Run{}, err
-	}
-	if err := b.check(); err != nil {
-		return backend.Run{}, err
-	}
+	return b.g.GetRun(ctx, job, at, b.getRun)
+}
+
+func (b *Backend) getRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
 	s, err := b.read(ctx, job, at)
 	if err != nil {
 		return backend.Run{}, err
 	}
 	if s.run == nil {
-		return backend.Run{}, fmt.Errorf("%w: %s", backend.ErrNotFound, occurrence(job, at))
+		return backend.Run{}, backend.ErrNotFound
 	}
 	r, err := decodeRun(s.run.Value)
 	if err != nil {
@@ -409,15 +392,13 @@ func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend
 
 // HighWater implements backend.Ledger.
 func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return time.Time{}, "", err
-	}
-	if err := b.check(); err != nil {
-		return time.Time{}, "", err
-	}
+	return b.g.HighWater(ctx, job, b.highWater)
+}
+
+func (b *Backend) highWater(ctx context.Context, job string) (time.Time, string, error) {
 	resp, err := b.c.Get(ctx, b.jobKey(job))
 	if err != nil {
-		return time.Time{}, "", b.wrap(err, fmt.Sprintf("read job %q", job))
+		return time.Time{}, "", b.fail(err, "")
 	}
 	if len(resp.Kvs) == 0 {
 		return time.Time{}, "", nil
@@ -432,9 +413,10 @@ func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string,
 // ListRuns implements backend.Ledger. With a job filter it reads that job's
 // runs only, bounded by Since/Before in the key range.
 func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	if err := b.check(); err != nil {
-		return nil, err
-	}
+	return b.g.ListRuns(ctx, f, b.listRuns)
+}
+
+func (b *Backend) listRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
 	runs, alive := b.prefix+"r/", b.prefix+"a/"
 	if f.Job != "" {
 		runs, alive = runs+escJob(f.Job)+"/", alive+escJob(f.Job)+"/"
@@ -443,7 +425,7 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 		clientv3.OpGet(runs, clientv3.WithPrefix()), clientv3.OpGet(alive, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	).Commit()
 	if err != nil {
-		return nil, b.wrap(err, "list runs")
+		return nil, b.fail(err, "")
 	}
 	live := map[string]bool{}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {

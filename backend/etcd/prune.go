@@ -8,8 +8,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/leasehold/leasehold/backend"
 )
 
 // Prune implements backend.Ledger: it reads at most batch entries of the
@@ -17,12 +15,10 @@ import (
 // index entry, in Txns of at most 128 operations; then it compacts up to the
 // last delete's revision unless Config.NoCompact.
 func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
-	if err := backend.CheckPrune(olderThan, batch); err != nil {
-		return 0, err
-	}
-	if err := b.check(); err != nil {
-		return 0, err
-	}
+	return b.g.Prune(ctx, olderThan, batch, b.prune)
+}
+
+func (b *Backend) prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
 	entries, read, err := b.finishedBefore(ctx, olderThan, batch)
 	if err != nil {
 		return 0, err
@@ -33,7 +29,7 @@ func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (in
 	}
 	if n > 0 && !b.cfg.NoCompact {
 		if _, err := b.c.Compact(ctx, rev); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
-			return n, b.wrap(err, fmt.Sprintf("compact to revision %d", rev))
+			return n, b.fail(err, fmt.Sprintf("compact to revision %d", rev))
 		}
 	}
 	return n, nil
@@ -46,7 +42,7 @@ func (b *Backend) finishedBefore(ctx context.Context, olderThan time.Time, batch
 	to := fmt.Sprintf("%sf/%020d", b.prefix, max(olderThan.UnixNano(), 0))
 	resp, err := b.c.Get(ctx, from, clientv3.WithRange(to), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(batch)))
 	if err != nil {
-		return nil, 0, b.wrap(err, "read finished runs")
+		return nil, 0, b.fail(err, "read finished runs")
 	}
 	for _, kv := range resp.Kvs {
 		keys = append(keys, string(kv.Key))
@@ -79,7 +75,7 @@ func (b *Backend) pruneEntries(ctx context.Context, entries []string, read int64
 		}
 		tr, err := b.c.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			return n, rev, b.wrap(err, "prune finished runs")
+			return n, rev, b.fail(err, "delete finished runs")
 		}
 		for _, r := range tr.Responses {
 			if t := r.GetResponseTxn(); t != nil && t.Succeeded {

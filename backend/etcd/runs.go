@@ -98,7 +98,7 @@ func (r runRec) encode() string {
 func decodeRun(v []byte) (runRec, error) {
 	var r runRec
 	if err := json.Unmarshal(v, &r); err != nil {
-		return r, fmt.Errorf("etcd: malformed run record: %w", err)
+		return r, fmt.Errorf("malformed run record: %w", err)
 	}
 	return r, nil
 }
@@ -109,7 +109,7 @@ func decodeJob(v []byte) (jobRec, error) {
 		return j, nil
 	}
 	if err := json.Unmarshal(v, &j); err != nil {
-		return j, fmt.Errorf("etcd: malformed job record: %w", err)
+		return j, fmt.Errorf("malformed job record: %w", err)
 	}
 	return j, nil
 }

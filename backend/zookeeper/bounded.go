@@ -66,7 +66,7 @@ func (b *Backend) bounded(ctx context.Context, n backend.Nonce, op func()) (retu
 
 // waitAbandoned waits until no abandoned call of owner n is running. When
 // ctx ends first nothing was sent: the error wraps ErrNotApplied.
-func (b *Backend) waitAbandoned(ctx context.Context, n backend.Nonce, what string) error {
+func (b *Backend) waitAbandoned(ctx context.Context, n backend.Nonce) error {
 	for {
 		b.mu.Lock()
 		var fin chan struct{}
@@ -80,13 +80,13 @@ func (b *Backend) waitAbandoned(ctx context.Context, n backend.Nonce, what strin
 		select {
 		case <-fin:
 		case <-ctx.Done():
-			return fmt.Errorf("zookeeper: %s: not sent, an earlier call of this owner whose caller gave up is still waiting for its reply: %w", what, backend.NotSent(ctx))
+			return fmt.Errorf("not sent, an earlier call of this owner whose caller gave up is still waiting for its reply: %w", backend.NotSent(ctx))
 		}
 	}
 }
 
 // unknownOutcome is the error of a call whose context ended before its
 // reply: the request may have been applied, or may still be.
-func unknownOutcome(ctx context.Context, what string) error {
-	return fmt.Errorf("zookeeper: %s: no reply before the context ended, the outcome is unknown (the request may still be applied): %w", what, backend.ContextEnded(ctx))
+func unknownOutcome(ctx context.Context) error {
+	return fmt.Errorf("no reply before the context ended, the outcome is unknown (the request may still be applied): %w", backend.ContextEnded(ctx))
 }

@@ -27,17 +27,17 @@ func TestAbandonedCallHoldsTheOwnersNext(t *testing.T) {
 		if b.bounded(ctx, a, func() { <-reply }) {
 			t.Fatal("a call whose requests had not returned was not abandoned when its context ended")
 		}
-		if err := b.waitAbandoned(context.Background(), other, "other"); err != nil {
+		if err := b.waitAbandoned(context.Background(), other); err != nil {
 			t.Fatalf("another owner's call waited for an abandoned one: %v", err)
 		}
 		short, stop := context.WithTimeout(context.Background(), time.Second)
 		defer stop()
-		err := b.waitAbandoned(short, a, "next")
+		err := b.waitAbandoned(short, a)
 		if !errors.Is(err, backend.ErrNotApplied) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("the owner's next call, its context ended while the abandoned one ran: %v, want ErrNotApplied and the deadline", err)
 		}
 		waited := make(chan error, 1)
-		go func() { waited <- b.waitAbandoned(context.Background(), a, "next") }()
+		go func() { waited <- b.waitAbandoned(context.Background(), a) }()
 		synctest.Wait()
 		select {
 		case err := <-waited:
@@ -69,7 +69,7 @@ func TestAbandonedCallHoldsTheOwnersNext(t *testing.T) {
 	wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := b.waitAbandoned(ctx, n, "last"); err != nil {
+	if err := b.waitAbandoned(ctx, n); err != nil {
 		t.Fatalf("abandoned calls that all returned are still waited for: %v", err)
 	}
 	b.mu.Lock()

@@ -2,7 +2,6 @@ package zookeeper
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"sort"
@@ -87,17 +86,14 @@ func (b *Backend) lease(key, name string) (backend.Lease, *zk.Stat, error) {
 // left a node (its outcome was unknown), so that the retry finds and owns it.
 // It returns when ctx ends, the outcome unknown (see bounded).
 func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
-	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	if err := b.check(); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Acquire(ctx, key, owner, ttl, b.acquire)
+}
+
+func (b *Backend) acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, error) {
 	if ctx.Err() != nil {
 		return backend.Grant{}, backend.NotSent(ctx)
 	}
-	what := fmt.Sprintf("acquire key %q", key)
-	if err := b.waitAbandoned(ctx, owner.Nonce, what); err != nil {
+	if err := b.waitAbandoned(ctx, owner.Nonce); err != nil {
 		return backend.Grant{}, err
 	}
 	sent := time.Now()
@@ -106,7 +102,7 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 		grant backend.Grant
 		err   error
 	)
-	if b.bounded(ctx, owner.Nonce, func() { grant, err = b.acquire(key, owner, g, sent) }) {
+	if b.bounded(ctx, owner.Nonce, func() { grant, err = b.acquireReqs(key, owner, g, sent) }) {
 		return grant, err
 	}
 	// Unknown outcome, as after a create whose reply was lost: a retry
@@ -114,11 +110,11 @@ func (b *Backend) Acquire(ctx context.Context, key string, owner backend.Owner, 
 	// (the abandoned call also goes on and handles its own result).
 	b.markUnsure(owner.Nonce, sent, g)
 	b.settle(key, owner)
-	return backend.Grant{}, unknownOutcome(ctx, what)
+	return backend.Grant{}, unknownOutcome(ctx)
 }
 
-// acquire is Acquire's requests, for a grant of g, timed from sent.
-func (b *Backend) acquire(key string, owner backend.Owner, g time.Duration, sent time.Time) (backend.Grant, error) {
+// acquireReqs is Acquire's requests, for a grant of g, timed from sent.
+func (b *Backend) acquireReqs(key string, owner backend.Owner, g time.Duration, sent time.Time) (backend.Grant, error) {
 	dir := b.lockDir(key)
 	if path, token, ok := b.grantOf(key, owner); ok {
 		// A retry of a grant made here: yours, if its node still exists.
@@ -136,7 +132,7 @@ func (b *Backend) acquire(key string, owner backend.Owner, g time.Duration, sent
 			return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: gone before the retry", backend.ErrLeaseLost, key, token)
 		}
 		if err != nil {
-			return backend.Grant{}, b.wrap(err, fmt.Sprintf("acquire key %q", key))
+			return backend.Grant{}, b.wrap(err, "")
 		}
 		if uint64(st.Czxid) != token || st.EphemeralOwner != b.conn.SessionID() {
 			b.disarm(path, nil)
@@ -220,7 +216,7 @@ func (b *Backend) acquire(key string, owner backend.Owner, g time.Duration, sent
 			// Unknown outcome: the node stays timed by this call; a retry
 			// lists first, finds it and answers "yours".
 			b.markUnsure(owner.Nonce, sent, g)
-			return backend.Grant{}, b.wrapSent(err, fmt.Sprintf("acquire key %q", key))
+			return backend.Grant{}, b.wrapSent(err, "")
 		}
 	}
 	b.clearUnsure(owner.Nonce)
@@ -260,7 +256,7 @@ func (b *Backend) enter(key string, owner backend.Owner, g time.Duration, sent t
 		if err != nil {
 			// Unknown outcome: a retry with this nonce finds the node.
 			b.markUnsure(owner.Nonce, sent, g)
-			return "", false, nil, nil, b.wrapSent(err, fmt.Sprintf("acquire key %q", key))
+			return "", false, nil, nil, b.wrapSent(err, "")
 		}
 		mine = p[len(dir)+1:]
 	}
@@ -280,7 +276,7 @@ func (b *Backend) enter(key string, owner backend.Owner, g time.Duration, sent t
 	}
 	if err != nil {
 		b.markUnsure(owner.Nonce, sent, g) // our node may stay: the retry finds it
-		return "", false, nil, nil, b.wrapSent(err, fmt.Sprintf("acquire key %q", key))
+		return "", false, nil, nil, b.wrapSent(err, "")
 	}
 	if !exists {
 		st = nil
@@ -294,7 +290,7 @@ func (b *Backend) find(key string, owner backend.Owner, token uint64) (string, *
 	if err != nil {
 		return "", nil, err
 	}
-	lost := fmt.Errorf("%w: key %q, token %d: not held", backend.ErrLeaseLost, key, token)
+	lost := backend.ErrLeaseLost
 	if len(q) == 0 || !strings.HasPrefix(q[0], nodeName(owner)) {
 		return "", nil, lost
 	}
@@ -304,7 +300,7 @@ func (b *Backend) find(key string, owner backend.Owner, token uint64) (string, *
 		return "", nil, lost
 	}
 	if err != nil {
-		return "", nil, b.wrap(err, fmt.Sprintf("read key %q", key))
+		return "", nil, b.wrap(err, "read the lock node")
 	}
 	if uint64(st.Czxid) != token || !strings.HasPrefix(string(data), owner.Instance+"\n") {
 		return "", nil, lost
@@ -316,32 +312,29 @@ func (b *Backend) find(key string, owner backend.Owner, token uint64) (string, *
 // (proving the session alive at send time) restarts its TTL. It returns
 // when ctx ends, the outcome unknown (see bounded).
 func (b *Backend) Renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
-	if err := backend.CheckRenew(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Renew(ctx, req, b.renew)
+}
+
+func (b *Backend) renew(ctx context.Context, req backend.RenewRequest) (backend.Grant, error) {
 	key, owner, token, ttl := req.Key, req.Owner, req.Token, req.TTL
-	if err := b.check(); err != nil {
-		return backend.Grant{}, err
-	}
 	if ctx.Err() != nil {
 		return backend.Grant{}, backend.NotSent(ctx)
 	}
-	what := fmt.Sprintf("renew key %q", key)
-	if err := b.waitAbandoned(ctx, owner.Nonce, what); err != nil {
+	if err := b.waitAbandoned(ctx, owner.Nonce); err != nil {
 		return backend.Grant{}, err
 	}
 	var (
 		grant backend.Grant
 		err   error
 	)
-	if b.bounded(ctx, owner.Nonce, func() { grant, err = b.renew(key, owner, token, ttl) }) {
+	if b.bounded(ctx, owner.Nonce, func() { grant, err = b.renewReqs(key, owner, token, ttl) }) {
 		return grant, err
 	}
-	return backend.Grant{}, unknownOutcome(ctx, what)
+	return backend.Grant{}, unknownOutcome(ctx)
 }
 
-// renew is Renew's requests.
-func (b *Backend) renew(key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
+// renewReqs is Renew's requests.
+func (b *Backend) renewReqs(key string, owner backend.Owner, token uint64, ttl time.Duration) (backend.Grant, error) {
 	sent := time.Now()
 	path, st, err := b.find(key, owner, token)
 	if err != nil {
@@ -358,7 +351,7 @@ func (b *Backend) renew(key string, owner backend.Owner, token uint64, ttl time.
 		// still there at the deadline.
 		return backend.Grant{}, fmt.Errorf("%w: key %q, token %d: deleted while renewing", backend.ErrLeaseLost, key, token)
 	case err != nil:
-		return backend.Grant{}, b.wrap(err, fmt.Sprintf("renew key %q", key))
+		return backend.Grant{}, b.wrap(err, "")
 	}
 	return backend.Grant{Token: token, TTL: g}, nil
 }
@@ -366,28 +359,25 @@ func (b *Backend) renew(key string, owner backend.Owner, token uint64, ttl time.
 // Release implements backend.Leases. It returns when ctx ends, the
 // outcome unknown (see bounded).
 func (b *Backend) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
-	if err := backend.CheckRelease(key, owner, token); err != nil {
-		return err
-	}
-	if err := b.check(); err != nil {
-		return err
-	}
+	return b.g.Release(ctx, key, owner, token, b.release)
+}
+
+func (b *Backend) release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
 	if ctx.Err() != nil {
 		return backend.NotSent(ctx)
 	}
-	what := fmt.Sprintf("release key %q", key)
-	if err := b.waitAbandoned(ctx, owner.Nonce, what); err != nil {
+	if err := b.waitAbandoned(ctx, owner.Nonce); err != nil {
 		return err
 	}
 	var err error
-	if b.bounded(ctx, owner.Nonce, func() { err = b.release(key, owner, token) }) {
+	if b.bounded(ctx, owner.Nonce, func() { err = b.releaseReqs(key, owner, token) }) {
 		return err
 	}
-	return unknownOutcome(ctx, what)
+	return unknownOutcome(ctx)
 }
 
-// release is Release's requests.
-func (b *Backend) release(key string, owner backend.Owner, token uint64) error {
+// releaseReqs is Release's requests.
+func (b *Backend) releaseReqs(key string, owner backend.Owner, token uint64) error {
 	if path, granted, ok := b.tracked(key, token); ok && b.armed(path, nil) {
 		// A grant this backend made and keeps alive: its node's path is
 		// unique to the grant (sequence numbers are never reused), so one
@@ -401,7 +391,7 @@ func (b *Backend) release(key string, owner backend.Owner, token uint64) error {
 			b.disarm(path, nil)
 			return fmt.Errorf("%w: key %q, token %d: gone while releasing", backend.ErrLeaseLost, key, token)
 		case err != nil:
-			return b.wrap(err, fmt.Sprintf("release key %q", key))
+			return b.wrap(err, "")
 		}
 		b.disarm(path, nil)
 		return nil
@@ -420,7 +410,7 @@ func (b *Backend) release(key string, owner backend.Owner, token uint64) error {
 	case err == zk.ErrNoNode || err == zk.ErrBadVersion:
 		return fmt.Errorf("%w: key %q, token %d: gone while releasing", backend.ErrLeaseLost, key, token)
 	case err != nil:
-		return b.wrap(err, fmt.Sprintf("release key %q", key))
+		return b.wrap(err, "")
 	}
 	b.disarm(path, nil)
 	return nil
@@ -428,26 +418,24 @@ func (b *Backend) release(key string, owner backend.Owner, token uint64) error {
 
 // Get implements backend.Leases.
 func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := b.check(); err != nil {
-		return backend.Lease{}, err
-	}
+	return b.g.Get(ctx, key, b.get)
+}
+
+func (b *Backend) get(_ context.Context, key string) (backend.Lease, error) {
 	for {
 		q, err := b.queue(key)
 		if err != nil {
 			return backend.Lease{}, err
 		}
 		if len(q) == 0 {
-			return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrNotFound, key)
+			return backend.Lease{}, backend.ErrNotFound
 		}
 		l, _, err := b.lease(key, q[0])
 		if err == zk.ErrNoNode {
 			continue // released meanwhile; look again
 		}
 		if err != nil {
-			return backend.Lease{}, b.wrap(err, fmt.Sprintf("get key %q", key))
+			return backend.Lease{}, b.wrap(err, "")
 		}
 		return l, nil
 	}
@@ -455,12 +443,13 @@ func (b *Backend) Get(ctx context.Context, key string) (backend.Lease, error) {
 
 // List implements backend.Leases.
 func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
-	if err := b.check(); err != nil {
-		return nil, err
-	}
+	return b.g.List(ctx, prefix, limit, b.list)
+}
+
+func (b *Backend) list(ctx context.Context, prefix string, limit int) ([]backend.Lease, error) {
 	dirs, _, err := b.conn.Children(b.prefix + "/locks")
 	if err != nil {
-		return nil, b.wrap(err, "list locks")
+		return nil, b.wrap(err, "")
 	}
 	var keys []string
 	for _, d := range dirs {
@@ -471,12 +460,15 @@ func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend
 	sort.Strings(keys)
 	var out []backend.Lease
 	for _, k := range keys {
-		l, err := b.Get(ctx, k)
-		if errors.Is(err, backend.ErrNotFound) {
+		if err := b.check(); err != nil { // as each Get did
+			return nil, err
+		}
+		l, err := b.get(ctx, k)
+		if err == backend.ErrNotFound {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("get key %q: %w", k, err)
 		}
 		out = append(out, l)
 		if limit > 0 && len(out) == limit {
@@ -488,12 +480,10 @@ func (b *Backend) List(ctx context.Context, prefix string, limit int) ([]backend
 
 // Wait implements backend.Notifier: a watch on the holder's node.
 func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error) {
-	if err := backend.CheckKey("key", key); err != nil {
-		return nil, err
-	}
-	if err := b.check(); err != nil {
-		return nil, err
-	}
+	return b.g.Wait(ctx, key, b.wait)
+}
+
+func (b *Backend) wait(ctx context.Context, key string) (<-chan struct{}, error) {
 	ch := make(chan struct{})
 	q, err := b.queue(key)
 	if err != nil {
@@ -505,7 +495,7 @@ func (b *Backend) Wait(ctx context.Context, key string) (<-chan struct{}, error)
 	}
 	ok, _, ev, err := b.conn.ExistsW(b.lockDir(key) + "/" + q[0])
 	if err != nil {
-		return nil, b.wrap(err, fmt.Sprintf("watch key %q", key))
+		return nil, b.wrap(err, "watch the holder's node")
 	}
 	if !ok {
 		close(ch)

@@ -30,7 +30,7 @@ func (b *Backend) yours(o occ, job string, at time.Time, ttl time.Duration) (bac
 		if err == zk.ErrNoNode || err == zk.ErrBadVersion {
 			return backend.Grant{}, fmt.Errorf("%w: %s, token %d: the runner's lease expired", backend.ErrLeaseLost, occurrence(job, at), r.Token)
 		}
-		return backend.Grant{}, b.wrap(err, "renew the runner's lease of "+occurrence(job, at))
+		return backend.Grant{}, b.wrap(err, "renew the runner's lease")
 	}
 	return backend.Grant{Token: r.Token, TTL: g}, nil
 }
@@ -39,12 +39,10 @@ func (b *Backend) yours(o occ, job string, at time.Time, ttl time.Duration) (bac
 // counter (guarded by the job node's version), creates the run and creates
 // the runner's ephemeral lease node.
 func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
-	if err := backend.CheckClaim(req, MinTTL); err != nil {
-		return backend.Grant{}, err
-	}
-	if err := b.check(); err != nil {
-		return backend.Grant{}, err
-	}
+	return b.g.Claim(ctx, req, b.claim)
+}
+
+func (b *Backend) claim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, error) {
 	if ctx.Err() != nil {
 		return backend.Grant{}, backend.NotSent(ctx)
 	}
@@ -110,7 +108,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 			j.High, j.HighVersion = at.UnixMilli(), req.SpecVersion
 		}
 		alive, g, sent := aliveValue(req.Owner, j.Counter), b.grantTTL(req.TTL), time.Now()
-		retry, err := b.multi("claim "+occurrence(req.Job, at), []string{jp + "/alive", rp[:strings.LastIndex(rp, "/")]},
+		retry, err := b.multi("", []string{jp + "/alive", rp[:strings.LastIndex(rp, "/")]},
 			&zk.SetDataRequest{Path: jp, Data: j.encode(), Version: ver},
 			&zk.CreateRequest{Path: rp, Data: newRun(req, j.Counter, 1).encode(), Acl: b.acl},
 			&zk.CreateRequest{Path: ap, Data: alive, Acl: b.acl, Flags: zk.FlagEphemeral})
@@ -137,7 +135,7 @@ func (b *Backend) Claim(ctx context.Context, req backend.ClaimRequest) (backend.
 func (b *Backend) countOthers(job string, at time.Time) (int, error) {
 	names, _, err := b.conn.Children(b.jobPath(job) + "/alive")
 	if err != nil && err != zk.ErrNoNode {
-		return 0, b.wrap(err, "count running occurrences of job "+job)
+		return 0, b.wrap(err, "count running occurrences")
 	}
 	return len(slices.DeleteFunc(names, func(n string) bool { return n == ms20(at) })), nil
 }
@@ -170,7 +168,7 @@ func (b *Backend) overlapUnclaimed(job string, at time.Time, maxRunning int) (n 
 func (b *Backend) held(o occ, job string, at time.Time, owner backend.Owner, token uint64) error {
 	if o.run == nil || o.alive == nil || string(o.alive) != string(aliveValue(owner, token)) ||
 		o.run.State != string(backend.Running) || o.run.owner() != owner || o.run.Token != token {
-		return fmt.Errorf("%w: %s, token %d", backend.ErrLeaseLost, occurrence(job, at), token)
+		return backend.ErrLeaseLost
 	}
 	return nil
 }
@@ -178,13 +176,11 @@ func (b *Backend) held(o occ, job string, at time.Time, owner backend.Owner, tok
 // Heartbeat implements backend.Ledger: a guarded write to the runner's
 // lease node restarts its TTL.
 func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
-	if err := backend.CheckHeartbeat(req, MinTTL); err != nil {
-		return err
-	}
+	return b.g.Heartbeat(ctx, req, b.heartbeat)
+}
+
+func (b *Backend) heartbeat(ctx context.Context, req backend.HeartbeatRequest) error {
 	job, at, owner, token, ttl := req.Job, req.ScheduledAt, req.Owner, req.Token, req.TTL
-	if err := b.check(); err != nil {
-		return err
-	}
 	if ctx.Err() != nil {
 		return backend.NotSent(ctx)
 	}
@@ -201,14 +197,11 @@ func (b *Backend) Heartbeat(ctx context.Context, req backend.HeartbeatRequest) e
 
 // Finish implements backend.Ledger.
 func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
-	req, err := backend.CheckFinish(req)
-	if err != nil {
-		return err
-	}
+	return b.g.Finish(ctx, req, b.finish)
+}
+
+func (b *Backend) finish(ctx context.Context, req backend.FinishRequest) error {
 	job, at, owner, token, out := req.Job, req.ScheduledAt, req.Owner, req.Token, req.Outcome
-	if err := b.check(); err != nil {
-		return err
-	}
 	if ctx.Err() != nil {
 		return backend.NotSent(ctx)
 	}
@@ -224,7 +217,7 @@ func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
 		r := *o.run
 		r.State, r.Dur, r.Result, r.Error, r.Finished = string(out.State), int64(out.Duration), out.Result, out.Error, now.UnixNano()
 		fp := b.finPath(now, job, at)
-		retry, err := b.multi("finish "+occurrence(job, at), []string{fp[:strings.LastIndex(fp, "/")]},
+		retry, err := b.multi("", []string{fp[:strings.LastIndex(fp, "/")]},
 			&zk.SetDataRequest{Path: b.runPath(job, at), Data: r.encode(), Version: o.runVer},
 			&zk.DeleteRequest{Path: b.alivePath(job, at), Version: o.aliveVer},
 			&zk.CreateRequest{Path: fp, Acl: b.acl})
@@ -240,12 +233,10 @@ func (b *Backend) Finish(ctx context.Context, req backend.FinishRequest) error {
 
 // Reclaim implements backend.Ledger.
 func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
-	if err := backend.CheckClaim(req, MinTTL); err != nil {
-		return backend.Grant{}, backend.Run{}, err
-	}
-	if err := b.check(); err != nil {
-		return backend.Grant{}, backend.Run{}, err
-	}
+	return b.g.Reclaim(ctx, req, b.reclaim)
+}
+
+func (b *Backend) reclaim(ctx context.Context, req backend.ClaimRequest) (backend.Grant, backend.Run, error) {
 	if ctx.Err() != nil {
 		return backend.Grant{}, backend.Run{}, backend.NotSent(ctx)
 	}
@@ -284,7 +275,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 			// taken again, if another claim or reclaim of the job came first.
 			names, _, err := b.conn.Children(b.jobPath(req.Job) + "/alive")
 			if err != nil && err != zk.ErrNoNode {
-				return backend.Grant{}, backend.Run{}, b.wrap(err, "count running occurrences of job "+req.Job)
+				return backend.Grant{}, backend.Run{}, b.wrap(err, "count running occurrences")
 			}
 			// Not this one's: a node there now is another reclaim's since
 			// its record was read, and the versioned write below fails.
@@ -305,7 +296,7 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 		nr := newRun(req, j.Counter, o.run.Attempt+1)
 		alive, g, sent := aliveValue(req.Owner, j.Counter), b.grantTTL(req.TTL), time.Now()
 		ap := b.alivePath(req.Job, at)
-		retry, err := b.multi("reclaim "+occurrence(req.Job, at), []string{b.jobPath(req.Job) + "/alive"},
+		retry, err := b.multi("", []string{b.jobPath(req.Job) + "/alive"},
 			&zk.SetDataRequest{Path: b.runPath(req.Job, at), Data: nr.encode(), Version: o.runVer},
 			&zk.SetDataRequest{Path: b.jobPath(req.Job), Data: j.encode(), Version: ver},
 			&zk.CreateRequest{Path: ap, Data: alive, Acl: b.acl, Flags: zk.FlagEphemeral})
@@ -324,15 +315,10 @@ func (b *Backend) Reclaim(ctx context.Context, req backend.ClaimRequest) (backen
 // Abandon implements backend.Ledger. Creating and deleting the runner's
 // lease node inside the multi-op is the guard that it does not exist.
 func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return backend.Run{}, err
-	}
-	if err := backend.CheckInstant(at); err != nil {
-		return backend.Run{}, err
-	}
-	if err := b.check(); err != nil {
-		return backend.Run{}, err
-	}
+	return b.g.Abandon(ctx, job, at, b.abandon)
+}
+
+func (b *Backend) abandon(ctx context.Context, job string, at time.Time) (backend.Run, error) {
 	if ctx.Err() != nil {
 		return backend.Run{}, backend.NotSent(ctx)
 	}
@@ -354,7 +340,7 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 		r := *o.run
 		r.State, r.Finished = string(backend.Abandoned), now.UnixNano()
 		ap, fp := b.alivePath(job, at), b.finPath(now, job, at)
-		retry, err := b.multi("abandon "+occurrence(job, at), []string{b.jobPath(job) + "/alive", fp[:strings.LastIndex(fp, "/")]},
+		retry, err := b.multi("", []string{b.jobPath(job) + "/alive", fp[:strings.LastIndex(fp, "/")]},
 			&zk.SetDataRequest{Path: b.runPath(job, at), Data: r.encode(), Version: o.runVer},
 			&zk.CreateRequest{Path: ap, Acl: b.acl},
 			&zk.DeleteRequest{Path: ap, Version: 0},
@@ -370,30 +356,26 @@ func (b *Backend) Abandon(ctx context.Context, job string, at time.Time) (backen
 
 // GetRun implements backend.Ledger.
 func (b *Backend) GetRun(ctx context.Context, job string, at time.Time) (backend.Run, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return backend.Run{}, err
-	}
-	if err := b.check(); err != nil {
-		return backend.Run{}, err
-	}
+	return b.g.GetRun(ctx, job, at, b.getRun)
+}
+
+func (b *Backend) getRun(_ context.Context, job string, at time.Time) (backend.Run, error) {
 	o, err := b.readOcc(job, at)
 	if err != nil {
 		return backend.Run{}, err
 	}
 	if o.run == nil {
-		return backend.Run{}, fmt.Errorf("%w: %s", backend.ErrNotFound, occurrence(job, at))
+		return backend.Run{}, backend.ErrNotFound
 	}
 	return o.run.view(o.alive != nil), nil
 }
 
 // HighWater implements backend.Ledger.
 func (b *Backend) HighWater(ctx context.Context, job string) (time.Time, string, error) {
-	if err := backend.CheckKey("job", job); err != nil {
-		return time.Time{}, "", err
-	}
-	if err := b.check(); err != nil {
-		return time.Time{}, "", err
-	}
+	return b.g.HighWater(ctx, job, b.highWater)
+}
+
+func (b *Backend) highWater(_ context.Context, job string) (time.Time, string, error) {
 	j, _, err := b.readJob(job)
 	if err != nil || j.High == 0 {
 		return time.Time{}, "", err
@@ -416,9 +398,10 @@ func (b *Backend) children(path string) ([]string, error) {
 
 // ListRuns implements backend.Ledger.
 func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {
-	if err := b.check(); err != nil {
-		return nil, err
-	}
+	return b.g.ListRuns(ctx, f, b.listRuns)
+}
+
+func (b *Backend) listRuns(_ context.Context, f backend.RunFilter) ([]backend.Run, error) {
 	var jobs []string
 	if f.Job != "" {
 		jobs = []string{escape(f.Job)}
@@ -488,12 +471,10 @@ func (b *Backend) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.
 // hour first, deletes each run older than olderThan with its index entry,
 // and removes hour buckets it empties.
 func (b *Backend) Prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
-	if err := backend.CheckPrune(olderThan, batch); err != nil {
-		return 0, err
-	}
-	if err := b.check(); err != nil {
-		return 0, err
-	}
+	return b.g.Prune(ctx, olderThan, batch, b.prune)
+}
+
+func (b *Backend) prune(ctx context.Context, olderThan time.Time, batch int) (int, error) {
 	root := b.prefix + "/fin"
 	hours, err := b.children(root)
 	if err != nil {

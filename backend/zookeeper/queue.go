@@ -28,14 +28,12 @@ import (
 // next listing misses it and the call creates a new one (at the back of
 // the line). Connection errors are retried until ctx ends.
 func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, time.Time, error) {
-	if err := backend.CheckLease(key, owner, ttl, MinTTL); err != nil {
-		return backend.Grant{}, time.Time{}, err
-	}
-	if err := b.check(); err != nil {
-		return backend.Grant{}, time.Time{}, err
-	}
+	return b.g.AcquireQueued(ctx, key, owner, ttl, b.acquireQueued)
+}
+
+func (b *Backend) acquireQueued(ctx context.Context, key string, owner backend.Owner, ttl time.Duration) (backend.Grant, time.Time, error) {
 	if err := ctx.Err(); err != nil {
-		return backend.Grant{}, time.Time{}, fmt.Errorf("zookeeper: acquire key %q: %w", key, backend.NotSent(ctx))
+		return backend.Grant{}, time.Time{}, backend.NotSent(ctx)
 	}
 	dir := b.lockDir(key)
 	g := b.grantTTL(ttl)
@@ -63,7 +61,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 				if st.EphemeralOwner != b.conn.SessionID() {
 					// Created by a session that has since been replaced:
 					// the server deletes it; wait for that and start over.
-					mine, err = "", fmt.Errorf("zookeeper: acquire key %q: node of an earlier session", key)
+					mine, err = "", errors.New("node of an earlier session")
 				} else {
 					token = uint64(st.Czxid)
 				}
@@ -74,13 +72,13 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 		}
 		if err != nil {
 			if errors.Is(err, backend.ErrClosed) {
-				return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
+				return backend.Grant{}, time.Time{}, b.closedIn(owner, mine)
 			}
 			// A lost connection or a create whose reply was lost: enter
 			// finds the node by its protected name when it lists again.
 			if werr := sleepCtx(ctx, b.done, pause); werr != nil {
 				if b.check() != nil {
-					return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
+					return backend.Grant{}, time.Time{}, b.closedIn(owner, mine)
 				}
 				return b.leave(ctx, key, owner, mine)
 			}
@@ -111,11 +109,11 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 					continue
 				} else if err != nil {
 					if b.check() != nil {
-						return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
+						return backend.Grant{}, time.Time{}, b.closedIn(owner, mine)
 					}
 					if werr := sleepCtx(ctx, b.done, pause); werr != nil {
 						if b.check() != nil {
-							return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
+							return backend.Grant{}, time.Time{}, b.closedIn(owner, mine)
 						}
 						return b.leave(ctx, key, owner, mine)
 					}
@@ -137,11 +135,11 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 		ok, _, ev, err := b.conn.ExistsW(dir + "/" + q[i-1])
 		if err != nil {
 			if b.check() != nil {
-				return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
+				return backend.Grant{}, time.Time{}, b.closedIn(owner, mine)
 			}
 			if werr := sleepCtx(ctx, b.done, pause); werr != nil {
 				if b.check() != nil {
-					return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
+					return backend.Grant{}, time.Time{}, b.closedIn(owner, mine)
 				}
 				return b.leave(ctx, key, owner, mine)
 			}
@@ -155,7 +153,7 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 		case <-ctx.Done():
 			return b.leave(ctx, key, owner, mine)
 		case <-b.done:
-			return backend.Grant{}, time.Time{}, b.closedIn(key, owner, mine)
+			return backend.Grant{}, time.Time{}, b.closedIn(owner, mine)
 		}
 	}
 }
@@ -165,11 +163,11 @@ func (b *Backend) AcquireQueued(ctx context.Context, key string, owner backend.O
 // became of the node (in line, perhaps granted as Close came), so the error
 // does not wrap ErrClosed; closing the session has the server delete the
 // node — the cleanup, as a closed client can send nothing more.
-func (b *Backend) closedIn(key string, owner backend.Owner, mine string) error {
+func (b *Backend) closedIn(owner backend.Owner, mine string) error {
 	if mine == "" && !b.unsure(owner.Nonce) {
 		return backend.ErrClosed
 	}
-	return fmt.Errorf("zookeeper: acquire key %q: the backend was closed while this owner's node was in line; closing the session deletes it", key)
+	return errors.New("the backend was closed while this owner's node was in line; closing the session deletes it")
 }
 
 // leave takes owner out of key's line after its caller gave up: it deletes
@@ -179,7 +177,7 @@ func (b *Backend) closedIn(key string, owner backend.Owner, mine string) error {
 // (which deletes the node) or the backend is closed.
 func (b *Backend) leave(ctx context.Context, key string, owner backend.Owner, mine string) (backend.Grant, time.Time, error) {
 	if b.withdraw(key, owner, mine) {
-		return backend.Grant{}, time.Time{}, fmt.Errorf("zookeeper: acquire key %q: left the queue: %w", key, backend.NotSent(ctx))
+		return backend.Grant{}, time.Time{}, fmt.Errorf("left the queue: %w", backend.NotSent(ctx))
 	}
 	go func() {
 		pause := 50 * time.Millisecond
@@ -190,7 +188,7 @@ func (b *Backend) leave(ctx context.Context, key string, owner backend.Owner, mi
 			pause = min(pause*2, 2*time.Second)
 		}
 	}()
-	return backend.Grant{}, time.Time{}, fmt.Errorf("zookeeper: acquire key %q: leaving the queue is not confirmed, it goes on in the background: %w", key, backend.ContextEnded(ctx))
+	return backend.Grant{}, time.Time{}, fmt.Errorf("leaving the queue is not confirmed, it goes on in the background: %w", backend.ContextEnded(ctx))
 }
 
 // withdraw deletes owner's node in key's queue and reports whether none is

@@ -103,7 +103,7 @@ func (j jobRec) encode() []byte { v, _ := json.Marshal(j); return v }
 func decodeRun(v []byte) (runRec, error) {
 	var r runRec
 	if err := json.Unmarshal(v, &r); err != nil {
-		return r, fmt.Errorf("zookeeper: malformed run record: %w", err)
+		return r, fmt.Errorf("malformed run record: %w", err)
 	}
 	return r, nil
 }
@@ -114,7 +114,7 @@ func decodeJob(v []byte) (jobRec, error) {
 		return j, nil
 	}
 	if err := json.Unmarshal(v, &j); err != nil {
-		return j, fmt.Errorf("zookeeper: malformed job record: %w", err)
+		return j, fmt.Errorf("malformed job record: %w", err)
 	}
 	return j, nil
 }

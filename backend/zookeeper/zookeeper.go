@@ -124,6 +124,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/guard"
 )
 
 // MinTTL is the shortest TTL the backend accepts.
@@ -194,6 +195,7 @@ func ParseURL(raw string) (Config, error) {
 // OpenConfig and New made it, and Close closes it. It is safe for
 // concurrent use.
 type Backend struct {
+	g      guard.Guard // checks, closed state (check), names failures
 	conn   *zk.Conn
 	prefix string
 	acl    []zk.ACL
@@ -264,6 +266,7 @@ func OpenConfig(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{prefix: p, acl: zk.WorldACL(zk.PermAll), timers: map[timerKey]*time.Timer{}, grants: map[grantRef]grantRec{}, grantAt: map[string]grantRef{}, grantBy: map[backend.Nonce]grantRef{}, unsureOf: map[backend.Nonce]unsureRec{}, settling: map[backend.Nonce]bool{}, abandoned: map[backend.Nonce][]chan struct{}{}, done: make(chan struct{}), handshake: make(chan struct{}), hooks: cfg.hooks}
+	b.g = guard.Guard{Name: "zookeeper", MinTTL: MinTTL, Closed: b.check}
 	callers := func(c *zk.Conn) { // WithConnOptions, before the backend's own
 		for _, o := range cfg.ConnOptions {
 			o(c)
@@ -318,12 +321,12 @@ wait:
 	}
 	if err := b.ensure(b.prefix); err != nil {
 		conn.Close()
-		return nil, err
+		return nil, fmt.Errorf("zookeeper: %w", err)
 	}
 	for _, d := range []string{"/locks", "/jobs", "/fin"} {
 		if err := b.ensure(b.prefix + d); err != nil {
 			conn.Close()
-			return nil, err
+			return nil, fmt.Errorf("zookeeper: %w", err)
 		}
 	}
 	return b, nil
@@ -413,15 +416,16 @@ func (b *Backend) check() error {
 
 // wrap wraps the error of a request that changes nothing if it was
 // applied (a read, or a write whose loss is harmless): once the backend is
-// closed, it is ErrClosed.
+// closed, it is ErrClosed. what is what the request was doing, "" if it
+// was the call itself (which the Guard names).
 func (b *Backend) wrap(err error, what string) error {
 	if err == nil {
 		return nil
 	}
 	if b.check() != nil {
-		return fmt.Errorf("zookeeper: %s: %w", what, backend.ErrClosed)
+		err = backend.ErrClosed
 	}
-	return fmt.Errorf("zookeeper: %s: %w", what, err)
+	return named(err, what)
 }
 
 // wrapSent wraps the error of a request that may have been applied and
@@ -429,13 +433,22 @@ func (b *Backend) wrap(err error, what string) error {
 // backend while it was in flight leaves its outcome unknown, so the error
 // does not wrap ErrClosed (a caller must not read it as "nothing
 // happened"). The closed session's ephemeral nodes are deleted by the
-// server, which is the only cleanup a closed client can do.
+// server, which is the only cleanup a closed client can do. what is as
+// for wrap.
 func (b *Backend) wrapSent(err error, what string) error {
 	if err == nil {
 		return nil
 	}
 	if b.check() != nil {
-		return fmt.Errorf("zookeeper: %s: the backend was closed while the request was in flight, it may have been applied (closing the session deletes its ephemeral nodes): %w", what, err)
+		err = fmt.Errorf("the backend was closed while the request was in flight, it may have been applied (closing the session deletes its ephemeral nodes): %w", err)
 	}
-	return fmt.Errorf("zookeeper: %s: %w", what, err)
+	return named(err, what)
+}
+
+// named is err after what ("" for none).
+func named(err error, what string) error {
+	if what == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
