@@ -19,7 +19,8 @@ var notBackends = []string{"conformance", "open"}
 
 // TestAddingABackend holds "Adding a backend" (backend/backend.go) true
 // without starting a server: every package under backend/ is a row of the
-// table and has a conformance_test.go calling conformance.Run, every row is
+// table, has a conformance_test.go calling conformance.Run and hands each
+// interface method's step to its internal/guard Guard, every row is
 // such a package, the harness can start every row, and the README and the
 // config reference name every backend.
 func TestAddingABackend(t *testing.T) {
@@ -43,6 +44,9 @@ func TestAddingABackend(t *testing.T) {
 		}
 		if !callsConformanceRun(t, filepath.Join("..", name, "conformance_test.go")) {
 			t.Errorf("backend/%s: no conformance_test.go calling conformance.Run", name)
+		}
+		for _, m := range unguarded(t, filepath.Join("..", name)) {
+			t.Errorf("backend/%s: %s does not hand its step to its guard (return b.g.%s(…, step)): internal/guard holds the checks, the closed state and failure names for every backend", name, m, m[strings.LastIndex(m, ".")+1:])
 		}
 	}
 	for name := range rows {
@@ -103,6 +107,76 @@ func TestAddingABackend(t *testing.T) {
 
 // callsConformanceRun reports whether the Go file at path exists and calls
 // conformance.Run.
+// guarded are the methods of the backend interfaces (Leases, Ledger,
+// Notifier, Queue) that internal/guard wraps.
+var guarded = []string{"Acquire", "Renew", "Release", "Get", "List", "Wait", "AcquireQueued",
+	"Claim", "Heartbeat", "Finish", "Reclaim", "Abandon", "GetRun", "HighWater", "ListRuns", "Prune"}
+
+// unguarded returns the methods named in guarded, among the non-test files
+// of the package in dir, whose body is not the one statement
+// "return <receiver>.<guard field>.<the same name>(…)", as "Type.Method".
+func unguarded(t *testing.T, dir string) []string {
+	t.Helper()
+	pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi os.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad []string
+	for _, p := range pkgs {
+		for _, f := range p.Files {
+			for _, d := range f.Decls {
+				fn, ok := d.(*ast.FuncDecl)
+				if !ok || fn.Recv == nil || !slices.Contains(guarded, fn.Name.Name) || fn.Body == nil {
+					continue
+				}
+				recv := ""
+				if len(fn.Recv.List[0].Names) > 0 {
+					recv = fn.Recv.List[0].Names[0].Name
+				}
+				if !handsToGuard(fn, recv) {
+					typ := fn.Recv.List[0].Type
+					if st, ok := typ.(*ast.StarExpr); ok {
+						typ = st.X
+					}
+					name := fn.Name.Name
+					if id, ok := typ.(*ast.Ident); ok {
+						name = id.Name + "." + name
+					}
+					bad = append(bad, name)
+				}
+			}
+		}
+	}
+	return bad
+}
+
+// handsToGuard reports whether fn's body is "return recv.<field>.<fn's name>(…)".
+func handsToGuard(fn *ast.FuncDecl, recv string) bool {
+	if len(fn.Body.List) != 1 {
+		return false
+	}
+	ret, ok := fn.Body.List[0].(*ast.ReturnStmt)
+	if !ok || len(ret.Results) != 1 {
+		return false
+	}
+	call, ok := ret.Results[0].(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != fn.Name.Name {
+		return false
+	}
+	field, ok := sel.X.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	id, ok := field.X.(*ast.Ident)
+	return ok && id.Name == recv
+}
+
 func callsConformanceRun(t *testing.T, path string) bool {
 	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
