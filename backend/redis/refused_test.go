@@ -113,8 +113,8 @@ func TestPipelineRefusalAfterAWriteIsNotNotApplied(t *testing.T) {
 // WAIT refused (NOPERM). The grant is on the server: the answer is an
 // unknown outcome (ErrNotReplicated, still saying refused), never "not
 // applied", which would leave the lease to expire unreleased while the
-// caller believes nothing was granted. On one node and on a Sentinel
-// client alike.
+// caller believes nothing was granted. On one node, on a Sentinel client
+// and on a Cluster alike.
 func TestRefusedWaitIsNotNotApplied(t *testing.T) {
 	ctx := context.Background()
 	s := testserver.StartRedisSentinel(t)
@@ -123,12 +123,20 @@ func TestRefusedWaitIsNotNotApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	single := testserver.Redis(t)
-	for _, addr := range []string{master, single.Addr()} {
+	rc := testserver.StartRedisCluster(t)
+	addrs := []string{master, single.Addr()}
+	for _, n := range rc.Nodes {
+		addrs = append(addrs, n.Addr())
+	}
+	for _, addr := range addrs {
 		if err := client(t, addr).Do(ctx, "acl", "setuser", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	clients := map[string]*goredis.Client{
+	clients := map[string]goredis.UniversalClient{
+		// A Cluster's WAIT goes through a node's own client, which the
+		// refusal hook on the Cluster client does not see.
+		"cluster": goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: rc.Addrs(), Username: "nowait", Password: "pw", ContextTimeoutEnabled: true}),
 		"sentinel": goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: testserver.RedisSentinelMaster,
 			SentinelAddrs: s.SentinelAddrs(), Username: "nowait", Password: "pw", ContextTimeoutEnabled: true}),
 		"one node": goredis.NewClient(&goredis.Options{Addr: single.Addr(), Username: "nowait", Password: "pw", ContextTimeoutEnabled: true}),

@@ -172,7 +172,7 @@ func (p *Pipe) node(nc *goredis.Client) *Pipe {
 	}
 	sub := p.nodes[nc]
 	if sub == nil {
-		sub, _ = NewWith(nc, Options{WaitReplicas: p.opts.WaitReplicas, WaitTimeout: p.opts.WaitTimeout}) // validated by p's NewWith
+		sub, _ = NewWith(nc, p.opts) // validated by p's NewWith; MapError for the node's WAIT (wait.go)
 		sub.Batch, sub.BeforeSend, sub.lanes, sub.max = p.Batch, p.BeforeSend, p.lanes, p.max
 		p.nodes[nc] = sub
 	}

@@ -62,6 +62,11 @@ func (p *Pipe) waitReplicas(ctx context.Context, pipe goredis.Pipeliner, cmds []
 	if err == nil && n >= int64(p.opts.WaitReplicas) {
 		return
 	}
+	if p.opts.MapError != nil && err != nil { // a Cluster node's WAIT: the Cluster client's hooks did not see it
+		if m := p.opts.MapError(err); m != nil {
+			err = m
+		}
+	}
 	why := fmt.Errorf("WAIT %d %d answered %d", p.opts.WaitReplicas, p.opts.WaitTimeout.Milliseconds(), n)
 	switch {
 	case errors.Is(err, backend.ErrRefused):
