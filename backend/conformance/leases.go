@@ -28,6 +28,7 @@ func leaseChecks() []check {
 		{"ExclusionUnder64Goroutines", checkExclusion64},
 		{"BadInputChangesNothing", checkBadInput},
 		{"EndedContextIsNoAnswer", checkEndedContext},
+		{"ClosedAnswersErrClosed", checkClosed},
 		{"PushEvents", checkPushEvents},
 		{"DurableFencing", checkDurable},
 	}
@@ -221,6 +222,92 @@ func checkEndedContext(t T, e *env) {
 		t.Errorf("after the calls with an ended context the key is held by %v token %d, want %v token %d", l.Owner, l.Token, a, g.Token)
 	}
 	mustNil(t, b.Release(ctx, "ended/k", a, g.Token), "Release")
+}
+
+// checkClosed: after Close every call answers ErrClosed before anything
+// is sent, whatever its arguments would ask of the store — with a live
+// context and with an ended one (the closed state is checked before the
+// context, on every backend: internal/guard), and for a List of a prefix
+// no key can start with.
+func checkClosed(t T, e *env) {
+	b, ctx := e.new(), e.ctx()
+	a := owner("a")
+	ttl := e.ttl(30 * time.Second)
+	g, err := b.Acquire(ctx, "closed/k", a, ttl)
+	mustNil(t, err, "Acquire")
+	at := time.Now().Truncate(time.Second)
+	l, hasLedger := b.(backend.Ledger)
+	var claim backend.Grant
+	if hasLedger {
+		claim, err = l.Claim(ctx, backend.ClaimRequest{Job: "closed", ScheduledAt: at, Owner: a, TTL: ttl, MaxEarly: time.Hour})
+		mustNil(t, err, "Claim")
+	}
+	mustNil(t, b.Close(), "Close")
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, cc := range []struct {
+		name string
+		ctx  context.Context
+	}{{"a live context", ctx}, {"an ended context", ended}} {
+		ctx := cc.ctx
+		calls := []struct {
+			what string
+			call func() error
+		}{
+			{"Acquire", func() error { _, err := b.Acquire(ctx, "closed/free", a, ttl); return err }},
+			{"Renew", func() error {
+				_, err := b.Renew(ctx, backend.RenewRequest{Key: "closed/k", Owner: a, Token: g.Token, TTL: ttl})
+				return err
+			}},
+			{"Release", func() error { return b.Release(ctx, "closed/k", a, g.Token) }},
+			{"Get", func() error { _, err := b.Get(ctx, "closed/k"); return err }},
+			{"List", func() error { _, err := b.List(ctx, "closed/", 0); return err }},
+			{"List of a prefix holding NUL", func() error { _, err := b.List(ctx, "closed/\x00", 0); return err }},
+		}
+		if n, ok := b.(backend.Notifier); ok {
+			calls = append(calls, struct {
+				what string
+				call func() error
+			}{"Wait", func() error { _, err := n.Wait(ctx, "closed/k"); return err }})
+		}
+		if q, ok := b.(backend.Queue); ok {
+			calls = append(calls, struct {
+				what string
+				call func() error
+			}{"AcquireQueued", func() error { _, _, err := q.AcquireQueued(ctx, "closed/free", a, ttl); return err }})
+		}
+		if hasLedger {
+			calls = append(calls, []struct {
+				what string
+				call func() error
+			}{
+				{"Claim", func() error {
+					_, err := l.Claim(ctx, backend.ClaimRequest{Job: "closed", ScheduledAt: at.Add(time.Second), Owner: a, TTL: ttl, MaxEarly: time.Hour})
+					return err
+				}},
+				{"Heartbeat", func() error {
+					return l.Heartbeat(ctx, backend.HeartbeatRequest{Job: "closed", ScheduledAt: at, Owner: a, Token: claim.Token, TTL: ttl})
+				}},
+				{"Finish", func() error {
+					return l.Finish(ctx, backend.FinishRequest{Job: "closed", ScheduledAt: at, Owner: a, Token: claim.Token, Outcome: backend.Outcome{State: backend.Succeeded}})
+				}},
+				{"Reclaim", func() error {
+					_, _, err := l.Reclaim(ctx, backend.ClaimRequest{Job: "closed", ScheduledAt: at, Owner: owner("b"), TTL: ttl})
+					return err
+				}},
+				{"Abandon", func() error { _, err := l.Abandon(ctx, "closed", at); return err }},
+				{"GetRun", func() error { _, err := l.GetRun(ctx, "closed", at); return err }},
+				{"HighWater", func() error { _, _, err := l.HighWater(ctx, "closed"); return err }},
+				{"ListRuns", func() error { _, err := l.ListRuns(ctx, backend.RunFilter{}); return err }},
+				{"Prune", func() error { _, err := l.Prune(ctx, time.Now(), 10); return err }},
+			}...)
+		}
+		for _, c := range calls {
+			if err := c.call(); !errors.Is(err, backend.ErrClosed) {
+				t.Errorf("%s after Close, with %s: %v, want ErrClosed", c.what, cc.name, err)
+			}
+		}
+	}
 }
 
 func checkStaleHolder(t T, e *env) {
@@ -486,6 +573,10 @@ func checkBadInput(t T, e *env) {
 				return l.Finish(ctx, backend.FinishRequest{Job: "bad", ScheduledAt: time.Now(), Owner: a, Token: 1, Outcome: backend.Outcome{State: "exploded"}})
 			}},
 			{"prune zero batch", "batch", func() error { _, err := l.Prune(ctx, time.Now(), 0); return err }},
+			{"list runs of a job with a control character", "job", func() error {
+				_, err := l.ListRuns(ctx, backend.RunFilter{Job: "bad\x00job"})
+				return err
+			}},
 		}...)
 	}
 	if mt := e.h.Want.MinTTL; mt > time.Microsecond {

@@ -22,7 +22,7 @@ const MinTTL = time.Millisecond
 
 // Backend is the memory backend. The zero value is not usable; call New.
 type Backend struct {
-	g        guard.Guard // checks, names failures; the closed state is closed, under mu
+	g        guard.Guard // checks, the closed state, failure names
 	mu       sync.Mutex
 	closed   bool
 	leases   map[string]*lease
@@ -81,8 +81,7 @@ func Open(_ context.Context, rawURL string) (*Backend, error) {
 
 // New returns an empty memory backend.
 func New() *Backend {
-	return &Backend{
-		g:        guard.Guard{Name: "memory", MinTTL: MinTTL},
+	b := &Backend{
 		leases:   map[string]*lease{},
 		counters: map[string]uint64{},
 		waiters:  map[string][]chan struct{}{},
@@ -90,6 +89,17 @@ func New() *Backend {
 		runs:     map[runKey]*run{},
 		now:      time.Now,
 	}
+	// Closed is read again under mu by each step (lock): a call that
+	// passed the guard as Close ran still finds it closed.
+	b.g = guard.Guard{Name: "memory", MinTTL: MinTTL, Closed: func() error {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.closed {
+			return backend.ErrClosed
+		}
+		return nil
+	}}
+	return b
 }
 
 // Capabilities: safe fencing within the process's life, no durability.

@@ -96,27 +96,48 @@ func newLeases(b *Backend) *sqlledger.Leases {
 	}
 }
 
+// recheckWait bounds how long Get waits for another connection's write to
+// commit before it keeps its first answer (see recheck).
+const recheckWait = time.Second
+
 // recheck is Get's second read of a key on which it found no live lease
 // (sqlledger.Leases.Recheck). A Renew judges expiry inside its immediate
 // transaction, but other connections — another process on the same file —
 // see its new expiry only at its commit, so a read in between, after the
 // old expiry passed, answered NotFound for a lease the renewal then kept:
 // a lease read as expired came back (TestGetDoesNotSeeExpiryARenewCovers).
-// When the key has a row, recheck reads it again in an immediate
-// transaction, which waits for that writer, and judges expiry after it. A
-// key without a row (never taken, or released) needs no wait: an Acquire
-// committing meanwhile comes after this Get.
+// When the key's row expired during this boot less than recheckWait ago,
+// recheck reads it again in an immediate transaction, which waits for that
+// writer, and judges expiry after it. It waits at most recheckWait (and
+// the busy timeout) and then keeps the first answer, NotFound, rather than
+// fail: a renewal held between its write and its commit for longer than
+// that (a paused process) can still be read as expired by another process
+// and then named again. Without a row (never taken, released), with a row
+// of an earlier boot (nothing renews it) or one expired longer ago, there
+// is nothing to wait for.
 func (b *Backend) recheck(ctx context.Context, key string) (backend.Lease, error) {
-	if _, err := scanLease(b.stmts[stSelectLease].QueryRowContext(ctx, key), nil); err != nil {
+	cur, err := scanLease(b.stmts[stSelectLease].QueryRowContext(ctx, key), nil)
+	if err != nil {
 		return backend.Lease{}, err // sql.ErrNoRows: no row
 	}
+	now, err := b.now()
+	switch {
+	case err != nil:
+		return backend.Lease{}, err
+	case b.liveLease(cur, now): // renewed since the first read
+		return cur.view(key, now), nil
+	case cur.bootID != b.bootID || now-cur.expires > int64(recheckWait):
+		return backend.Lease{}, sql.ErrNoRows
+	}
+	wctx, cancel := context.WithTimeout(ctx, recheckWait)
+	defer cancel()
 	var l backend.Lease
-	err := b.inTx(ctx, func(tx *sql.Tx) error {
+	err = b.inTx(wctx, func(tx *sql.Tx) error {
 		now, err := b.now()
 		if err != nil {
 			return err
 		}
-		cur, err := scanLease(tx.StmtContext(ctx, b.stmts[stSelectLease]).QueryRowContext(ctx, key), nil)
+		cur, err := scanLease(tx.StmtContext(wctx, b.stmts[stSelectLease]).QueryRowContext(wctx, key), nil)
 		switch {
 		case err != nil:
 			return err
@@ -126,7 +147,15 @@ func (b *Backend) recheck(ctx context.Context, key string) (backend.Lease, error
 		l = cur.view(key, now)
 		return nil
 	})
-	return l, err
+	switch {
+	case err == nil || errors.Is(err, sql.ErrNoRows):
+		return l, err
+	case ctx.Err() != nil: // the caller's context ended while it waited
+		return backend.Lease{}, stepErr(ctx, err)
+	case wctx.Err() != nil || isBusy(err): // the writer held on: the first answer
+		return backend.Lease{}, sql.ErrNoRows
+	}
+	return backend.Lease{}, err
 }
 
 // acquire is Acquire's step. In one immediate transaction it reads the

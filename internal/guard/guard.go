@@ -11,8 +11,17 @@
 // A step's error is one of:
 //   - the bare backend.ErrLeaseLost or backend.ErrNotFound: the Guard says
 //     which key or occurrence (and token) the answer is about;
-//   - an error that already is an answer (see Answer): returned as it is;
+//   - an error that already is an answer (see Answer): returned as it is,
+//     but for a failure that only matches backend.ErrClosed (the backend
+//     closed while the call ran), which is named like any failure;
 //   - anything else, a failure: returned wrapped, named "<Name>: <call>".
+//
+// A call's values are returned with its error as its step returned them
+// (a Reclaim answered ErrLeaseLost still says which run).
+//
+// The order of the checks is the rule for every backend: the arguments,
+// then the closed state, then (in the step) the context: a call with an
+// ended context on a closed backend answers ErrClosed.
 package guard
 
 import (
@@ -74,7 +83,7 @@ func (g *Guard) fail(err error, what, about string) error {
 		return nil
 	case err == backend.ErrLeaseLost || err == backend.ErrNotFound:
 		return fmt.Errorf("%w: %s", err, about)
-	case Answer(err):
+	case Answer(err) && (err == backend.ErrClosed || !errors.Is(err, backend.ErrClosed)):
 		return err
 	}
 	return fmt.Errorf("%s: %s: %w", g.Name, what, err)
@@ -94,10 +103,7 @@ func (g *Guard) Acquire(ctx context.Context, key string, owner backend.Owner, tt
 		return backend.Grant{}, err
 	}
 	gr, err := step(ctx, key, owner, ttl)
-	if err != nil {
-		return backend.Grant{}, g.fail(err, "acquire "+keyAbout(key), keyAbout(key))
-	}
-	return gr, nil
+	return gr, g.fail(err, "acquire "+keyAbout(key), keyAbout(key))
 }
 
 // AcquireQueued checks AcquireQueued's arguments and runs step.
@@ -110,10 +116,7 @@ func (g *Guard) AcquireQueued(ctx context.Context, key string, owner backend.Own
 		return backend.Grant{}, time.Time{}, err
 	}
 	gr, sent, err := step(ctx, key, owner, ttl)
-	if err != nil {
-		return backend.Grant{}, time.Time{}, g.fail(err, "acquire (queued) "+keyAbout(key), keyAbout(key))
-	}
-	return gr, sent, nil
+	return gr, sent, g.fail(err, "acquire (queued) "+keyAbout(key), keyAbout(key))
 }
 
 // Renew checks Renew's arguments and runs step.
@@ -126,10 +129,7 @@ func (g *Guard) Renew(ctx context.Context, req backend.RenewRequest,
 		return backend.Grant{}, err
 	}
 	gr, err := step(ctx, req)
-	if err != nil {
-		return backend.Grant{}, g.fail(err, fmt.Sprintf("renew key %q token %d", req.Key, req.Token), tokenAbout(keyAbout(req.Key), req.Token))
-	}
-	return gr, nil
+	return gr, g.fail(err, fmt.Sprintf("renew key %q token %d", req.Key, req.Token), tokenAbout(keyAbout(req.Key), req.Token))
 }
 
 // Release checks Release's arguments and runs step.
@@ -154,10 +154,7 @@ func (g *Guard) Get(ctx context.Context, key string,
 		return backend.Lease{}, err
 	}
 	l, err := step(ctx, key)
-	if err != nil {
-		return backend.Lease{}, g.fail(err, "get "+keyAbout(key), keyAbout(key))
-	}
-	return l, nil
+	return l, g.fail(err, "get "+keyAbout(key), keyAbout(key))
 }
 
 // List runs step, except for a prefix no key can start with (one holding
@@ -171,10 +168,7 @@ func (g *Guard) List(ctx context.Context, prefix string, limit int,
 		return nil, nil
 	}
 	ls, err := step(ctx, prefix, max(limit, 0))
-	if err != nil {
-		return nil, g.fail(err, fmt.Sprintf("list prefix %q", prefix), fmt.Sprintf("prefix %q", prefix))
-	}
-	return ls, nil
+	return ls, g.fail(err, fmt.Sprintf("list prefix %q", prefix), fmt.Sprintf("prefix %q", prefix))
 }
 
 // Wait checks Wait's argument and runs step.
@@ -187,8 +181,5 @@ func (g *Guard) Wait(ctx context.Context, key string,
 		return nil, err
 	}
 	ch, err := step(ctx, key)
-	if err != nil {
-		return nil, g.fail(err, "wait for "+keyAbout(key), keyAbout(key))
-	}
-	return ch, nil
+	return ch, g.fail(err, "wait for "+keyAbout(key), keyAbout(key))
 }

@@ -22,11 +22,8 @@ func (g *Guard) Claim(ctx context.Context, req backend.ClaimRequest,
 		return backend.Grant{}, err
 	}
 	gr, err := step(ctx, req)
-	if err != nil {
-		occ := backend.FormatOccurrence(req.Job, req.ScheduledAt)
-		return backend.Grant{}, g.fail(err, "claim "+occ, occ)
-	}
-	return gr, nil
+	occ := backend.FormatOccurrence(req.Job, req.ScheduledAt)
+	return gr, g.fail(err, "claim "+occ, occ)
 }
 
 // Reclaim checks Reclaim's request and runs step.
@@ -39,11 +36,8 @@ func (g *Guard) Reclaim(ctx context.Context, req backend.ClaimRequest,
 		return backend.Grant{}, backend.Run{}, err
 	}
 	gr, r, err := step(ctx, req)
-	if err != nil {
-		occ := backend.FormatOccurrence(req.Job, req.ScheduledAt)
-		return backend.Grant{}, backend.Run{}, g.fail(err, "reclaim "+occ, occ)
-	}
-	return gr, r, nil
+	occ := backend.FormatOccurrence(req.Job, req.ScheduledAt)
+	return gr, r, g.fail(err, "reclaim "+occ, occ)
 }
 
 // Heartbeat checks Heartbeat's request and runs step.
@@ -93,11 +87,8 @@ func (g *Guard) Abandon(ctx context.Context, job string, at time.Time,
 		return backend.Run{}, err
 	}
 	r, err := step(ctx, job, at)
-	if err != nil {
-		occ := backend.FormatOccurrence(job, at)
-		return backend.Run{}, g.fail(err, "abandon "+occ, occ)
-	}
-	return r, nil
+	occ := backend.FormatOccurrence(job, at)
+	return r, g.fail(err, "abandon "+occ, occ)
 }
 
 // GetRun checks GetRun's job and runs step.
@@ -110,11 +101,8 @@ func (g *Guard) GetRun(ctx context.Context, job string, at time.Time,
 		return backend.Run{}, err
 	}
 	r, err := step(ctx, job, at)
-	if err != nil {
-		occ := backend.FormatOccurrence(job, at)
-		return backend.Run{}, g.fail(err, "get run "+occ, occ)
-	}
-	return r, nil
+	occ := backend.FormatOccurrence(job, at)
+	return r, g.fail(err, "get run "+occ, occ)
 }
 
 // HighWater checks HighWater's argument and runs step.
@@ -127,24 +115,24 @@ func (g *Guard) HighWater(ctx context.Context, job string,
 		return time.Time{}, "", err
 	}
 	hw, ver, err := step(ctx, job)
-	if err != nil {
-		return time.Time{}, "", g.fail(err, fmt.Sprintf("high-water mark of job %q", job), fmt.Sprintf("job %q", job))
-	}
-	return hw, ver, nil
+	return hw, ver, g.fail(err, fmt.Sprintf("high-water mark of job %q", job), fmt.Sprintf("job %q", job))
 }
 
-// ListRuns runs step with f's limit made explicit (RunFilter.EffectiveLimit).
+// ListRuns checks f's job, if any, and runs step with f's limit made
+// explicit (RunFilter.EffectiveLimit).
 func (g *Guard) ListRuns(ctx context.Context, f backend.RunFilter,
 	step func(ctx context.Context, f backend.RunFilter) ([]backend.Run, error)) ([]backend.Run, error) {
+	if f.Job != "" {
+		if err := backend.CheckKey("run filter job", f.Job); err != nil {
+			return nil, err
+		}
+	}
 	if err := g.closed(); err != nil {
 		return nil, err
 	}
 	f.Limit = f.EffectiveLimit()
 	runs, err := step(ctx, f)
-	if err != nil {
-		return nil, g.fail(err, "list runs", "runs")
-	}
-	return runs, nil
+	return runs, g.fail(err, "list runs", "runs")
 }
 
 // Prune checks Prune's arguments and runs step.
@@ -157,8 +145,5 @@ func (g *Guard) Prune(ctx context.Context, olderThan time.Time, batch int,
 		return 0, err
 	}
 	n, err := step(ctx, olderThan, batch)
-	if err != nil {
-		return n, g.fail(err, "prune", "runs")
-	}
-	return n, nil
+	return n, g.fail(err, "prune", "runs")
 }
