@@ -75,23 +75,46 @@ func (g *Guard) closed() error {
 	return g.Closed()
 }
 
-// fail names err, a step's error in the call what, as the package doc
-// says; about is what a bare answer is about ("key \"k\", token 3").
-func (g *Guard) fail(err error, what, about string) error {
+// call describes a call for its error's text, which is made only when the
+// call failed (a call that succeeds formats nothing).
+type call struct {
+	op      string    // what it does: "acquire", "renew", "high-water mark of", …
+	subject string    // what name is: "key", "prefix", "job" (with at: an occurrence); "": all runs
+	name    string    // the key, prefix or job
+	at      time.Time // with name the job: the occurrence's instant
+	token   uint64    // the token the call holds, if any
+}
+
+// about is what the call is about: `key "k"`, `job "j" at …`, `runs`, and
+// the token it holds.
+func (c call) about() string {
+	var s string
+	switch {
+	case !c.at.IsZero():
+		s = backend.FormatOccurrence(c.name, c.at)
+	case c.subject != "":
+		s = fmt.Sprintf("%s %q", c.subject, c.name)
+	default:
+		s = "runs"
+	}
+	if c.token != 0 {
+		s += fmt.Sprintf(", token %d", c.token)
+	}
+	return s
+}
+
+// fail names err, a step's error in call c, as the package doc says.
+func (g *Guard) fail(err error, c call) error {
 	switch {
 	case err == nil:
 		return nil
 	case err == backend.ErrLeaseLost || err == backend.ErrNotFound:
-		return fmt.Errorf("%w: %s", err, about)
+		return fmt.Errorf("%w: %s", err, c.about())
 	case Answer(err) && (err == backend.ErrClosed || !errors.Is(err, backend.ErrClosed)):
 		return err
 	}
-	return fmt.Errorf("%s: %s: %w", g.Name, what, err)
+	return fmt.Errorf("%s: %s %s: %w", g.Name, c.op, c.about(), err)
 }
-
-func keyAbout(key string) string { return fmt.Sprintf("key %q", key) }
-
-func tokenAbout(about string, token uint64) string { return fmt.Sprintf("%s, token %d", about, token) }
 
 // Acquire checks Acquire's arguments and runs step.
 func (g *Guard) Acquire(ctx context.Context, key string, owner backend.Owner, ttl time.Duration,
@@ -103,7 +126,7 @@ func (g *Guard) Acquire(ctx context.Context, key string, owner backend.Owner, tt
 		return backend.Grant{}, err
 	}
 	gr, err := step(ctx, key, owner, ttl)
-	return gr, g.fail(err, "acquire "+keyAbout(key), keyAbout(key))
+	return gr, g.fail(err, call{op: "acquire", subject: "key", name: key})
 }
 
 // AcquireQueued checks AcquireQueued's arguments and runs step.
@@ -116,7 +139,7 @@ func (g *Guard) AcquireQueued(ctx context.Context, key string, owner backend.Own
 		return backend.Grant{}, time.Time{}, err
 	}
 	gr, sent, err := step(ctx, key, owner, ttl)
-	return gr, sent, g.fail(err, "acquire (queued) "+keyAbout(key), keyAbout(key))
+	return gr, sent, g.fail(err, call{op: "acquire (queued)", subject: "key", name: key})
 }
 
 // Renew checks Renew's arguments and runs step.
@@ -129,7 +152,7 @@ func (g *Guard) Renew(ctx context.Context, req backend.RenewRequest,
 		return backend.Grant{}, err
 	}
 	gr, err := step(ctx, req)
-	return gr, g.fail(err, fmt.Sprintf("renew key %q token %d", req.Key, req.Token), tokenAbout(keyAbout(req.Key), req.Token))
+	return gr, g.fail(err, call{op: "renew", subject: "key", name: req.Key, token: req.Token})
 }
 
 // Release checks Release's arguments and runs step.
@@ -141,7 +164,7 @@ func (g *Guard) Release(ctx context.Context, key string, owner backend.Owner, to
 	if err := g.closed(); err != nil {
 		return err
 	}
-	return g.fail(step(ctx, key, owner, token), fmt.Sprintf("release key %q token %d", key, token), tokenAbout(keyAbout(key), token))
+	return g.fail(step(ctx, key, owner, token), call{op: "release", subject: "key", name: key, token: token})
 }
 
 // Get checks Get's argument and runs step.
@@ -154,7 +177,7 @@ func (g *Guard) Get(ctx context.Context, key string,
 		return backend.Lease{}, err
 	}
 	l, err := step(ctx, key)
-	return l, g.fail(err, "get "+keyAbout(key), keyAbout(key))
+	return l, g.fail(err, call{op: "get", subject: "key", name: key})
 }
 
 // List runs step, except for a prefix no key can start with (one holding
@@ -168,7 +191,7 @@ func (g *Guard) List(ctx context.Context, prefix string, limit int,
 		return nil, nil
 	}
 	ls, err := step(ctx, prefix, max(limit, 0))
-	return ls, g.fail(err, fmt.Sprintf("list prefix %q", prefix), fmt.Sprintf("prefix %q", prefix))
+	return ls, g.fail(err, call{op: "list", subject: "prefix", name: prefix})
 }
 
 // Wait checks Wait's argument and runs step.
@@ -181,5 +204,5 @@ func (g *Guard) Wait(ctx context.Context, key string,
 		return nil, err
 	}
 	ch, err := step(ctx, key)
-	return ch, g.fail(err, "wait for "+keyAbout(key), keyAbout(key))
+	return ch, g.fail(err, call{op: "wait for", subject: "key", name: key})
 }

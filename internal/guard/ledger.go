@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -22,8 +21,7 @@ func (g *Guard) Claim(ctx context.Context, req backend.ClaimRequest,
 		return backend.Grant{}, err
 	}
 	gr, err := step(ctx, req)
-	occ := backend.FormatOccurrence(req.Job, req.ScheduledAt)
-	return gr, g.fail(err, "claim "+occ, occ)
+	return gr, g.fail(err, call{op: "claim", subject: "job", name: req.Job, at: req.ScheduledAt})
 }
 
 // Reclaim checks Reclaim's request and runs step.
@@ -36,8 +34,7 @@ func (g *Guard) Reclaim(ctx context.Context, req backend.ClaimRequest,
 		return backend.Grant{}, backend.Run{}, err
 	}
 	gr, r, err := step(ctx, req)
-	occ := backend.FormatOccurrence(req.Job, req.ScheduledAt)
-	return gr, r, g.fail(err, "reclaim "+occ, occ)
+	return gr, r, g.fail(err, call{op: "reclaim", subject: "job", name: req.Job, at: req.ScheduledAt})
 }
 
 // Heartbeat checks Heartbeat's request and runs step.
@@ -49,8 +46,7 @@ func (g *Guard) Heartbeat(ctx context.Context, req backend.HeartbeatRequest,
 	if err := g.closed(); err != nil {
 		return err
 	}
-	occ := backend.FormatOccurrence(req.Job, req.ScheduledAt)
-	return g.fail(step(ctx, req), "heartbeat "+occ, tokenAbout(occ, req.Token))
+	return g.fail(step(ctx, req), call{op: "heartbeat", subject: "job", name: req.Job, at: req.ScheduledAt, token: req.Token})
 }
 
 // Finish checks Finish's request, cleans its outcome's texts
@@ -64,8 +60,7 @@ func (g *Guard) Finish(ctx context.Context, req backend.FinishRequest,
 	if err := g.closed(); err != nil {
 		return err
 	}
-	occ := backend.FormatOccurrence(req.Job, req.ScheduledAt)
-	return g.fail(step(ctx, req), "finish "+occ, tokenAbout(occ, req.Token))
+	return g.fail(step(ctx, req), call{op: "finish", subject: "job", name: req.Job, at: req.ScheduledAt, token: req.Token})
 }
 
 // occurrence checks the arguments of a call about one occurrence that
@@ -87,8 +82,7 @@ func (g *Guard) Abandon(ctx context.Context, job string, at time.Time,
 		return backend.Run{}, err
 	}
 	r, err := step(ctx, job, at)
-	occ := backend.FormatOccurrence(job, at)
-	return r, g.fail(err, "abandon "+occ, occ)
+	return r, g.fail(err, call{op: "abandon", subject: "job", name: job, at: at})
 }
 
 // GetRun checks GetRun's job and runs step.
@@ -101,8 +95,7 @@ func (g *Guard) GetRun(ctx context.Context, job string, at time.Time,
 		return backend.Run{}, err
 	}
 	r, err := step(ctx, job, at)
-	occ := backend.FormatOccurrence(job, at)
-	return r, g.fail(err, "get run "+occ, occ)
+	return r, g.fail(err, call{op: "get run", subject: "job", name: job, at: at})
 }
 
 // HighWater checks HighWater's argument and runs step.
@@ -115,7 +108,7 @@ func (g *Guard) HighWater(ctx context.Context, job string,
 		return time.Time{}, "", err
 	}
 	hw, ver, err := step(ctx, job)
-	return hw, ver, g.fail(err, fmt.Sprintf("high-water mark of job %q", job), fmt.Sprintf("job %q", job))
+	return hw, ver, g.fail(err, call{op: "high-water mark of", subject: "job", name: job})
 }
 
 // ListRuns checks f's job, if any, and runs step with f's limit made
@@ -132,7 +125,7 @@ func (g *Guard) ListRuns(ctx context.Context, f backend.RunFilter,
 	}
 	f.Limit = f.EffectiveLimit()
 	runs, err := step(ctx, f)
-	return runs, g.fail(err, "list runs", "runs")
+	return runs, g.fail(err, call{op: "list"})
 }
 
 // Prune checks Prune's arguments and runs step.
@@ -145,5 +138,5 @@ func (g *Guard) Prune(ctx context.Context, olderThan time.Time, batch int,
 		return 0, err
 	}
 	n, err := step(ctx, olderThan, batch)
-	return n, g.fail(err, "prune", "runs")
+	return n, g.fail(err, call{op: "prune"})
 }
