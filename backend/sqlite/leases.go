@@ -109,8 +109,10 @@ const recheckWait = time.Second
 // When the key's row expired during this boot less than recheckWait ago,
 // recheck reads it again in an immediate transaction, which waits for that
 // writer, and judges expiry after it. It waits at most recheckWait (and
-// the busy timeout) and then keeps the first answer, NotFound, rather than
-// fail: a renewal held between its write and its commit for longer than
+// the busy timeout), then reads the row once more without waiting (a
+// renewal committed meanwhile is seen) and otherwise keeps the first
+// answer, NotFound, rather than fail; a database error that is not that
+// wait ending is returned: a renewal held between its write and its commit for longer than
 // that (a paused process) can still be read as expired by another process
 // and then named again. Without a row (never taken, released), with a row
 // of an earlier boot (nothing renews it) or one expired longer ago, there
@@ -152,7 +154,22 @@ func (b *Backend) recheck(ctx context.Context, key string) (backend.Lease, error
 		return l, err
 	case ctx.Err() != nil: // the caller's context ended while it waited
 		return backend.Lease{}, stepErr(ctx, err)
-	case wctx.Err() != nil || isBusy(err): // the writer held on: the first answer
+	case isBusy(err) || wctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || isInterrupt(err)):
+		// The writer held on, or committed during the busy handler's last
+		// sleep: a plain read (WAL: it does not wait) sees a renewal that
+		// committed before it; otherwise the first answer. (A review found
+		// renewals committed 950 ms into the wait read as expired.)
+		cur, err := scanLease(b.stmts[stSelectLease].QueryRowContext(ctx, key), nil)
+		if err != nil {
+			return backend.Lease{}, err
+		}
+		now, err := b.now()
+		if err != nil {
+			return backend.Lease{}, err
+		}
+		if b.liveLease(cur, now) {
+			return cur.view(key, now), nil
+		}
 		return backend.Lease{}, sql.ErrNoRows
 	}
 	return backend.Lease{}, err

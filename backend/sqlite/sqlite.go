@@ -251,6 +251,13 @@ func isBusy(err error) bool {
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
+// isInterrupt reports whether err is SQLITE_INTERRUPT (a context that
+// ended interrupts the statement).
+func isInterrupt(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_INTERRUPT
+}
+
 // init checks the live journal mode and synchronous setting and creates or
 // checks the schema.
 func (b *Backend) init(ctx context.Context) error {

@@ -26,7 +26,9 @@ func TestSucceedingCallsFormatNothing(t *testing.T) {
 		"Acquire": func() { _, _ = g.Acquire(ctx, "k", o, time.Second, grant) },
 		"Renew": func() {
 			_, _ = g.Renew(ctx, backend.RenewRequest{Key: "k", Owner: o, Token: 1, TTL: time.Second},
-				func(context.Context, backend.RenewRequest) (backend.Grant, error) { return backend.Grant{Token: 1}, nil })
+				func(context.Context, backend.RenewRequest) (backend.Grant, error) {
+					return backend.Grant{Token: 1}, nil
+				})
 		},
 		"Release": func() {
 			_ = g.Release(ctx, "k", o, 1, func(context.Context, string, backend.Owner, uint64) error { return nil })
