@@ -135,19 +135,9 @@ func (b *Backend) recheck(ctx context.Context, key string) (backend.Lease, error
 	defer cancel()
 	var l backend.Lease
 	err = b.inTx(wctx, func(tx *sql.Tx) error {
-		now, err := b.now()
-		if err != nil {
-			return err
-		}
-		cur, err := scanLease(tx.StmtContext(wctx, b.stmts[stSelectLease]).QueryRowContext(wctx, key), nil)
-		switch {
-		case err != nil:
-			return err
-		case !b.liveLease(cur, now):
-			return sql.ErrNoRows
-		}
-		l = cur.view(key, now)
-		return nil
+		var err error
+		l, err = b.liveRead(tx.StmtContext(wctx, b.stmts[stSelectLease]).QueryRowContext(wctx, key), key)
+		return err
 	})
 	switch {
 	case err == nil || errors.Is(err, sql.ErrNoRows):
@@ -159,20 +149,26 @@ func (b *Backend) recheck(ctx context.Context, key string) (backend.Lease, error
 		// sleep: a plain read (WAL: it does not wait) sees a renewal that
 		// committed before it; otherwise the first answer. (A review found
 		// renewals committed 950 ms into the wait read as expired.)
-		cur, err := scanLease(b.stmts[stSelectLease].QueryRowContext(ctx, key), nil)
-		if err != nil {
-			return backend.Lease{}, err
-		}
-		now, err := b.now()
-		if err != nil {
-			return backend.Lease{}, err
-		}
-		if b.liveLease(cur, now) {
-			return cur.view(key, now), nil
-		}
-		return backend.Lease{}, sql.ErrNoRows
+		return b.liveRead(b.stmts[stSelectLease].QueryRowContext(ctx, key), key)
 	}
 	return backend.Lease{}, err
+}
+
+// liveRead reads key's lease row, then the clock: the lease if it is live
+// by then, else sql.ErrNoRows.
+func (b *Backend) liveRead(row *sql.Row, key string) (backend.Lease, error) {
+	cur, err := scanLease(row, nil)
+	if err != nil {
+		return backend.Lease{}, err
+	}
+	now, err := b.now()
+	switch {
+	case err != nil:
+		return backend.Lease{}, err
+	case !b.liveLease(cur, now):
+		return backend.Lease{}, sql.ErrNoRows
+	}
+	return cur.view(key, now), nil
 }
 
 // acquire is Acquire's step. In one immediate transaction it reads the
