@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -24,7 +25,7 @@ const MinTTL = time.Millisecond
 type Backend struct {
 	g        guard.Guard // checks, the closed state, failure names
 	mu       sync.Mutex
-	closed   bool
+	closed   atomic.Bool // set under mu
 	leases   map[string]*lease
 	counters map[string]uint64 // per key; never deleted
 	waiters  map[string][]chan struct{}
@@ -92,9 +93,7 @@ func New() *Backend {
 	// Closed is read again under mu by each step (lock): a call that
 	// passed the guard as Close ran still finds it closed.
 	b.g = guard.Guard{Name: "memory", MinTTL: MinTTL, Closed: func() error {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.closed {
+		if b.closed.Load() {
 			return backend.ErrClosed
 		}
 		return nil
@@ -117,7 +116,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.closed = true
+	b.closed.Store(true)
 	for k := range b.waiters {
 		b.wakeLocked(k)
 	}
@@ -126,7 +125,7 @@ func (b *Backend) Close() error {
 
 func (b *Backend) lock() error {
 	b.mu.Lock()
-	if b.closed {
+	if b.closed.Load() {
 		b.mu.Unlock()
 		return backend.ErrClosed
 	}
