@@ -250,10 +250,7 @@ func checkClosed(t T, e *env) {
 		ctx  context.Context
 	}{{"a live context", ctx}, {"an ended context", ended}} {
 		ctx := cc.ctx
-		calls := []struct {
-			what string
-			call func() error
-		}{
+		calls := []namedCall{
 			{"Acquire", func() error { _, err := b.Acquire(ctx, "closed/free", a, ttl); return err }},
 			{"Renew", func() error {
 				_, err := b.Renew(ctx, backend.RenewRequest{Key: "closed/k", Owner: a, Token: g.Token, TTL: ttl})
@@ -265,22 +262,13 @@ func checkClosed(t T, e *env) {
 			{"List of a prefix holding NUL", func() error { _, err := b.List(ctx, "closed/\x00", 0); return err }},
 		}
 		if n, ok := b.(backend.Notifier); ok {
-			calls = append(calls, struct {
-				what string
-				call func() error
-			}{"Wait", func() error { _, err := n.Wait(ctx, "closed/k"); return err }})
+			calls = append(calls, namedCall{"Wait", func() error { _, err := n.Wait(ctx, "closed/k"); return err }})
 		}
 		if q, ok := b.(backend.Queue); ok {
-			calls = append(calls, struct {
-				what string
-				call func() error
-			}{"AcquireQueued", func() error { _, _, err := q.AcquireQueued(ctx, "closed/free", a, ttl); return err }})
+			calls = append(calls, namedCall{"AcquireQueued", func() error { _, _, err := q.AcquireQueued(ctx, "closed/free", a, ttl); return err }})
 		}
 		if hasLedger {
-			calls = append(calls, []struct {
-				what string
-				call func() error
-			}{
+			calls = append(calls, []namedCall{
 				{"Claim", func() error {
 					_, err := l.Claim(ctx, backend.ClaimRequest{Job: "closed", ScheduledAt: at.Add(time.Second), Owner: a, TTL: ttl, MaxEarly: time.Hour})
 					return err
@@ -308,6 +296,12 @@ func checkClosed(t T, e *env) {
 			}
 		}
 	}
+}
+
+// namedCall is a call a check makes, named for its failure message.
+type namedCall struct {
+	what string
+	call func() error
 }
 
 func checkStaleHolder(t T, e *env) {
