@@ -3,6 +3,7 @@ package faultkit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -184,7 +185,12 @@ func DelayedRenewReplies(t *testing.T, k Kit) {
 	direct := k.open(t)
 	p, slow := viaProxy(t, k)
 	ctx := ctx(t, 60*time.Second)
-	l, err := k.Locker(t, slow, "slow").TryAcquire(ctx, "job/slow")
+	// The holder releases its lease, best effort, as soon as its deadline
+	// passes; hold that release until the check below has read the server,
+	// or a read after the end could find the key freed by its own holder
+	// rather than expired.
+	checked := make(chan struct{})
+	l, err := k.Locker(t, heldRelease{Leases: slow, until: checked}, "slow").TryAcquire(ctx, "job/slow")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,6 +232,7 @@ func DelayedRenewReplies(t *testing.T, k Kit) {
 		}
 		t.Logf("holder gave up before the server's expiry: its grant was live when read %v after (cause: %v)", at.Sub(doneAt), context.Cause(l.Context()))
 	}
+	close(checked)
 	p.setDelay(0)
 	next, err := k.nextLocker(t, direct, "next").Acquire(ctx, "job/slow")
 	if err != nil {
@@ -234,6 +241,22 @@ func DelayedRenewReplies(t *testing.T, k Kit) {
 	defer next.Release(ctx)
 	if next.Token() <= l.Token() {
 		t.Fatalf("next token %d not greater than %d", next.Token(), l.Token())
+	}
+}
+
+// heldRelease is Leases whose Release waits until until is closed (or its
+// context ends, and then it is not sent).
+type heldRelease struct {
+	backend.Leases
+	until <-chan struct{}
+}
+
+func (h heldRelease) Release(ctx context.Context, key string, owner backend.Owner, token uint64) error {
+	select {
+	case <-h.until:
+		return h.Leases.Release(ctx, key, owner, token)
+	case <-ctx.Done():
+		return fmt.Errorf("release held by the test: %w: %w", backend.ErrNotApplied, ctx.Err())
 	}
 }
 
