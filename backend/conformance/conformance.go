@@ -145,7 +145,7 @@ type check struct {
 // ledgerCheckNames are the checks that need backend.Ledger.
 func ledgerCheckNames() map[string]bool {
 	m := map[string]bool{}
-	for _, c := range append(append(ledgerChecks(), lateChecks()...), onceChecks()...) {
+	for _, c := range append(append(append(ledgerChecks(), lateChecks()...), onceChecks()...), recordChecks()...) {
 		m[c.name] = true
 	}
 	return m
@@ -161,6 +161,7 @@ func checks() []check {
 	cs = append(cs, leaseChecks()...)
 	cs = append(cs, queueChecks()...)
 	cs = append(cs, ledgerChecks()...)
+	cs = append(cs, recordChecks()...)
 	cs = append(cs, lateChecks()...)
 	cs = append(cs, libraryChecks()...)
 	cs = append(cs, onceChecks()...)

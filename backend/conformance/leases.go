@@ -290,6 +290,17 @@ func checkClosed(t T, e *env) {
 				{"Prune", func() error { _, err := l.Prune(ctx, time.Now(), 10); return err }},
 			}...)
 		}
+		if rs, ok := b.(backend.Records); ok {
+			o := owner("closed")
+			calls = append(calls, []namedCall{
+				{"CreateRecord", func() error { _, _, err := rs.CreateRecord(ctx, createReq("closed", 1, "v", o)); return err }},
+				{"ListRecords", func() error { _, err := rs.ListRecords(ctx, backend.ListRecordsRequest{Name: "closed"}); return err }},
+				{"DeleteRecord", func() error {
+					return rs.DeleteRecord(ctx, backend.DeleteRecordRequest{Name: "closed", Seq: 1, Owner: o})
+				}},
+				{"PruneRecords", func() error { _, err := rs.PruneRecords(ctx, time.Now(), 10); return err }},
+			}...)
+		}
 		for _, c := range calls {
 			if err := c.call(); !errors.Is(err, backend.ErrClosed) {
 				t.Errorf("%s after Close, with %s: %v, want ErrClosed", c.what, cc.name, err)

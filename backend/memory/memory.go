@@ -31,7 +31,8 @@ type Backend struct {
 	waiters  map[string][]chan struct{}
 	jobs     map[string]*job
 	runs     map[runKey]*run
-	now      func() time.Time // monotonic-bearing wall clock (time.Now)
+	records  map[string]map[int64]backend.Record // name → seq → record
+	now      func() time.Time                    // monotonic-bearing wall clock (time.Now)
 }
 
 type lease struct {
@@ -88,6 +89,7 @@ func New() *Backend {
 		waiters:  map[string][]chan struct{}{},
 		jobs:     map[string]*job{},
 		runs:     map[runKey]*run{},
+		records:  map[string]map[int64]backend.Record{},
 		now:      time.Now,
 	}
 	// Closed is read again under mu by each step (lock): a call that

@@ -108,9 +108,10 @@ func TestAddingABackend(t *testing.T) {
 // callsConformanceRun reports whether the Go file at path exists and calls
 // conformance.Run.
 // guarded are the methods of the backend interfaces (Leases, Ledger,
-// Notifier, Queue) that internal/guard wraps.
+// Records, Notifier, Queue) that internal/guard wraps.
 var guarded = []string{"Acquire", "Renew", "Release", "Get", "List", "Wait", "AcquireQueued",
-	"Claim", "Heartbeat", "Finish", "Reclaim", "Abandon", "GetRun", "HighWater", "ListRuns", "Prune"}
+	"Claim", "Heartbeat", "Finish", "Reclaim", "Abandon", "GetRun", "HighWater", "ListRuns", "Prune",
+	"CreateRecord", "ListRecords", "DeleteRecord", "PruneRecords"}
 
 // unguarded returns the methods named in guarded, among the non-test files
 // of the package in dir, whose body is not the one statement

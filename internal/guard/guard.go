@@ -83,6 +83,8 @@ type call struct {
 	name    string    // the key, prefix or job
 	at      time.Time // with name the job: the occurrence's instant
 	token   uint64    // the token the call holds, if any
+	seq     int64     // with hasSeq: the record's seq (name is the record's)
+	hasSeq  bool
 }
 
 // about is what the call is about: `key "k"`, `job "j" at …`, `runs`, and
@@ -92,6 +94,10 @@ func (c call) about() string {
 	switch {
 	case !c.at.IsZero():
 		s = backend.FormatOccurrence(c.name, c.at)
+	case c.hasSeq:
+		s = fmt.Sprintf("%s %q seq %d", c.subject, c.name, c.seq)
+	case c.subject == "records":
+		s = "records"
 	case c.subject != "":
 		s = fmt.Sprintf("%s %q", c.subject, c.name)
 	default:
