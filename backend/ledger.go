@@ -155,8 +155,11 @@ type RunFilter struct {
 	Limit  int       // ≤ 0: a backend default of 100
 }
 
-// Ledger is the run-ledger half of the contract, used by the scheduler.
+// Ledger is the run-ledger half of the contract, used by the scheduler:
+// the runs, and beside them the records of job metadata (Records).
 type Ledger interface {
+	Records
+
 	// Claim claims an occurrence. The first claim wins and returns a token
 	// greater than every token returned before for the job (tokens are per
 	// job). A retry by the same owner nonce returns the same grant and renews

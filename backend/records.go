@@ -89,7 +89,7 @@ type DeleteRecordRequest struct {
 
 const (
 	// MaxRecordValueLen bounds a record's value, in bytes.
-	MaxRecordValueLen = 16384
+	MaxRecordValueLen = 32768
 	// DefaultRecordLimit is how many records ListRecords returns when the
 	// request's Limit is ≤ 0.
 	DefaultRecordLimit = 100

@@ -116,6 +116,34 @@ func (l nsLedger) HighWater(ctx context.Context, job string) (time.Time, string,
 	return l.Ledger.HighWater(ctx, l.in(job))
 }
 
+// The record calls map a record's name as a job name is mapped;
+// PruneRecords, like Prune, is not confined.
+
+func (l nsLedger) record(r backend.Record) backend.Record {
+	r.Name, _ = l.out(r.Name)
+	return r
+}
+
+func (l nsLedger) CreateRecord(ctx context.Context, req backend.CreateRecordRequest) (backend.Record, bool, error) {
+	req.Name = l.in(req.Name)
+	r, mine, err := l.Ledger.CreateRecord(ctx, req)
+	return l.record(r), mine, err
+}
+
+func (l nsLedger) ListRecords(ctx context.Context, req backend.ListRecordsRequest) ([]backend.Record, error) {
+	req.Name = l.in(req.Name)
+	rs, err := l.Ledger.ListRecords(ctx, req)
+	for i := range rs {
+		rs[i] = l.record(rs[i])
+	}
+	return rs, err
+}
+
+func (l nsLedger) DeleteRecord(ctx context.Context, req backend.DeleteRecordRequest) error {
+	req.Name = l.in(req.Name)
+	return l.Ledger.DeleteRecord(ctx, req)
+}
+
 // ListRuns with a job maps the name; without one it lists every job and
 // keeps this namespace's runs, fetching older pages until it has the limit.
 func (l nsLedger) ListRuns(ctx context.Context, f backend.RunFilter) ([]backend.Run, error) {

@@ -31,7 +31,8 @@ const (
 	// EventAbandon: this instance marked an occurrence whose runner died as
 	// abandoned (crash policy skip, or attempts exhausted).
 	EventAbandon
-	// EventPrune: one retention pass ended; Count runs were deleted.
+	// EventPrune: one retention pass ended; Count runs and expired records
+	// were deleted.
 	EventPrune
 	// EventMisfire: Count occurrences, the latest at ScheduledAt, came due
 	// (or had their claim won) later than the job's MisfireGrace — this

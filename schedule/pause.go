@@ -2,20 +2,18 @@ package schedule
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/leasehold/leasehold/backend"
 )
 
 // Pausing. A job's paused state is kept in the backend, so that every
 // instance of the namespace stops claiming the job, not only the one that
-// was asked. The ledger keeps, under the reserved job name
-// "<job>!pause!<namespace>", one record per change: its SpecVersion is
-// "paused" or "resumed" and its instant is later than every earlier change's.
-// The job's high-water mark under that name — which pruning never lowers —
-// therefore always holds the latest change.
+// was asked. The record store keeps, under the name
+// "<job>!pause!<namespace>", one record per change: its value is "paused"
+// or "resumed" and its seq (the change's instant, Unix milliseconds) is
+// greater than every earlier change's. Records of pause changes are never
+// pruned, so the newest one always holds the job's state.
 //
 // Every claim loop reads the state before it claims an occurrence (one
 // backend read per occurrence and instance). A pause stops claims that start
@@ -26,7 +24,9 @@ import (
 // occurrence claimed before the pause is finished by the crash policy.
 // Trigger refuses a paused job with ErrPaused (it reads the state like a
 // claim loop; there, a read error refuses the trigger). A job with
-// StartPaused whose state was never recorded reads as paused.
+// StartPaused whose state was never recorded reads as paused (and so does
+// one whose only record, carried over from an earlier release, says no
+// state was recorded: value "").
 
 const (
 	pauseInfix   = backend.MetaSep + "pause" + backend.MetaSep // reserved space: see backend.MetaSep
@@ -59,11 +59,24 @@ func (s *Scheduler) Paused(ctx context.Context, job string) (bool, error) {
 }
 
 func (s *Scheduler) readPaused(ctx context.Context, job string) (bool, error) {
-	_, state, err := s.l.HighWater(ctx, s.pauseKey(job))
+	_, state, err := s.pauseState(ctx, job)
 	if err != nil {
 		return false, fmt.Errorf("reading the paused state of job %q: %w", job, err)
 	}
 	return state == statePaused || (state == "" && s.startsPaused(job)), nil
+}
+
+// pauseState returns the newest pause record's seq and state ("" if none),
+// once the job's records of an earlier release are carried over.
+func (s *Scheduler) pauseState(ctx context.Context, job string) (int64, string, error) {
+	if err := s.carryOver(ctx, job); err != nil {
+		return 0, "", err
+	}
+	r, ok, err := latestRecord(ctx, s.l, s.pauseKey(job))
+	if err != nil || !ok {
+		return 0, "", err
+	}
+	return r.Seq, r.Value, nil
 }
 
 func (s *Scheduler) registered(job string) bool {
@@ -88,36 +101,25 @@ func (s *Scheduler) setPaused(ctx context.Context, job string, paused bool) erro
 	if paused {
 		state = statePaused
 	}
-	hw, cur, err := s.l.HighWater(ctx, key)
+	last, cur, err := s.pauseState(ctx, job)
 	if err != nil {
 		return fmt.Errorf("reading the paused state of job %q: %w", job, err)
 	}
 	if cur == state || (cur == "" && !paused && !s.startsPaused(job)) {
 		return nil
 	}
-	at := backend.Instant(s.cfg.clock.Now())
-	if !at.After(hw) {
-		at = hw.Add(time.Millisecond)
-	}
+	seq := max(seqOf(s.cfg.clock.Now()), last+1)
 	for range 5 {
 		owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
-		req := backend.ClaimRequest{
-			Job: key, ScheduledAt: at, SpecVersion: state, Owner: owner,
-			TTL: time.Minute, MaxEarly: 100 * 365 * 24 * time.Hour, // later than the mark, whatever the clocks say
-		}
-		g, err := s.l.Claim(ctx, req)
-		var claimed *backend.ClaimedError
+		r, mine, err := createRecord(ctx, s.l, backend.CreateRecordRequest{Name: key, Seq: seq, Value: state, Owner: owner})
 		switch {
-		case errors.As(err, &claimed): // another change at the same instant: go after it
-			at = at.Add(time.Millisecond)
-			continue
 		case err != nil:
 			return fmt.Errorf("recording job %q as %s: %w", job, state, err)
+		case !mine: // another change at the same instant: go after it
+			seq = r.Seq + 1
+			continue
 		}
-		s.cfg.logger.Info("job "+state, "job", job, "namespace", s.cfg.namespace, "at", at)
-		// The state is in the high-water mark from the claim on; finishing
-		// the record only keeps it out of the running list.
-		_ = s.l.Finish(ctx, backend.FinishRequest{Job: key, ScheduledAt: at, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: "by " + s.cfg.instance}})
+		s.cfg.logger.Info("job "+state, "job", job, "namespace", s.cfg.namespace, "at", instantOf(seq))
 		return nil
 	}
 	return fmt.Errorf("recording job %q as %s: too many concurrent changes", job, state)

@@ -523,8 +523,8 @@ func (s *Scheduler) recoverExpired(ctx context.Context, runs []backend.Run) {
 	}
 }
 
-// pruneLoop deletes history older than the retention at start-up and then
-// hourly, in batches, for at most 10 s each time.
+// pruneLoop deletes history older than the retention, and expired records,
+// at start-up and then hourly, in batches, for at most 10 s each time.
 func (s *Scheduler) pruneLoop(ctx context.Context) {
 	for {
 		budget, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -534,6 +534,16 @@ func (s *Scheduler) pruneLoop(ctx context.Context) {
 		for {
 			var n int
 			n, err = s.l.Prune(budget, cutoff, 1000)
+			total += n
+			if err != nil || n < 1000 {
+				break
+			}
+		}
+		// Records of history (trigger-key uses, retried attempts) expire
+		// with the retention they were written under (recordExpiry).
+		for now := s.cfg.clock.Now(); err == nil; {
+			var n int
+			n, err = s.l.PruneRecords(budget, now, 1000)
 			total += n
 			if err != nil || n < 1000 {
 				break

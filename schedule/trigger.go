@@ -20,17 +20,19 @@ import (
 // instant of the job's schedule or another trigger). Its SpecVersion is
 // "trigger:<key>", which tells it from the scheduled runs.
 //
-// The idempotency key is kept apart, under the reserved job name
-// "<job>!trigger!<key>": one marker record per attempt to use the key, at
-// the epoch plus n milliseconds. A marker that ends succeeded names the run
-// the key started; one that ends failed records a refusal (the job was at
-// its MaxConcurrent limit, its claim was refused) and frees the key: a
-// retry with the same key tries again under the next marker. A marker still
-// running belongs to a Trigger in progress, or to one that died between
-// the marker and the run's claim: the key counts as used (at most one run
-// per key, never two). Markers are history: once the retention prunes them
-// the key is free again, so keys are unique within the retention (default
-// 7 days), not forever.
+// The idempotency key is kept apart, in the record store (records.go),
+// under the name "<job>!trigger!<key>": a log of the key's uses. A use is a
+// record at an even seq (2n), created first-wins before the run is
+// claimed; a refusal of that use (the job was at its MaxConcurrent limit,
+// its claim was refused, nothing ran) is a record at the next, odd seq
+// (2n+1), written by the use's owner, and frees the key: a retry with the
+// same key tries again under the next use. A key whose newest record is a
+// use is used — by a run, by a Trigger in progress, or by one that died
+// between its use and the run's claim: at most one run per key, never two.
+// Records are never changed or deleted, so a late create of an earlier
+// attempt finds its place taken and changes nothing. The records expire
+// with the history retention (default 7 days): once pruned the key is
+// free again, so keys are unique within the retention, not forever.
 
 const (
 	triggerInfix = backend.MetaSep + "trigger" + backend.MetaSep // reserved space: see backend.MetaSep
@@ -121,15 +123,14 @@ func (s *Scheduler) TriggerRun(ctx context.Context, job, key string) (Run, error
 	if err != nil {
 		// A refusal frees the key; an unknown outcome does not (the claim
 		// may stand, and the sweeper then runs it).
-		out := backend.Outcome{State: backend.Failed, Error: "refused: " + err.Error()}
-		if errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
-			out = backend.Outcome{State: backend.Succeeded, Result: "claim outcome unknown: " + err.Error()}
+		var ferr error
+		if !errors.Is(err, leasehold.ErrOutcomeIndeterminate) {
+			ferr = marker.refuse(ctx, s, err)
 		}
-		ferr := marker.finish(ctx, s, out)
 		if errors.Is(err, backend.ErrOccurrenceOverlap) {
 			s.emit(Event{Kind: EventClaim, Job: job, ScheduledAt: r.ScheduledAt, Result: ClaimOverlap, Err: err})
 		}
-		if ferr != nil && out.State == backend.Failed {
+		if ferr != nil {
 			spent := "counts as used"
 			if errors.Is(ferr, leasehold.ErrOutcomeIndeterminate) {
 				spent = "may count as used"
@@ -152,77 +153,76 @@ func (s *Scheduler) TriggerRun(ctx context.Context, job, key string) (Run, error
 		defer e.inflight.Add(-1)
 		s.execute(e, r, owner, g, sent)
 	}(r)
-	_ = marker.finish(ctx, s, backend.Outcome{State: backend.Succeeded, // a failure leaves the key used, as it is
-		Result: fmt.Sprintf("run at %s token %d", r.ScheduledAt.Format(time.RFC3339Nano), g.Token)})
 	r.Token = leasehold.Token(g.Token)
 	return r, nil
 }
 
-// triggerMarker is a won claim of a trigger key's marker record.
+// triggerMarker is a won use of a trigger key: its record.
 type triggerMarker struct {
-	job      string
-	at       time.Time
-	owner    backend.Owner
-	token    uint64
-	leaseEnd time.Time // the marker's lease ends by then (its claim's send time + TTL)
+	name  string
+	seq   int64
+	owner backend.Owner
 }
 
-// finish records the marker's outcome, retried as a run's outcome is
-// (finishRun). A run that started (or whose claim's outcome is unknown)
-// marks the key used, and so does a marker left running: that write is
-// tried for recordFinishWait at most. A refusal frees the key only once it
-// is written, so it is tried until the marker's lease ends (past which it
-// cannot land), but no longer than recordFinishWait after the caller's
-// context ends. The error is the write's: the key then counts as used, or
-// may (leasehold.ErrOutcomeIndeterminate).
-func (m triggerMarker) finish(ctx context.Context, s *Scheduler, out backend.Outcome) error {
-	var (
-		fctx   context.Context
-		cancel context.CancelFunc
-		until  time.Time
-	)
-	if out.State == backend.Failed {
-		fctx, cancel = ctxgrace.Outlive(ctx, recordFinishWait)
-		until = m.leaseEnd
-	} else {
-		fctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
-		until = time.Now().Add(recordFinishWait)
-	}
+// refuse records that the key's use was refused (cause; nothing ran),
+// which frees the key. It is tried no longer than recordFinishWait after
+// the caller's context ends. The error is the write's: the key then counts
+// as used, or may (leasehold.ErrOutcomeIndeterminate).
+func (m triggerMarker) refuse(ctx context.Context, s *Scheduler, cause error) error {
+	fctx, cancel := ctxgrace.Outlive(ctx, recordFinishWait)
 	defer cancel()
-	// ttl 0: no least try time beyond until, which bounds every try.
-	err := finishRun(fctx, s.l, m.job, m.at, m.owner, m.token, out, until, 0)
+	_, mine, err := createRecord(fctx, s.l, backend.CreateRecordRequest{Name: m.name, Seq: m.seq + 1,
+		Value: backend.CleanText("refused: "+cause.Error(), backend.MaxErrorLen), Owner: m.owner, Expires: s.recordExpiry()})
+	if err == nil && !mine {
+		err = fmt.Errorf("record %q seq %d holds another's record: %w", m.name, m.seq+1, errBadRecord)
+	}
 	if err != nil {
-		s.cfg.logger.Warn("recording a trigger key's outcome failed; the key counts as used", "marker", m.job, "err", err)
+		s.cfg.logger.Warn("recording a trigger key's refusal failed; the key counts as used", "key record", m.name, "err", err)
 	}
 	return err
 }
 
-// markerTTL is the least lease of a trigger key's marker.
-const markerTTL = 5 * time.Minute
+// recordExpiry is when a record of history made now expires: after the
+// retention, as runs do.
+func (s *Scheduler) recordExpiry() time.Time { return s.cfg.clock.Now().Add(s.cfg.retention) }
 
-// claimTriggerKey claims the next free marker of key: the first marker not
-// ending in a refusal. ErrClaimed (wrapped) if the key was used, or is
+// claimTriggerKey takes the next use of key: the record after the newest,
+// if that one is a refusal. ErrClaimed (wrapped) if the key was used, or is
 // being used right now.
 func (s *Scheduler) claimTriggerKey(ctx context.Context, e *entry, key, what string) (triggerMarker, error) {
 	name := e.job.Name + triggerInfix + key
-	for n := range maxTriggerRefusals {
-		at := epochStart.Add(time.Duration(n) * time.Millisecond)
-		owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
-		// The marker is never heartbeated: its lease must outlast the run's
-		// claim, however slow, or a refusal could not be recorded on it.
-		g, sent, err := claimGrant(ctx, s.cfg.lease, s.l, backend.ClaimRequest{Job: name, ScheduledAt: at, Owner: owner,
-			TTL: max(e.job.LeaseTTL, markerTTL), MaxEarly: s.cfg.tolerance})
-		var claimed *backend.ClaimedError
+	for range maxTriggerRefusals {
+		last, ok, err := latestRecord(ctx, s.l, name)
+		if err != nil {
+			return triggerMarker{}, fmt.Errorf("%s: reading the key's uses: %w", what, err)
+		}
+		seq := int64(0)
 		switch {
-		case err == nil:
-			return triggerMarker{job: name, at: at, owner: owner, token: g.Token, leaseEnd: sent.Add(g.TTL)}, nil
-		case errors.As(err, &claimed) && claimed.Run.State == backend.Failed:
-			continue // an earlier use of the key was refused: it is free
-		case errors.As(err, &claimed):
-			return triggerMarker{}, fmt.Errorf("%s: the key was used before (by %s, %s): %w", what, claimed.Run.Owner.Instance, claimed.Run.State, err)
-		default:
+		case !ok:
+			r, used, err := legacyTriggerUsed(ctx, s.l, name)
+			if err != nil {
+				return triggerMarker{}, fmt.Errorf("%s: reading the key's uses by an earlier release: %w", what, err)
+			}
+			if used {
+				return triggerMarker{}, fmt.Errorf("%s: the key was used before (by %s, %s, recorded by an earlier release): %w", what, r.Owner.Instance, r.State, backend.ErrOccurrenceClaimed)
+			}
+		case last.Seq%2 == 0:
+			return triggerMarker{}, fmt.Errorf("%s: the key was used before (by %s): %w", what, last.Owner.Instance, backend.ErrOccurrenceClaimed)
+		default: // the newest use was refused: the key is free
+			seq = last.Seq + 1
+		}
+		if seq/2 >= maxTriggerRefusals {
+			break
+		}
+		owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
+		_, mine, err := createRecord(ctx, s.l, backend.CreateRecordRequest{Name: name, Seq: seq, Value: "used", Owner: owner, Expires: s.recordExpiry()})
+		if err != nil {
 			return triggerMarker{}, fmt.Errorf("%s: claiming the key: %w", what, err)
 		}
+		if mine {
+			return triggerMarker{name: name, seq: seq, owner: owner}, nil
+		}
+		// Another use, or the refusal of the newest, came first: read again.
 	}
 	return triggerMarker{}, fmt.Errorf("%w: %s: the key was refused %d times; use another", leasehold.ErrInvalid, what, maxTriggerRefusals)
 }

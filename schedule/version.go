@@ -2,7 +2,6 @@ package schedule
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -33,8 +32,10 @@ import (
 // give the job a new Revision: that is a new version.
 
 const (
-	// Job metadata lives in the ledger's reserved space (backend.MetaSep):
-	// runs listings leave it out.
+	// Record names (records.go): a version record's seq is the instant
+	// its version applies from, its value the version and spec
+	// (versionValue); a superseded mark's seq is the instant of the
+	// version that replaced it, its value that version.
 	versionSuffix   = backend.MetaSep + "version"
 	supersededInfix = backend.MetaSep + "superseded" + backend.MetaSep
 )
@@ -66,26 +67,56 @@ func (s *Scheduler) spans(ctx context.Context, e *entry) ([]span, error) {
 }
 
 func readSpans(ctx context.Context, l backend.Ledger, job string) ([]span, error) {
-	recs, err := l.ListRuns(ctx, backend.RunFilter{Job: job + versionSuffix, Limit: 20})
+	vs, err := ReadVersions(ctx, l, job)
+	var out []span
+	for i := len(vs) - 1; i >= 0; i-- { // newest first
+		out = appendSpan(out, span{vs[i].From, vs[i].Version})
+	}
+	return out, err
+}
+
+// VersionRecord is one recorded switch of a job's schedule version.
+type VersionRecord struct {
+	From     time.Time // the instant the version applies from (a job's first: the epoch + 1 ms)
+	Version  string
+	Spec     string    // the schedule it names ("" if an earlier release's history was pruned)
+	Recorded time.Time // when it was recorded (zero if unknown)
+}
+
+// ReadVersions returns the newest 20 recorded version switches of job,
+// newest first, from l, which must be confined to the job's namespace
+// (NamespaceLedger); for a job whose records an earlier release kept and
+// no Scheduler carried over yet, those.
+func ReadVersions(ctx context.Context, l backend.Ledger, job string) ([]VersionRecord, error) {
+	recs, err := l.ListRecords(ctx, backend.ListRecordsRequest{Name: job + versionSuffix, Limit: 20})
 	if err != nil {
 		return nil, err
 	}
-	if len(recs) == 0 { // history pruned (or never written): the mark remains
-		hw, ver, err := l.HighWater(ctx, job+versionSuffix)
-		if err != nil || hw.IsZero() {
+	var out []VersionRecord
+	if len(recs) == 0 {
+		legacy, err := legacySpans(ctx, l, job)
+		for _, v := range legacy[:min(len(legacy), 20)] {
+			out = append(out, VersionRecord{From: v.from, Version: v.version, Spec: v.spec, Recorded: v.recorded})
+		}
+		return out, err
+	}
+	for _, r := range recs {
+		v, err := decodeVersion(r)
+		if err != nil {
 			return nil, err
 		}
-		return []span{{hw, ver}}, nil
-	}
-	var out []span
-	for i := len(recs) - 1; i >= 0; i-- { // ListRuns is newest first
-		r := recs[i]
-		if len(out) > 0 && out[len(out)-1].version == r.SpecVersion {
-			continue
-		}
-		out = append(out, span{r.ScheduledAt, r.SpecVersion})
+		out = append(out, VersionRecord{From: instantOf(r.Seq), Version: v.Version, Spec: v.Spec, Recorded: v.Recorded})
 	}
 	return out, nil
+}
+
+// appendSpan appends x to sp, oldest first, unless it continues sp's last
+// version.
+func appendSpan(sp []span, x span) []span {
+	if len(sp) > 0 && sp[len(sp)-1].version == x.version {
+		return sp
+	}
+	return append(sp, x)
 }
 
 // asSpec returns sp with the versions that name spec's schedule (its
@@ -107,7 +138,13 @@ func asSpec(sp []span, spec *Spec) []span {
 // superseded reports whether version was once job's and a later version
 // replaced it, given the job's spans sp. With no version recorded at all
 // (a new job, or a backend that lost its data) nothing is superseded.
-func superseded(ctx context.Context, l backend.Ledger, job, version string, sp []span) (bool, error) {
+func (s *Scheduler) superseded(ctx context.Context, job, version string, sp []span) (bool, error) {
+	return superseded(ctx, s, s.l, job, version, sp)
+}
+
+// superseded is Scheduler.superseded for s, or for a tool (s nil: a mark
+// of an earlier release is read, not carried over).
+func superseded(ctx context.Context, s *Scheduler, l backend.Ledger, job, version string, sp []span) (bool, error) {
 	if len(sp) == 0 || sp[len(sp)-1].version == version {
 		return false, nil
 	}
@@ -116,8 +153,10 @@ func superseded(ctx context.Context, l backend.Ledger, job, version string, sp [
 			return true, nil
 		}
 	}
-	hw, _, err := l.HighWater(ctx, supersededKey(job, version))
-	return !hw.IsZero(), err
+	if _, ok, err := latestRecord(ctx, l, supersededKey(job, version)); err != nil || ok {
+		return ok, err
+	}
+	return s.legacySuperseded(ctx, l, job, version)
 }
 
 // VersionState is how a schedule version stands in a job's ledger.
@@ -142,7 +181,7 @@ func ReadVersionState(ctx context.Context, l backend.Ledger, job string, spec *S
 		return VersionState{}, err
 	}
 	sp = asSpec(sp, spec)
-	sup, err := superseded(ctx, l, job, spec.Version(), sp)
+	sup, err := superseded(ctx, nil, l, job, spec.Version(), sp)
 	if err != nil {
 		return VersionState{}, err
 	}
@@ -173,6 +212,9 @@ func (s *Scheduler) refreshEvery() time.Duration { return (s.cfg.settle - s.cfg.
 // superseded is refused (see the top of this file): an instance started
 // with an old config must not take the job back.
 func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
+	if err := s.carryOver(ctx, e.job.Name); err != nil {
+		return err
+	}
 	sp, err := s.spans(ctx, e)
 	if err != nil {
 		return err
@@ -181,9 +223,9 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		e.vc.set(sp, true)
 		return nil
 	}
-	sup, err := superseded(ctx, s.l, e.job.Name, e.spec.Version(), sp)
+	sup, err := s.superseded(ctx, e.job.Name, e.spec.Version(), sp)
 	if err == nil && !sup && e.spec.Legacy() != "" {
-		sup, err = superseded(ctx, s.l, e.job.Name, e.spec.Legacy(), sp)
+		sup, err = s.superseded(ctx, e.job.Name, e.spec.Legacy(), sp)
 	}
 	if err != nil {
 		return err
@@ -207,33 +249,21 @@ func (s *Scheduler) ensureVersion(ctx context.Context, e *entry) error {
 		}
 	}
 	owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
-	req := backend.ClaimRequest{
-		Job: e.job.Name + versionSuffix, ScheduledAt: from, SpecVersion: e.spec.Version(),
-		Owner: owner, TTL: time.Minute, MaxEarly: 100 * 365 * 24 * time.Hour, // a switch may lie weeks ahead
-	}
-	g, err := s.l.Claim(ctx, req)
-	var claimed *backend.ClaimedError
+	r, mine, err := createRecord(ctx, s.l, backend.CreateRecordRequest{
+		Name: e.job.Name + versionSuffix, Seq: seqOf(from), Owner: owner,
+		Value: versionValue{Version: e.spec.Version(), Spec: e.spec.String(), Recorded: s.cfg.clock.Now().UTC()}.encode(),
+	})
 	switch {
-	case errors.As(err, &claimed):
-		if claimed.Run.SpecVersion != e.spec.Version() {
-			return fmt.Errorf("job %q: version %s and %s both switch at %s; re-register to retry", e.job.Name, e.spec.Version(), claimed.Run.SpecVersion, from)
-		}
 	case err != nil:
 		return err
-	default:
-		s.cfg.logger.Info("schedule version recorded", "job", e.job.Name, "version", e.spec.Version(), "from", from)
-		// The record is claimed: it applies from now on, whatever happens
-		// to this registration. Its spec (the Result, which every instance
-		// shows) is written even if the registration is stopped meanwhile
-		// (a reload at once), or the record would name no schedule; for a
-		// few seconds at most, so that a ledger that does not answer holds
-		// up a Shutdown or a Replace no longer than that.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordFinishWait)
-		err := s.l.Finish(fctx, backend.FinishRequest{Job: req.Job, ScheduledAt: from, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: e.spec.String()}})
-		cancel()
-		if err != nil {
-			return err
+	case !mine:
+		if v, err := decodeVersion(r); err != nil || v.Version != e.spec.Version() {
+			return fmt.Errorf("job %q: version %s and %s both switch at %s; re-register to retry", e.job.Name, e.spec.Version(), v.Version, from)
 		}
+	default:
+		// The record, version and spec in one write, applies from now on,
+		// whatever happens to this registration.
+		s.cfg.logger.Info("schedule version recorded", "job", e.job.Name, "version", e.spec.Version(), "from", from)
 		s.markSuperseded(ctx, e, sp, from)
 	}
 	sp, err = s.spans(ctx, e)
@@ -278,16 +308,9 @@ func (s *Scheduler) markVersions(ctx context.Context, e *entry, versions []strin
 			continue
 		}
 		owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
-		req := backend.ClaimRequest{
-			Job: supersededKey(e.job.Name, v), ScheduledAt: from, SpecVersion: by,
-			Owner: owner, TTL: time.Minute, MaxEarly: 100 * 365 * 24 * time.Hour,
-		}
-		g, err := s.l.Claim(ctx, req)
-		if err == nil {
-			err = s.l.Finish(ctx, backend.FinishRequest{Job: req.Job, ScheduledAt: from, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: "superseded by " + by}})
-		}
-		if err != nil && !errors.Is(err, backend.ErrOccurrenceClaimed) { // claimed: marked before
-			s.cfg.logger.Warn("marking the replaced schedule version as superseded failed; the version history still shows it until it is pruned",
+		_, _, err := createRecord(ctx, s.l, backend.CreateRecordRequest{Name: supersededKey(e.job.Name, v), Seq: seqOf(from), Value: by, Owner: owner})
+		if err != nil { // another's record: marked before
+			s.cfg.logger.Warn("marking the replaced schedule version as superseded failed; the version history still shows it",
 				"job", e.job.Name, "version", v, "err", err)
 			continue
 		}

@@ -145,7 +145,7 @@ type check struct {
 // ledgerCheckNames are the checks that need backend.Ledger.
 func ledgerCheckNames() map[string]bool {
 	m := map[string]bool{}
-	for _, c := range append(append(append(ledgerChecks(), lateChecks()...), onceChecks()...), recordChecks()...) {
+	for _, c := range append(append(append(append(ledgerChecks(), lateChecks()...), onceChecks()...), recordChecks()...), carryOverChecks()...) {
 		m[c.name] = true
 	}
 	return m
@@ -165,6 +165,7 @@ func checks() []check {
 	cs = append(cs, lateChecks()...)
 	cs = append(cs, libraryChecks()...)
 	cs = append(cs, onceChecks()...)
+	cs = append(cs, carryOverChecks()...)
 	cs = append(cs, randomizedChecks()...)
 	return cs
 }

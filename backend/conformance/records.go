@@ -142,7 +142,7 @@ func checkRecordList(t T, e *env) {
 		{1<<62 + 3, "", time.Time{}},
 		{1700000000123, "line one\nline two\t\x01 ✓ 日本", exp},
 		{5, long, time.Time{}},
-		{0, "zero", exp},
+		{0, "zero", time.UnixMilli(0)}, // the earliest Expires: not "none"
 	} {
 		o := owner("lister")
 		req := createReq("jobs/a:b version", c.seq, c.value, o)
@@ -240,7 +240,7 @@ func checkRecordPrune(t T, e *env) {
 	rs, ctx := e.newRecords(t), e.ctx()
 	now := time.Now()
 	var keep []string
-	for i, exp := range []time.Time{now.Add(-3 * time.Hour), {}, now.Add(-2 * time.Hour), now.Add(time.Hour), now.Add(-time.Hour), {}} {
+	for i, exp := range []time.Time{now.Add(-3 * time.Hour), {}, time.UnixMilli(0), now.Add(time.Hour), now.Add(-time.Hour), {}} {
 		req := createReq(fmt.Sprintf("prune/%d", i), int64(i), "v", owner("p"))
 		req.Expires = exp
 		_, _, err := rs.CreateRecord(ctx, req)

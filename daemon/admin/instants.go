@@ -177,19 +177,19 @@ func (s *Server) jobInstants(ctx context.Context, j Job, since, before, now time
 // switch instant, or for a job's first version (recorded as applying from
 // the epoch) when it was recorded. Zero when no version is recorded.
 func (s *Server) judgedFrom(ctx context.Context, job string) (time.Time, error) {
-	recs, err := s.ledger.ListRuns(ctx, backend.RunFilter{Job: versionKey(job), Limit: 20})
+	recs, err := schedule.ReadVersions(ctx, s.ledger, job)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("job %q: schedule versions: %w", job, err)
 	}
 	now := time.Now()
 	for _, r := range recs { // newest first
 		switch {
-		case r.ScheduledAt.After(now):
+		case r.From.After(now):
 			continue // ahead
-		case r.ScheduledAt.After(epochEnd):
-			return r.ScheduledAt, nil
+		case r.From.After(epochEnd):
+			return r.From, nil
 		default:
-			return r.ClaimedAt, nil
+			return r.Recorded, nil
 		}
 	}
 	return time.Time{}, nil

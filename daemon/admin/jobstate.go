@@ -42,11 +42,6 @@ const stallMargin = 10 * time.Second
 // which applies from the epoch (not from an instant of its own).
 var epochEnd = time.Unix(86400, 0)
 
-// versionKey is the ledger name of a job's schedule-version records (see
-// schedule/version.go, which writes them: ScheduledAt is the instant from
-// which SpecVersion applies, Result the spec). Read here, never written.
-func versionKey(job string) string { return job + backend.MetaSep + "version" }
-
 // clusterState fills j.State and j.Cluster: what this daemon does for the
 // job and what applies to it across the namespace, read from the ledger
 // (every daemon reads the same records, so each shows the same cluster
@@ -54,20 +49,20 @@ func versionKey(job string) string { return job + backend.MetaSep + "version" }
 // mark (zero for an every-instance job); refusals are the job's refusal
 // statements (schedule.ReadAllRefusals).
 func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus, lastClaimed time.Time, refusals []schedule.Refusal) error {
-	recs, err := s.ledger.ListRuns(ctx, backend.RunFilter{Job: versionKey(js.Name), Limit: 20})
+	recs, err := schedule.ReadVersions(ctx, s.ledger, js.Name)
 	if err != nil {
 		return fmt.Errorf("job %q: schedule versions: %w", js.Name, err)
 	}
 	now := time.Now()
 	// mine: a record of this daemon's version (or of its legacy hash, which
 	// the scheduler reads as its own: its cached current version says so).
-	mine := func(r backend.Run) bool {
-		return r.SpecVersion == js.Version || (js.CurrentVersion == js.Version && r.ScheduledAt.Equal(js.CurrentFrom))
+	mine := func(r schedule.VersionRecord) bool {
+		return r.Version == js.Version || (js.CurrentVersion == js.Version && r.From.Equal(js.CurrentFrom))
 	}
-	var applies, next *backend.Run // newest record in effect, and one still ahead
-	for i := range recs {          // newest first
+	var applies, next *schedule.VersionRecord // newest record in effect, and one still ahead
+	for i := range recs {                     // newest first
 		r := recs[i]
-		if r.ScheduledAt.After(now) {
+		if r.From.After(now) {
 			next = &recs[i]
 			continue
 		}
@@ -77,13 +72,13 @@ func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus
 	c := &JobCluster{Running: true}
 	j.Cluster = c
 	if applies != nil {
-		c.Version, c.Since, c.Schedule = applies.SpecVersion, ts(applies.ScheduledAt), applies.Result
+		c.Version, c.Since, c.Schedule = applies.Version, ts(applies.From), applies.Spec
 		if mine(*applies) {
 			c.Version = js.Version
 		}
 	}
 	if next != nil {
-		c.NextVersion, c.NextFrom = next.SpecVersion, ts(next.ScheduledAt)
+		c.NextVersion, c.NextFrom = next.Version, ts(next.From)
 		if mine(*next) {
 			c.NextVersion = js.Version
 		}
@@ -115,8 +110,8 @@ func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus
 	for _, r := range refusals {
 		spec := "" // the refused version's spec, if its record is still kept
 		for _, rec := range recs {
-			if rec.SpecVersion == r.Version {
-				spec = rec.Result
+			if rec.Version == r.Version {
+				spec = rec.Spec
 			}
 		}
 		c.RefusedOn = append(c.RefusedOn, JobRefusal{Instance: r.Instance, Version: r.Version, Schedule: spec})
@@ -125,7 +120,7 @@ func (s *Server) clusterState(ctx context.Context, j *Job, js schedule.JobStatus
 	switch {
 	case j.Paused:
 		c.Running, c.Note = false, "paused: no instance claims its occurrences until it is resumed"
-	case applies != nil && applies.ScheduledAt.After(epochEnd) && lastClaimed.Before(applies.ScheduledAt) && now.Sub(applies.ScheduledAt) > stallMargin:
+	case applies != nil && applies.From.After(epochEnd) && lastClaimed.Before(applies.From) && now.Sub(applies.From) > stallMargin:
 		// The applying version's first instant is its from instant: no
 		// daemon claimed it, nor any after.
 		c.Running = false

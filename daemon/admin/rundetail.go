@@ -91,7 +91,7 @@ func (s *Server) runDetail(ctx context.Context, run backend.Run) (RunDetail, err
 	}
 	if !backend.IsJobMeta(run.Job) {
 		for n := max(1, run.Attempt-maxAttemptsShown); n < run.Attempt; n++ {
-			a, err := s.ledger.GetRun(ctx, schedule.AttemptKey(run.Job, n), run.ScheduledAt)
+			a, err := schedule.ReadAttempt(ctx, s.ledger, run.Job, n, run.ScheduledAt)
 			switch {
 			case errors.Is(err, backend.ErrNotFound):
 				d.Attempts = append(d.Attempts, Attempt{Attempt: n, State: AttemptUnrecorded})
@@ -99,7 +99,7 @@ func (s *Server) runDetail(ctx context.Context, run backend.Run) (RunDetail, err
 			case err != nil:
 				return RunDetail{}, fmt.Errorf("reading attempt %d of %s@%s: %w", n, run.Job, ts(run.ScheduledAt), err)
 			}
-			tok, _ := strconv.ParseUint(a.SpecVersion, 10, 64) // the attempt's token (schedule.AttemptKey)
+			tok, _ := strconv.ParseUint(a.SpecVersion, 10, 64) // the attempt's token (schedule.ReadAttempt)
 			d.Attempts = append(d.Attempts, Attempt{Attempt: n, State: string(a.State), Instance: a.Owner.Instance, Token: leasehold.Token(tok),
 				FinishedAt: ts(a.FinishedAt), DurationMS: a.Duration.Milliseconds(), Result: s.cfg.redact(a.Result), Error: s.cfg.redact(a.Error)})
 		}

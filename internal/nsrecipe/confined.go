@@ -19,7 +19,8 @@ type Tenant interface {
 // location) holds lock key and runs an occurrence of job; intruder (opened
 // with tenant A's credentials over B's location) must be refused reading,
 // listing, renewing, releasing and taking B's lease, and claiming,
-// reading, heartbeating, finishing, reclaiming and abandoning B's runs —
+// reading, heartbeating, finishing, reclaiming and abandoning B's runs,
+// and creating, reading, deleting and pruning B's records —
 // even when it knows B's owner and tokens. refused reports whether an
 // error is the server's refusal (not some other failure). B's lease and
 // run must be unchanged afterwards.
@@ -67,6 +68,20 @@ func CheckConfined(t testing.TB, victim, intruder Tenant, key, job string, refus
 	check("reclaims B's run (Reclaim)", err)
 	_, err = intruder.Abandon(ctx, job, at)
 	check("abandons B's run (Abandon)", err)
+	rec, _, err := victim.CreateRecord(ctx, backend.CreateRecordRequest{Name: job + "!pause", Seq: 1, Value: "paused", Owner: owner})
+	if err != nil {
+		t.Fatalf("B creates a record in its own location: %v", err)
+	}
+	_, _, err = intruder.CreateRecord(ctx, backend.CreateRecordRequest{Name: rec.Name, Seq: 2, Value: "resumed", Owner: thief})
+	check("creates a record among B's (CreateRecord)", err)
+	_, err = intruder.ListRecords(ctx, backend.ListRecordsRequest{Name: rec.Name})
+	check("reads B's records (ListRecords)", err)
+	check("deletes B's record (DeleteRecord)", intruder.DeleteRecord(ctx, backend.DeleteRecordRequest{Name: rec.Name, Seq: rec.Seq, Owner: owner}))
+	_, err = intruder.PruneRecords(ctx, time.Now().Add(time.Hour), 10)
+	check("prunes B's records (PruneRecords)", err)
+	if rs, err := victim.ListRecords(ctx, backend.ListRecordsRequest{Name: rec.Name}); err != nil || len(rs) != 1 || rs[0] != rec {
+		t.Errorf("B's records after A's attempts: %+v, %v; want only %+v", rs, err, rec)
+	}
 
 	if l, err := victim.Get(ctx, key); err != nil || l.Token != lease.Token || l.Owner != owner {
 		t.Errorf("B's lease after A's attempts: %+v, %v; want token %d owner %v", l, err, lease.Token, owner)

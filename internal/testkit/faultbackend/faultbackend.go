@@ -49,6 +49,11 @@ type (
 	HighWaterFunc func(ctx context.Context, job string) (time.Time, string, error)
 	ListRunsFunc  func(ctx context.Context, f backend.RunFilter) ([]backend.Run, error)
 	PruneFunc     func(ctx context.Context, olderThan time.Time, batch int) (int, error)
+
+	CreateRecordFunc func(ctx context.Context, req backend.CreateRecordRequest) (backend.Record, bool, error)
+	ListRecordsFunc  func(ctx context.Context, req backend.ListRecordsRequest) ([]backend.Record, error)
+	DeleteRecordFunc func(ctx context.Context, req backend.DeleteRecordRequest) error
+	PruneRecordsFunc func(ctx context.Context, olderThan time.Time, batch int) (int, error)
 )
 
 // Backend is a backend.Backend that runs each call through OnCall, when
@@ -77,6 +82,11 @@ type Backend struct {
 	OnHighWater func(ctx context.Context, next HighWaterFunc, job string) (time.Time, string, error)
 	OnListRuns  func(ctx context.Context, next ListRunsFunc, f backend.RunFilter) ([]backend.Run, error)
 	OnPrune     func(ctx context.Context, next PruneFunc, olderThan time.Time, batch int) (int, error)
+
+	OnCreateRecord func(ctx context.Context, next CreateRecordFunc, req backend.CreateRecordRequest) (backend.Record, bool, error)
+	OnListRecords  func(ctx context.Context, next ListRecordsFunc, req backend.ListRecordsRequest) ([]backend.Record, error)
+	OnDeleteRecord func(ctx context.Context, next DeleteRecordFunc, req backend.DeleteRecordRequest) error
+	OnPruneRecords func(ctx context.Context, next PruneRecordsFunc, olderThan time.Time, batch int) (int, error)
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -247,4 +257,48 @@ func (b *Backend) call(ctx context.Context, method string) error {
 		return nil
 	}
 	return b.OnCall(ctx, method)
+}
+
+// CreateRecord runs OnCreateRecord, or Next.CreateRecord when it is nil.
+func (b *Backend) CreateRecord(ctx context.Context, req backend.CreateRecordRequest) (backend.Record, bool, error) {
+	if err := b.call(ctx, "CreateRecord"); err != nil {
+		return backend.Record{}, false, err
+	}
+	if b.OnCreateRecord != nil {
+		return b.OnCreateRecord(ctx, b.Next.CreateRecord, req)
+	}
+	return b.Next.CreateRecord(ctx, req)
+}
+
+// ListRecords runs OnListRecords, or Next.ListRecords when it is nil.
+func (b *Backend) ListRecords(ctx context.Context, req backend.ListRecordsRequest) ([]backend.Record, error) {
+	if err := b.call(ctx, "ListRecords"); err != nil {
+		return nil, err
+	}
+	if b.OnListRecords != nil {
+		return b.OnListRecords(ctx, b.Next.ListRecords, req)
+	}
+	return b.Next.ListRecords(ctx, req)
+}
+
+// DeleteRecord runs OnDeleteRecord, or Next.DeleteRecord when it is nil.
+func (b *Backend) DeleteRecord(ctx context.Context, req backend.DeleteRecordRequest) error {
+	if err := b.call(ctx, "DeleteRecord"); err != nil {
+		return err
+	}
+	if b.OnDeleteRecord != nil {
+		return b.OnDeleteRecord(ctx, b.Next.DeleteRecord, req)
+	}
+	return b.Next.DeleteRecord(ctx, req)
+}
+
+// PruneRecords runs OnPruneRecords, or Next.PruneRecords when it is nil.
+func (b *Backend) PruneRecords(ctx context.Context, olderThan time.Time, batch int) (int, error) {
+	if err := b.call(ctx, "PruneRecords"); err != nil {
+		return 0, err
+	}
+	if b.OnPruneRecords != nil {
+		return b.OnPruneRecords(ctx, b.Next.PruneRecords, olderThan, batch)
+	}
+	return b.Next.PruneRecords(ctx, olderThan, batch)
 }

@@ -1,0 +1,189 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// carryOverChecks check that a Scheduler carries over the job metadata an
+// earlier release kept as runs of the ledger (schedule/legacy.go). They
+// need a ledger.
+func carryOverChecks() []check {
+	return []check{
+		{"SchedulerCarriesOverEarlierRelease", checkCarryOver},
+	}
+}
+
+// legacyRun writes one run of the ledger as the earlier release wrote its
+// metadata: a claim under name at at with specVersion, then, unless state
+// is Running, its finish with state, result and errText.
+func legacyRun(t T, ctx context.Context, l backend.Ledger, name string, at time.Time, specVersion string, state backend.RunState, result, errText string) {
+	t.Helper()
+	o := owner("earlier")
+	g, err := l.Claim(ctx, backend.ClaimRequest{Job: name, ScheduledAt: at, SpecVersion: specVersion, Owner: o,
+		TTL: time.Minute, MaxEarly: 100 * 365 * 24 * time.Hour})
+	mustNil(t, err, "legacy claim of "+name)
+	if state == backend.Running {
+		return
+	}
+	mustNil(t, l.Finish(ctx, backend.FinishRequest{Job: name, ScheduledAt: at, Owner: o, Token: g.Token,
+		Outcome: backend.Outcome{State: state, Result: result, Error: errText}}), "legacy finish of "+name)
+}
+
+func mustSpec(t T, s string) *schedule.Spec {
+	t.Helper()
+	sp, err := schedule.Parse(s, "")
+	mustNil(t, err, "Parse "+s)
+	return sp
+}
+
+// checkCarryOver: metadata written as an earlier release wrote it — two
+// schedule versions and a superseded mark, pause states (paused; resumed
+// after a pause; never recorded), trigger keys (used; refused; held by a
+// Trigger that never finished), a retried attempt's failure, a job of
+// another namespace — reads the same through a Scheduler of this release:
+// paused jobs stay paused, used keys stay used, a refused key is free, a
+// superseded version is refused, the attempt is readable; every job the
+// earlier release knew is fenced off for it (its pause state there reads
+// paused), a job it never knew is not; a second Scheduler carries nothing
+// over again, and a Resume is not undone by it.
+func checkCarryOver(t T, e *env) {
+	b, ctx := e.newLedger(t), e.ctx()
+	first, second, gone := mustSpec(t, "@every 1h"), mustSpec(t, "@every 2h"), mustSpec(t, "@every 3h")
+	syncSpec, mailSpec, flakySpec := mustSpec(t, "@every 4h"), mustSpec(t, "@every 5h"), mustSpec(t, "@every 6h")
+	epoch := time.UnixMilli(1).UTC()
+	t1, t2, t3, t4 := past(3*time.Hour), past(2*time.Hour), past(time.Hour), past(30*time.Minute)
+	ok := backend.Succeeded
+	legacyRun(t, ctx, b, "report!version", epoch, first.Version(), ok, first.String(), "")
+	legacyRun(t, ctx, b, "report!version", t1, second.Version(), ok, second.String(), "")
+	legacyRun(t, ctx, b, "report!superseded!"+first.Version(), t1, second.Version(), ok, "superseded by "+second.Version(), "")
+	// A version whose history was pruned: only its mark is left.
+	legacyRun(t, ctx, b, "report!superseded!"+gone.Version(), epoch.Add(time.Millisecond), first.Version(), ok, "superseded", "")
+	legacyRun(t, ctx, b, "report!pause!default", t2, "paused", ok, "by earlier", "")
+	legacyRun(t, ctx, b, "sync!version", epoch, syncSpec.Version(), ok, syncSpec.String(), "")
+	legacyRun(t, ctx, b, "sync!pause!default", t2, "paused", ok, "by earlier", "")
+	legacyRun(t, ctx, b, "sync!pause!default", t3, "resumed", ok, "by earlier", "")
+	legacyRun(t, ctx, b, "sync!trigger!k-used", epoch, "", ok, "run at …", "")
+	legacyRun(t, ctx, b, "sync!trigger!k-refused", epoch, "", backend.Failed, "", "refused: overlap")
+	legacyRun(t, ctx, b, "sync!trigger!k-held", epoch, "", backend.Running, "", "")
+	legacyRun(t, ctx, b, "mail!version", epoch, mailSpec.Version(), ok, mailSpec.String(), "")
+	legacyRun(t, ctx, b, "flaky!version", epoch, flakySpec.Version(), ok, flakySpec.String(), "")
+	legacyRun(t, ctx, b, "flaky!attempt!1", t4, "42", backend.Failed, "partial output", "first attempt failed")
+	legacyRun(t, ctx, b, "shop:report!version", epoch, first.Version(), ok, first.String(), "")
+	legacyRun(t, ctx, b, "shop:report!pause!shop", t2, "paused", ok, "by earlier", "")
+
+	nop := func(context.Context, schedule.Run) error { return nil }
+	start := func(instance, ns string, jobs ...schedule.Job) *schedule.Scheduler {
+		t.Helper()
+		s, err := schedule.New(b, schedule.WithInstance(instance), schedule.WithNamespace(ns))
+		mustNil(t, err, "schedule.New")
+		for _, j := range jobs {
+			mustNil(t, s.Register(j), "Register "+j.Name)
+		}
+		mustNil(t, s.Start(ctx), "Start")
+		e.tb.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+		select {
+		case <-s.StartedUp():
+		case <-ctx.Done():
+			t.Fatalf("scheduler %s did not start up", instance)
+		}
+		return s
+	}
+	jobs := []schedule.Job{
+		{Name: "report", Schedule: second.String(), Func: nop},
+		{Name: "sync", Schedule: syncSpec.String(), Func: nop},
+		{Name: "mail", Schedule: mailSpec.String(), Func: nop},
+		{Name: "flaky", Schedule: flakySpec.String(), Func: nop},
+		{Name: "gamma", Schedule: "@every 7h", Func: nop}, // unknown to the earlier release
+	}
+	s := start("new", "default", jobs...)
+	for job, want := range map[string]bool{"report": true, "sync": false, "mail": false, "gamma": false} {
+		got, err := s.Paused(ctx, job)
+		mustNil(t, err, "Paused "+job)
+		if got != want {
+			t.Errorf("Paused(%s) = %v after the carry-over, want %v (as the earlier release left it)", job, got, want)
+		}
+	}
+	for _, st := range s.JobStatuses(0) {
+		if st.Name == "report" && (st.CurrentVersion != second.Version() || st.VersionRefused) {
+			t.Errorf("report's version after the carry-over: current %q (refused %v), want %q", st.CurrentVersion, st.VersionRefused, second.Version())
+		}
+	}
+	vs, err := schedule.ReadVersions(ctx, schedule.NamespaceLedger(b, "default"), "report")
+	mustNil(t, err, "ReadVersions")
+	if len(vs) != 2 || vs[0].Version != second.Version() || !vs[0].From.Equal(t1) || vs[0].Spec != second.String() ||
+		vs[1].Version != first.Version() || !vs[1].From.Equal(epoch) || vs[1].Spec != first.String() {
+		t.Errorf("report's versions after the carry-over: %+v; want %s from %v, then (older) %s from the epoch", vs, second.Version(), t1, first.Version())
+	}
+	// Fenced: where the earlier release reads a pause state, every job it
+	// knew now reads paused; a job it never knew has no state there.
+	for _, job := range []string{"report", "sync", "mail", "flaky"} {
+		_, st, err := b.HighWater(ctx, job+"!pause!default")
+		mustNil(t, err, "HighWater")
+		if st != "paused" {
+			t.Errorf("job %s's pause state where the earlier release reads it: %q, want paused (the fence)", job, st)
+		}
+	}
+	if hw, st, err := b.HighWater(ctx, "gamma!pause!default"); err != nil || !hw.IsZero() {
+		t.Errorf("job gamma, unknown to the earlier release, has a pause state there: %v %q %v", hw, st, err)
+	}
+	// Trigger keys: used and held keys stay used, a refused one is free once.
+	for key, want := range map[string]error{"k-used": backend.ErrOccurrenceClaimed, "k-held": backend.ErrOccurrenceClaimed, "k-refused": nil} {
+		_, err := s.TriggerRun(ctx, "sync", key)
+		if want == nil && err != nil || want != nil && !errors.Is(err, want) {
+			t.Errorf("TriggerRun(sync, %s) = %v, want %v", key, err, want)
+		}
+	}
+	if _, err := s.TriggerRun(ctx, "sync", "k-refused"); !errors.Is(err, backend.ErrOccurrenceClaimed) {
+		t.Errorf("TriggerRun(sync, k-refused) a second time = %v, want ErrClaimed", err)
+	}
+	a, err := schedule.ReadAttempt(ctx, schedule.NamespaceLedger(b, "default"), "flaky", 1, t4)
+	mustNil(t, err, "ReadAttempt")
+	if a.State != backend.Failed || a.Error != "first attempt failed" || a.SpecVersion != "42" || a.Result != "partial output" {
+		t.Errorf("ReadAttempt(flaky, 1) = %+v; want the earlier release's failed attempt (token 42)", a)
+	}
+	// Versions that were superseded, in the history or only by their mark,
+	// are refused.
+	for _, sp := range []*schedule.Spec{first, gone} {
+		old := start("old-config-"+sp.Version()[:6], "default", schedule.Job{Name: "report", Schedule: sp.String(), Func: nop})
+		for _, st := range old.JobStatuses(0) {
+			if st.Name == "report" && !st.VersionRefused {
+				t.Errorf("version %s (%s), superseded under the earlier release, was not refused", sp.Version(), sp)
+			}
+		}
+	}
+	// A Resume of this release stays: another Scheduler carries nothing
+	// over again and fences nothing again.
+	mustNil(t, s.Resume(ctx, "report"), "Resume")
+	fenceHW, _, err := b.HighWater(ctx, "report!pause!default")
+	mustNil(t, err, "HighWater")
+	s2 := start("new2", "default", jobs...)
+	if got, err := s2.Paused(ctx, "report"); err != nil || got {
+		t.Errorf("after a Resume, a second Scheduler reads report as paused=%v (%v)", got, err)
+	}
+	if hw, st, err := b.HighWater(ctx, "report!pause!default"); err != nil || !hw.Equal(fenceHW) || st != "paused" {
+		t.Errorf("a second Scheduler changed the earlier release's pause state: %v %q %v (was %v paused)", hw, st, err, fenceHW)
+	}
+	// Another namespace: its own names.
+	shop := start("new-shop", "shop", schedule.Job{Name: "report", Schedule: first.String(), Func: nop})
+	if got, err := shop.Paused(ctx, "report"); err != nil || !got {
+		t.Errorf("Paused(report) in namespace shop = %v, %v; want true", got, err)
+	}
+	// Nothing was written to the ledger as a run of this release but the
+	// fences: every run under a metadata name is the earlier release's or
+	// a fence.
+	for _, name := range []string{"report!version", "sync!trigger!k-refused", "flaky!attempt!1"} {
+		rs, err := b.ListRuns(ctx, backend.RunFilter{Job: name})
+		mustNil(t, err, "ListRuns "+name)
+		for _, r := range rs {
+			if !strings.HasPrefix(r.Owner.Instance, "earlier") {
+				t.Errorf("a run %s at %v by %s was written under a metadata name by this release", name, r.ScheduledAt, r.Owner.Instance)
+			}
+		}
+	}
+}
