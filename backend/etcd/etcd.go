@@ -80,6 +80,10 @@
 //     job's key, changed only by compare-and-swap Txns; history is a key per
 //     run under <prefix>r/; a runner's lease is an etcd lease on
 //     <prefix>a/<job>/<instant>.
+//   - Records (backend.Records): see records.go. A record is the key
+//     <prefix>rec/<name>/<seq>, created first-wins by one Txn
+//     `If(create_revision == 0) Then(put) Else(get)`; records that expire
+//     are also indexed under <prefix>recx/<expires>/ for PruneRecords.
 //
 // What etcd does not give: a readable server wall clock. ClaimedAt,
 // FinishedAt and the ErrTooEarly and ErrTooLate checks use this client's clock; lease
@@ -87,9 +91,10 @@
 //
 // Space: etcd keeps every revision until compaction, and a full quota
 // (2 GiB by default) raises the NOSPACE alarm, which blocks every write —
-// renewals included, so every lock would be lost. Prune compacts up to the
-// revision of its last delete (disable with Config.NoCompact if something
-// else owns compaction, e.g. --auto-compaction-retention). Compaction frees
+// renewals included, so every lock would be lost. Prune and PruneRecords
+// compact up to the revision of their last delete (disable with
+// Config.NoCompact if something else owns compaction, e.g.
+// --auto-compaction-retention). Compaction frees
 // space inside the database file only; run `etcdctl defrag` on each member
 // (one at a time: it blocks the member) to give it back to the filesystem,
 // and `etcdctl alarm disarm` after a NOSPACE alarm.
@@ -139,7 +144,8 @@ type Config struct {
 	CAFile, CertFile, KeyFile string
 	// DialTimeout bounds connecting (default 5 s).
 	DialTimeout time.Duration
-	// NoCompact stops Prune from compacting the revisions it deleted.
+	// NoCompact stops Prune and PruneRecords from compacting the revisions
+	// they deleted.
 	NoCompact bool
 }
 
@@ -164,6 +170,7 @@ type Backend struct {
 var (
 	_ backend.Backend  = (*Backend)(nil)
 	_ backend.Notifier = (*Backend)(nil)
+	_ backend.Records  = (*Backend)(nil)
 )
 
 // Open connects to etcd as described by rawURL:
@@ -278,8 +285,8 @@ func WithPrefix(p string) Option {
 	}
 }
 
-// WithNoCompact stops Prune from compacting the revisions it deleted
-// (Config.NoCompact).
+// WithNoCompact stops Prune and PruneRecords from compacting the revisions
+// they deleted (Config.NoCompact).
 func WithNoCompact(on bool) Option { return func(c *Config) error { c.NoCompact = on; return nil } }
 
 // apply applies opts to cfg; a nil one is refused.

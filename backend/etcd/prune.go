@@ -27,12 +27,24 @@ func (b *Backend) prune(ctx context.Context, olderThan time.Time, batch int) (in
 	if err != nil {
 		return n, err
 	}
-	if n > 0 && !b.cfg.NoCompact {
-		if _, err := b.c.Compact(ctx, rev); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
-			return n, b.fail(err, fmt.Sprintf("compact to revision %d", rev))
+	if n > 0 {
+		if err := b.compact(ctx, rev); err != nil {
+			return n, err
 		}
 	}
 	return n, nil
+}
+
+// compact compacts up to rev (the revision of a prune's last delete)
+// unless Config.NoCompact; already compacted further is fine.
+func (b *Backend) compact(ctx context.Context, rev int64) error {
+	if b.cfg.NoCompact {
+		return nil
+	}
+	if _, err := b.c.Compact(ctx, rev); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+		return b.fail(err, fmt.Sprintf("compact to revision %d", rev))
+	}
+	return nil
 }
 
 // finishedBefore lists at most batch keys of the finished-runs index older
