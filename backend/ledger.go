@@ -129,15 +129,14 @@ type Outcome struct {
 	Error    string // any bytes; stored as CleanText(Error, MaxErrorLen)
 }
 
-// MetaSep starts the reserved part of a ledger name. A job name cannot
-// contain it (job names are paths of [A-Za-z0-9._-]), so a ledger name that
-// does holds a job's metadata, not its runs: the scheduler keeps, as
-// records of the same ledger, a job's schedule versions ("<job>!version"),
-// their superseded marks ("<job>!superseded!<version>"), its pause state
-// ("<job>!pause!<namespace>") and the uses of its trigger keys
-// ("<job>!trigger!<key>") — claims and high-water marks give them the same
-// atomicity as runs. ListRuns without a Job leaves them out: they are not
-// runs (many are dated at the epoch).
+// MetaSep starts the reserved part of a name. A job name cannot contain
+// it (job names are paths of [A-Za-z0-9._-]), so the scheduler names a
+// job's metadata records (Records) "<job>!<kind>…": its schedule versions,
+// their superseded marks, its pause state, the uses of its trigger keys
+// (docs/records.md). Earlier releases kept those records as runs of the
+// ledger under the same names, and a scheduler still fences such a
+// release off with one (schedule/legacy.go): ListRuns without a Job leaves
+// every such name out, as it is not a run (many are dated at the epoch).
 const MetaSep = "!"
 
 // IsJobMeta reports whether a ledger name is in the reserved space of job

@@ -73,7 +73,7 @@ func (s *Scheduler) Trigger(ctx context.Context, job, key string) error {
 //   - MaxConcurrent runs of the job are running (backend.ErrOverlap; the
 //     key stays free, a retry with it may run later) — unless that refusal
 //     could not be recorded in time (the caller's context ended and 3 s
-//     more passed, or the key's lease ended): then the error wraps
+//     more passed): then the error wraps
 //     ErrTriggerKeySpent instead, and the key counts as used.
 //
 // A pause stops triggers that start after it was recorded, as it stops
@@ -181,6 +181,11 @@ func (m triggerMarker) refuse(ctx context.Context, s *Scheduler, cause error) er
 	}
 	return err
 }
+
+// recordFinishWait bounds a bookkeeping write that outlives its caller's
+// context: the refusal of a trigger key's use. A backend that does not
+// answer holds up a Trigger no longer than that.
+const recordFinishWait = 3 * time.Second
 
 // recordExpiry is when a record of history made now expires: after the
 // retention, as runs do.

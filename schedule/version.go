@@ -40,13 +40,6 @@ const (
 	supersededInfix = backend.MetaSep + "superseded" + backend.MetaSep
 )
 
-// recordFinishWait bounds the Finish of a bookkeeping record whose write
-// outlives its caller's context: a version record claimed by a
-// registration that was stopped meanwhile, a trigger key's marker. A ledger
-// that does not answer holds up a Shutdown, a Replace or a Trigger no
-// longer than that.
-const recordFinishWait = 3 * time.Second
-
 // supersededKey is the ledger name whose high-water mark records that
 // version of job was replaced.
 func supersededKey(job, version string) string { return job + supersededInfix + version }

@@ -3,7 +3,9 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/backend"
@@ -16,6 +18,7 @@ import (
 func carryOverChecks() []check {
 	return []check{
 		{"SchedulerCarriesOverEarlierRelease", checkCarryOver},
+		{"SchedulersCarryOverAtOnce", checkCarryOverAtOnce},
 	}
 }
 
@@ -184,6 +187,59 @@ func checkCarryOver(t T, e *env) {
 			if !strings.HasPrefix(r.Owner.Instance, "earlier") {
 				t.Errorf("a run %s at %v by %s was written under a metadata name by this release", name, r.ScheduledAt, r.Owner.Instance)
 			}
+		}
+	}
+}
+
+// checkCarryOverAtOnce: Schedulers that start at once carry one job's
+// metadata over together: none takes another's fence for the earlier
+// release's pause state (a job resumed there stays resumed, a paused one
+// paused), and the state is copied once.
+func checkCarryOverAtOnce(t T, e *env) {
+	b, ctx := e.newLedger(t), e.ctx()
+	epoch := time.UnixMilli(1).UTC()
+	sp := mustSpec(t, "@every 1h")
+	legacyRun(t, ctx, b, "paused!version", epoch, sp.Version(), backend.Succeeded, sp.String(), "")
+	legacyRun(t, ctx, b, "paused!pause!default", past(time.Hour), "paused", backend.Succeeded, "", "")
+	legacyRun(t, ctx, b, "resumed!version", epoch, sp.Version(), backend.Succeeded, sp.String(), "")
+	legacyRun(t, ctx, b, "resumed!pause!default", past(2*time.Hour), "paused", backend.Succeeded, "", "")
+	legacyRun(t, ctx, b, "resumed!pause!default", past(time.Hour), "resumed", backend.Succeeded, "", "")
+	nop := func(context.Context, schedule.Run) error { return nil }
+	const n = 4
+	ss := make([]*schedule.Scheduler, n)
+	var wg sync.WaitGroup
+	for i := range ss {
+		s, err := schedule.New(b, schedule.WithInstance(fmt.Sprint("new", i)))
+		mustNil(t, err, "schedule.New")
+		for _, j := range []string{"paused", "resumed"} {
+			mustNil(t, s.Register(schedule.Job{Name: j, Schedule: sp.String(), Func: nop}), "Register")
+		}
+		ss[i] = s
+		e.tb.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	}
+	for _, s := range ss {
+		wg.Go(func() { _ = s.Start(ctx) })
+	}
+	wg.Wait()
+	for i, s := range ss {
+		select {
+		case <-s.StartedUp():
+		case <-ctx.Done():
+			t.Fatalf("scheduler %d did not start up", i)
+		}
+		for job, want := range map[string]bool{"paused": true, "resumed": false} {
+			got, err := s.Paused(ctx, job)
+			mustNil(t, err, "Paused")
+			if got != want {
+				t.Errorf("scheduler %d: Paused(%s) = %v, want %v: a fence of the earlier release was taken for its state", i, job, got, want)
+			}
+		}
+	}
+	for _, job := range []string{"paused", "resumed"} {
+		rs, err := b.ListRecords(ctx, backend.ListRecordsRequest{Name: job + "!pause!default"})
+		mustNil(t, err, "ListRecords")
+		if len(rs) != 1 {
+			t.Errorf("job %s's pause state was carried over as %d records (%+v), want 1", job, len(rs), rs)
 		}
 	}
 }
