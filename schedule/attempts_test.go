@@ -62,7 +62,7 @@ func TestRetriedFailuresAreRecorded(t *testing.T) {
 			t.Fatalf("the occurrence: %+v, %v", run, err)
 		}
 		for n := 1; n <= 2; n++ {
-			a, err := l.GetRun(ctx, schedule.AttemptKey("j", n), at)
+			a, err := schedule.ReadAttempt(ctx, l, "j", n, at)
 			if err != nil {
 				t.Fatalf("attempt %d: %v", n, err)
 			}
@@ -72,7 +72,7 @@ func TestRetriedFailuresAreRecorded(t *testing.T) {
 				t.Errorf("attempt %d recorded as %+v; want failed by a, token %s", n, a, want)
 			}
 		}
-		if _, err := l.GetRun(ctx, schedule.AttemptKey("j", 3), at); err == nil {
+		if _, err := schedule.ReadAttempt(ctx, l, "j", 3, at); err == nil {
 			t.Error("the last attempt has a record of its own: it is the occurrence's")
 		}
 		// Not runs: a listing of every job leaves them out.

@@ -13,16 +13,16 @@ import (
 	"github.com/leasehold/leasehold/internal/testkit/faultbackend"
 )
 
-// slowPauseRead answers the paused-state read (HighWater of the pause key)
+// slowPauseRead answers the paused-state read (the pause records' listing)
 // after delay, as a loaded backend does, and counts claims in claims.
 func slowPauseRead(b backend.Backend, delay time.Duration, claims *atomic.Int32) *faultbackend.Backend {
 	return &faultbackend.Backend{
 		Next: b,
-		OnHighWater: func(ctx context.Context, next faultbackend.HighWaterFunc, job string) (time.Time, string, error) {
-			if strings.Contains(job, "!pause!") {
+		OnListRecords: func(ctx context.Context, next faultbackend.ListRecordsFunc, req backend.ListRecordsRequest) ([]backend.Record, error) {
+			if strings.Contains(req.Name, "!pause!") {
 				time.Sleep(delay)
 			}
-			return next(ctx, job)
+			return next(ctx, req)
 		},
 		OnClaim: func(ctx context.Context, next faultbackend.ClaimFunc, req backend.ClaimRequest) (backend.Grant, error) {
 			if req.Job == "tick" { // not the version's record

@@ -115,9 +115,9 @@ func barrierLedger(b backend.Backend) (fb *faultbackend.Backend, arm func(), tim
 		gaveUp  bool
 	)
 	fb = &faultbackend.Backend{Next: b,
-		OnListRuns: func(ctx context.Context, next faultbackend.ListRunsFunc, f backend.RunFilter) ([]backend.Run, error) {
+		OnListRecords: func(ctx context.Context, next faultbackend.ListRecordsFunc, f backend.ListRecordsRequest) ([]backend.Record, error) {
 			recs, err := next(ctx, f)
-			if strings.HasSuffix(f.Job, "!version") {
+			if strings.HasSuffix(f.Name, "!version") {
 				mu.Lock()
 				wait := armed && n < 2
 				if wait {
@@ -203,12 +203,12 @@ func concurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually.True(t, 10*time.Second, "past both switches", func() bool {
-		recs, err := l.ListRuns(context.Background(), backend.RunFilter{Job: "job!version"})
+		recs, err := schedule.ReadVersions(context.Background(), l, "job")
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range recs {
-			if !r.ScheduledAt.Before(time.Now()) {
+			if !r.From.Before(time.Now()) {
 				return false
 			}
 		}
@@ -242,14 +242,14 @@ func concurrentDeploysThenPruneLoserStaysRefused(t *testing.T) {
 // first.
 func versionRecords(t *testing.T, l backend.Ledger, job string) []string {
 	t.Helper()
-	recs, err := l.ListRuns(context.Background(), backend.RunFilter{Job: job + "!version"})
+	recs, err := schedule.ReadVersions(context.Background(), l, job)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
 	for i := len(recs) - 1; i >= 0; i-- {
-		if len(out) == 0 || out[len(out)-1] != recs[i].SpecVersion {
-			out = append(out, recs[i].SpecVersion)
+		if len(out) == 0 || out[len(out)-1] != recs[i].Version {
+			out = append(out, recs[i].Version)
 		}
 	}
 	return out
