@@ -14,6 +14,7 @@
 //	leasehold:token:{K}     the fencing counter (INCR); no TTL, never deleted
 //	leasehold:released:{K}  the pub/sub channel a release publishes on
 //	leasehold:{ledger}:…    the run ledger (all in one hash slot)
+//	leasehold:{records}:…   the record store (all in one other hash slot)
 //
 // The hash tag {K} keeps a lease and its counter in one Cluster slot, so the
 // acquire script can INCR the counter atomically with the grant, and
@@ -29,6 +30,22 @@
 // occurrence of a job. One slot per job would split the global indexes
 // that ListRuns and Prune read atomically into a scatter over every node,
 // for no throughput a schedule needs.
+//
+// # Records
+//
+// The record store (backend.Records: CreateRecord, ListRecords,
+// DeleteRecord, PruneRecords) keeps its keys apart from the ledger's,
+// under the one tag {records}, so that each call is one script on one
+// shard; metadata is low-volume. A record is a hash
+// {records}:r:<seq>:<name>; each name has a sorted set {records}:s:<name>
+// of its seqs, and records with an Expires are in the index
+// {records}:exp, scored by their expiry in milliseconds, which
+// PruneRecords reads from the front. Seqs are stored as 19 zero-padded
+// digits and listed by ZREVRANGEBYLEX, so that every int64 keeps its exact
+// order (Lua numbers and sorted-set scores are doubles). The record
+// scripts go through the group commit like the ledger's, with the same
+// answers to an ended context, a redirection and WithWaitReplicas (see
+// scripts.go for the layout).
 //
 // # What the guarantees depend on
 //
@@ -135,6 +152,7 @@ type Backend struct {
 	c        goredis.UniversalClient
 	prefix   string
 	ledger   string // prefix + "{ledger}:"
+	records  string // prefix + "{records}:"
 	ownsConn bool   // Close closes c (Open created it)
 	timeout  time.Duration
 
@@ -230,7 +248,8 @@ func New(client goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	if err := backend.CheckKey("prefix", cfg.prefix+"x"); err != nil {
 		return nil, err
 	}
-	b := &Backend{c: client, prefix: cfg.prefix, ledger: cfg.prefix + "{ledger}:", timeout: cfg.timeout}
+	b := &Backend{c: client, prefix: cfg.prefix, ledger: cfg.prefix + "{ledger}:",
+		records: cfg.prefix + "{records}:", timeout: cfg.timeout}
 	b.g = guard.Guard{Name: "redis", MinTTL: MinTTL, Closed: b.gate.Check}
 	if c, ok := client.(*goredis.Client); ok {
 		b.db = c.Options().DB

@@ -277,6 +277,76 @@ end
 return #ms
 `
 
+// Record scripts (backend.Records). ARGV[1] is the records prefix R
+// (prefix..'{records}:'); every key is R..something and carries the hash
+// tag {records}, apart from the ledger's, so all are in one slot. KEYS[1]
+// (R..'exp') routes the call in a Cluster. A seq S is stored as its 19
+// zero-padded digits (recordSeq), so that text order is numeric order and
+// no number passes through a Lua double or a score; a name N follows a
+// fixed-width part or a fixed prefix, so no two names share a key.
+//
+//	R..'r:'..S..':'..N   hash, one per record: v value, i instance, n nonce,
+//	                     e expires ms ('' when none)
+//	R..'s:'..N           zset of the name's seqs: member S, score 0 (by lex)
+//	R..'exp'             zset member S..':'..N, score expires ms (records
+//	                     with an Expires only; ms are exact in a double)
+
+// createRecordScript: ARGV R, name, seq, value, instance, nonce, expires.
+// {1} stored | {0, {seq, value, instance, nonce, expires}} of the record
+// already there.
+const createRecordScript = `
+local R, name, seq, e = ARGV[1], ARGV[2], ARGV[3], ARGV[7]
+local k = R .. 'r:' .. seq .. ':' .. name
+local a = redis.call('HMGET', k, 'v', 'i', 'n', 'e')
+if a[2] then return {0, seq, a[1] or '', a[2], a[3] or '', a[4] or ''} end
+redis.call('HSET', k, 'v', ARGV[4], 'i', ARGV[5], 'n', ARGV[6], 'e', e)
+redis.call('ZADD', R .. 's:' .. name, 0, seq)
+if e ~= '' then redis.call('ZADD', R .. 'exp', e, seq .. ':' .. name) end
+return {1}
+`
+
+// listRecordsScript: ARGV R, name, max (ZREVRANGEBYLEX bound: '+' or
+// '('..S), limit. {{seq, value, instance, nonce, expires}, ...} greatest
+// seq first.
+const listRecordsScript = `
+local R, name = ARGV[1], ARGV[2]
+local seqs = redis.call('ZREVRANGEBYLEX', R .. 's:' .. name, ARGV[3], '-', 'LIMIT', 0, tonumber(ARGV[4]))
+local out = {}
+for _, seq in ipairs(seqs) do
+  local a = redis.call('HMGET', R .. 'r:' .. seq .. ':' .. name, 'v', 'i', 'n', 'e')
+  if a[2] then out[#out + 1] = {seq, a[1] or '', a[2], a[3] or '', a[4] or ''} end
+end
+return out
+`
+
+// deleteRecordScript: ARGV R, name, seq, instance, nonce. 1 deleted | 0
+// no record of that owner there.
+const deleteRecordScript = `
+local R, name, seq = ARGV[1], ARGV[2], ARGV[3]
+local k = R .. 'r:' .. seq .. ':' .. name
+local a = redis.call('HMGET', k, 'i', 'n')
+if a[1] ~= ARGV[4] or a[2] ~= ARGV[5] then return 0 end
+redis.call('DEL', k)
+redis.call('ZREM', R .. 's:' .. name, seq)
+redis.call('ZREM', R .. 'exp', seq .. ':' .. name)
+return 1
+`
+
+// pruneRecordsScript: ARGV R, max expires score (exclusive, "(ms"),
+// batch. Deletes up to batch records that expired before it; returns how
+// many.
+const pruneRecordsScript = `
+local R = ARGV[1]
+local ms = redis.call('ZRANGEBYSCORE', R .. 'exp', '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
+for _, m in ipairs(ms) do
+  local seq, name = string.sub(m, 1, 19), string.sub(m, 21)
+  redis.call('DEL', R .. 'r:' .. m)
+  redis.call('ZREM', R .. 's:' .. name, seq)
+  redis.call('ZREM', R .. 'exp', m)
+end
+return #ms
+`
+
 var (
 	acquireLua   = goredis.NewScript(acquireScript)
 	renewLua     = goredis.NewScript(renewScript)
@@ -290,4 +360,9 @@ var (
 	getRunLua    = goredis.NewScript(getRunScript)
 	listRunsLua  = goredis.NewScript(listRunsScript)
 	pruneLua     = goredis.NewScript(pruneScript)
+
+	createRecordLua = goredis.NewScript(createRecordScript)
+	listRecordsLua  = goredis.NewScript(listRecordsScript)
+	deleteRecordLua = goredis.NewScript(deleteRecordScript)
+	pruneRecordsLua = goredis.NewScript(pruneRecordsScript)
 )
