@@ -222,17 +222,21 @@ func (b *Backend) DeleteRecord(ctx context.Context, req backend.DeleteRecordRequ
 
 func (b *Backend) deleteRecord(ctx context.Context, req backend.DeleteRecordRequest) error {
 	dir, rp := b.recordDir(req.Name), b.recordPath(req.Name, req.Seq)
+	var failed int64 // the Czxid of the record a multi-op failed to delete
 	for {
 		// As in createRecord: a failed multi-op applied nothing.
 		if ctx.Err() != nil {
 			return backend.NotSent(ctx)
 		}
-		data, _, err := b.conn.Get(rp)
+		data, st, err := b.conn.Get(rp)
 		if err == zk.ErrNoNode {
 			return backend.ErrNotFound
 		}
 		if err != nil {
 			return b.wrap(err, "read the record")
+		}
+		if st.Czxid == failed {
+			return incomplete(rp)
 		}
 		r, err := decodeRec(data)
 		if err != nil {
@@ -257,6 +261,7 @@ func (b *Backend) deleteRecord(ctx context.Context, req backend.DeleteRecordRequ
 			return nil
 		}
 		// Deleted (pruned) since the read, perhaps replaced: read again.
+		failed = st.Czxid
 	}
 }
 
@@ -316,13 +321,17 @@ func (b *Backend) pruneRecords(ctx context.Context, olderThan time.Time, batch i
 // gone, or that another with another Expires replaced, was the entry's
 // and the entry went with it.
 func (b *Backend) pruneRecord(rp, entry string, exp int64) (deleted bool, err error) {
+	var failed int64 // as in deleteRecord
 	for {
-		data, _, err := b.conn.Get(rp)
+		data, st, err := b.conn.Get(rp)
 		if err == zk.ErrNoNode {
 			return false, nil
 		}
 		if err != nil {
 			return false, b.wrap(err, "read "+rp)
+		}
+		if st.Czxid == failed {
+			return false, incomplete(rp)
 		}
 		r, err := decodeRec(data)
 		if err != nil {
@@ -341,5 +350,14 @@ func (b *Backend) pruneRecord(rp, entry string, exp int64) (deleted bool, err er
 		if !retry {
 			return true, nil
 		}
+		failed = st.Czxid
 	}
+}
+
+// incomplete is the error of a delete whose multi-op failed while the
+// record stayed as read (the same Czxid): its creator's mark or index
+// entry is missing, or it has another child — nodes this backend did not
+// write as one — and a retry would fail alike.
+func incomplete(rp string) error {
+	return fmt.Errorf("record %s lacks its creator's mark or index entry, or has other children: not written by this backend, delete it by hand", rp)
 }

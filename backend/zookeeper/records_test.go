@@ -58,4 +58,17 @@ func TestRecordsLayout(t *testing.T) {
 	if ok, _, err := conn.Exists(b.Prefix() + "/records/kkeep"); err != nil || ok {
 		t.Fatalf("a name's node after its last record's delete: exists=%v, %v; want it gone", ok, err)
 	}
+	// A record whose mark is gone (not written by the backend) is an
+	// error, not a delete retried forever.
+	if _, _, err := b.CreateRecord(ctx, backend.CreateRecordRequest{Name: "marked", Seq: 1, Value: "v", Owner: o}); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Delete(b.Prefix()+"/records/kmarked/0000000000000000001/"+o.Nonce.String(), -1); err != nil {
+		t.Fatal(err)
+	}
+	bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := b.DeleteRecord(bounded, backend.DeleteRecordRequest{Name: "marked", Seq: 1, Owner: o}); err == nil || bounded.Err() != nil || !strings.Contains(err.Error(), "mark") {
+		t.Fatalf("DeleteRecord of a record without its mark = %v; want an error saying so, at once", err)
+	}
 }
