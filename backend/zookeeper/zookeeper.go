@@ -96,6 +96,13 @@
 //     with the same TTL rule as locks, and <prefix>/fin/<hour>/ indexes
 //     finished runs for Prune. Claims are atomic multi-ops guarded by the
 //     job node's version.
+//   - Records (records.go), apart from the ledger: a record is
+//     <prefix>/records/<name>/<seq> (seq 19-digit zero-padded) with its
+//     creator's mark <prefix>/records/<name>/<seq>/<nonce>, and one that
+//     expires has an entry <prefix>/records-exp/<hour>/<expires ms>-<name>-<seq>
+//     for PruneRecords; each is created and deleted with its mark and entry
+//     in one multi-op, so a create is first-wins by the record node's
+//     existence and a delete by another owner's record's mark fails.
 //   - go-zookeeper takes no context: a request is bounded by the session's
 //     receive timeout (2/3 of the session timeout), not by ctx; ctx is
 //     checked before each call.
@@ -222,6 +229,7 @@ type Backend struct {
 var (
 	_ backend.Backend  = (*Backend)(nil)
 	_ backend.Notifier = (*Backend)(nil)
+	_ backend.Records  = (*Backend)(nil)
 )
 
 // Open connects as rawURL says (see ParseURL), then opts, and returns a
