@@ -331,7 +331,7 @@ wait:
 		conn.Close()
 		return nil, fmt.Errorf("zookeeper: %w", err)
 	}
-	for _, d := range []string{"/locks", "/jobs", "/fin"} {
+	for _, d := range []string{"/locks", "/jobs", "/fin", "/records", "/records-exp"} {
 		if err := b.ensure(b.prefix + d); err != nil {
 			conn.Close()
 			return nil, fmt.Errorf("zookeeper: %w", err)
