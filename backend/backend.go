@@ -37,7 +37,8 @@
 //     memory (New(), Open(ctx, url)), SQLite (Open only: its correctness
 //     rests on connection settings), ZooKeeper (New makes and owns the
 //     session, whose end releases its locks). It implements Leases, and
-//     Ledger only if it keeps a run ledger (optionally Notifier, Queue,
+//     Ledger (the runs and the record store, Records: docs/records.md)
+//     only if it keeps a run ledger (optionally Notifier, Queue,
 //     Explainer and ServerClock), each method handing its storage step to
 //     an internal/guard Guard, which checks the arguments, answers
 //     ErrClosed and names failures for every backend alike; its client
