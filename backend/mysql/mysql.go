@@ -102,14 +102,15 @@ type Backend struct {
 	prefix string
 	caps   declared.Latest // as read at Open or the latest RefreshCapabilities
 
-	tLeases, tJobs, tRuns, tMeta string
+	tLeases, tJobs, tRuns, tMeta, tRecords string
 
 	stmts stmtCache // the claim path's prepared statements (stmts.go)
 
 	gate   closegate.Gate
-	g      guard.Guard       // checks, names failures; closed: gate.Check, and the steps Enter the gate
-	led    *sqlledger.Ledger // the ledger's rules and reads, written once
-	leases *sqlledger.Leases // the lease layer, written once but for acquire
+	g      guard.Guard        // checks, names failures; closed: gate.Check, and the steps Enter the gate
+	led    *sqlledger.Ledger  // the ledger's rules and reads, written once
+	leases *sqlledger.Leases  // the lease layer, written once but for acquire
+	recs   *sqlledger.Records // the record store, written once
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -229,10 +230,11 @@ func options(opts []Option) (config, error) {
 func newBackend(db *sql.DB, owns bool, dbName, prefix string) *Backend {
 	b := &Backend{db: db, ownsDB: owns, dbName: dbName, prefix: prefix}
 	q := func(n string) string { return "`" + prefix + n + "`" }
-	b.tLeases, b.tJobs, b.tRuns, b.tMeta = q("leases"), q("jobs"), q("runs"), q("meta")
+	b.tLeases, b.tJobs, b.tRuns, b.tMeta, b.tRecords = q("leases"), q("jobs"), q("runs"), q("meta"), q("records")
 	b.g = guard.Guard{Name: "mysql", MinTTL: MinTTL, Closed: b.gate.Check}
 	b.led = newLedger(b)
 	b.leases = newLeases(b)
+	b.recs = newRecords(b)
 	return b
 }
 
@@ -343,7 +345,16 @@ func (b *Backend) migrate(ctx context.Context) error {
 	case err == nil && v > schemaVersion:
 		return fmt.Errorf("%w: tables %s* have version %d, this code knows up to %d; upgrade leasehold", ErrSchemaTooNew, b.prefix, v, schemaVersion)
 	case err == nil && v == schemaVersion:
-		return nil
+		// Up to date, unless the records table (additive, not versioned:
+		// recordsTable) is missing.
+		var x int
+		err := conn.QueryRowContext(ctx, `SELECT 1 FROM `+b.tRecords+` LIMIT 0`).Scan(&x)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil
+		case !isErr(err, 1146): // 1146: no such table
+			return err
+		}
 	case err == nil, errors.Is(err, sql.ErrNoRows), errors.As(err, &me) && me.Number == 1146: // older, empty, or no table yet
 	default:
 		return err
@@ -370,7 +381,8 @@ func (b *Backend) migrate(ctx context.Context) error {
 		return fmt.Errorf("%w: tables %s* have version %d, this code knows up to %d; upgrade leasehold", ErrSchemaTooNew, b.prefix, v, schemaVersion)
 	}
 	if v == schemaVersion {
-		return nil
+		_, err := conn.ExecContext(ctx, b.recordsTable(opts))
+		return err
 	}
 	stmts := []string{
 		// One row per key, never deleted: token is the key's counter;
@@ -406,6 +418,7 @@ func (b *Backend) migrate(ctx context.Context) error {
 			KEY by_finish (finished_at),
 			KEY by_running (job, state, expires_at),
 			KEY by_state (state, scheduled_at))` + opts,
+		b.recordsTable(opts),
 		`INSERT INTO ` + b.tMeta + ` (name, value) VALUES ('schema_version', 1) ON DUPLICATE KEY UPDATE value = 1`,
 	}
 	for _, s := range stmts {
@@ -414,6 +427,33 @@ func (b *Backend) migrate(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// recordsTable is the record store's table (backend.Records,
+// sqlledger.Records), with the table options opts: one row per record,
+// never changed once inserted. name is the key (VARBINARY(512), compared
+// byte for byte, as the runs' job: "A" and "a" differ; with seq's 8 bytes
+// the primary key stays within InnoDB's 3072-byte index limit), seq orders
+// a name's records, value is the record's text (utf8mb4 TEXT, up to 65535
+// bytes, so backend.MaxRecordValueLen is stored exactly; utf8mb4_bin),
+// instance and nonce its creator (as the runs store owners), expires the
+// instant from which PruneRecords may delete it (NULL: never; DATETIME(3),
+// as the runs' instants). The index by_expires serves PruneRecords.
+//
+// The table is additive: it is not a schema version. migrate creates it
+// whenever it is missing, without changing the version, so that an older
+// release (which checks the version, ErrSchemaTooNew) keeps working on
+// tables this release has opened; it never reads the table.
+func (b *Backend) recordsTable(opts string) string {
+	return `CREATE TABLE IF NOT EXISTS ` + b.tRecords + ` (
+			name     VARBINARY(512) NOT NULL,
+			seq      BIGINT NOT NULL,
+			value    TEXT NOT NULL,
+			instance VARBINARY(128) NOT NULL,
+			nonce    BINARY(16) NOT NULL,
+			expires  DATETIME(3) NULL,
+			PRIMARY KEY (name, seq),
+			KEY by_expires (expires))` + opts
 }
 
 // Capabilities reports the backend's guarantees; DurableFencing reflects

@@ -121,12 +121,13 @@ type Backend struct {
 	channel  string          // NOTIFY channel of this schema and prefix
 
 	// Quoted, schema-qualified table names.
-	tLeases, tJobs, tRuns, tMeta string
+	tLeases, tJobs, tRuns, tMeta, tRecords string
 
 	gate   closegate.Gate
-	g      guard.Guard       // checks, names failures; closed: gate.Check, and the steps Enter the gate
-	led    *sqlledger.Ledger // the ledger's rules and reads, written once
-	leases *sqlledger.Leases // the lease layer, written once but for acquire and release
+	g      guard.Guard        // checks, names failures; closed: gate.Check, and the steps Enter the gate
+	led    *sqlledger.Ledger  // the ledger's rules and reads, written once
+	leases *sqlledger.Leases  // the lease layer, written once but for acquire and release
+	recs   *sqlledger.Records // the record store, written once
 	n      *notifier
 }
 
@@ -227,10 +228,11 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, owns bool, opts []Optio
 func layout(pool *pgxpool.Pool, owns bool, cfg config) *Backend {
 	b := &Backend{pool: pool, ownsPool: owns, schema: cfg.schema, prefix: cfg.prefix}
 	tbl := func(name string) string { return pgx.Identifier{cfg.schema, cfg.prefix + name}.Sanitize() }
-	b.tLeases, b.tJobs, b.tRuns, b.tMeta = tbl("leases"), tbl("jobs"), tbl("runs"), tbl("meta")
+	b.tLeases, b.tJobs, b.tRuns, b.tMeta, b.tRecords = tbl("leases"), tbl("jobs"), tbl("runs"), tbl("meta"), tbl("records")
 	b.g = guard.Guard{Name: "postgres", MinTTL: MinTTL, Closed: b.gate.Check}
 	b.led = newLedger(b)
 	b.leases = newLeases(b)
+	b.recs = newRecords(b)
 	h := fnv.New64a()
 	h.Write([]byte(cfg.schema + "." + cfg.prefix))
 	b.channel = fmt.Sprintf("leasehold_%016x", h.Sum64())
@@ -284,7 +286,11 @@ func (b *Backend) migrate(ctx context.Context) error {
 		return fmt.Errorf("%w: schema %q prefix %q has version %d, this code knows up to %d; upgrade leasehold",
 			ErrSchemaTooNew, b.schema, b.prefix, v, schemaVersion)
 	} else if v == schemaVersion {
-		return nil
+		if recs, err := b.tableExists(ctx, b.pool, b.tRecords); err != nil {
+			return fail(err)
+		} else if recs {
+			return nil
+		}
 	}
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
@@ -327,9 +333,6 @@ func (b *Backend) migrate(ctx context.Context) error {
 		return fmt.Errorf("%w: schema %q prefix %q has version %d, this code knows up to %d; upgrade leasehold",
 			ErrSchemaTooNew, b.schema, b.prefix, v, schemaVersion)
 	}
-	if v == schemaVersion {
-		return nil
-	}
 	var stmts []string
 	if v < 1 {
 		stmts = append(stmts, b.schemaV1()...)
@@ -337,19 +340,36 @@ func (b *Backend) migrate(ctx context.Context) error {
 	if v < 2 {
 		stmts = append(stmts, b.schemaV2()...)
 	}
+	// The records table is additive and not versioned (schemaRecords):
+	// created here whenever it is missing, at any version.
+	if recs, err := b.tableExists(ctx, tx, b.tRecords); err != nil {
+		return fail(err)
+	} else if !recs {
+		stmts = append(stmts, b.schemaRecords()...)
+	}
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			return fail(err)
 		}
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+b.tMeta+` (name, value) VALUES ('schema_version', $1)
-		ON CONFLICT (name) DO UPDATE SET value = excluded.value`, schemaVersion); err != nil {
-		return fail(err)
+	if v < schemaVersion {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+b.tMeta+` (name, value) VALUES ('schema_version', $1)
+			ON CONFLICT (name) DO UPDATE SET value = excluded.value`, schemaVersion); err != nil {
+			return fail(err)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fail(err)
 	}
 	return nil
+}
+
+// tableExists reports whether the (qualified) table exists, through q
+// (the pool, or the migration's transaction).
+func (b *Backend) tableExists(ctx context.Context, q pgxQuerier, table string) (bool, error) {
+	var exists bool
+	err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists)
+	return exists, err
 }
 
 // schemaVersionNow reads the tables' version without any lock: 0 when the
@@ -420,6 +440,35 @@ func (b *Backend) schemaV1() []string {
 // waits, and Release sends no NOTIFY.
 func (b *Backend) schemaV2() []string {
 	return []string{`ALTER TABLE ` + b.tLeases + ` ADD COLUMN IF NOT EXISTS wake_until timestamptz`}
+}
+
+// schemaRecords is the record store's table (backend.Records,
+// sqlledger.Records): one row per record, never changed once inserted.
+// name is the key (COLLATE "C": byte-wise, as the jobs'), seq orders a
+// name's records, value is the record's text, instance and nonce its
+// creator (as the runs store owners), expires the instant from which
+// PruneRecords may delete it (NULL: never; milliseconds, as the runs'
+// instants). The index on expires serves PruneRecords (records without
+// expires are not in it).
+//
+// The table is additive: it is not a schema version. migrate creates it
+// whenever it is missing, without changing the version, so that an older
+// release (which checks the version, ErrSchemaTooNew) keeps working on
+// tables this release has opened; it never reads the table.
+func (b *Backend) schemaRecords() []string {
+	idx := func(name string) string { return pgx.Identifier{b.prefix + name}.Sanitize() }
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + b.tRecords + ` (
+			name     text COLLATE "C" NOT NULL,
+			seq      bigint NOT NULL,
+			value    text NOT NULL,
+			instance text NOT NULL,
+			nonce    bytea NOT NULL,
+			expires  timestamptz,
+			PRIMARY KEY (name, seq)
+		)`,
+		`CREATE INDEX IF NOT EXISTS ` + idx("records_expires") + ` ON ` + b.tRecords + ` (expires) WHERE expires IS NOT NULL`,
+	}
 }
 
 // Capabilities reports the backend's guarantees; DurableFencing reflects

@@ -134,9 +134,10 @@ func withClocks(mono func() (int64, error), wall func() time.Time) Option {
 // may open the same file.
 type Backend struct {
 	gate    closegate.Gate
-	g       guard.Guard       // checks, names failures; closed: gate.Check, and write Enters the gate
-	led     *sqlledger.Ledger // the ledger's rules and reads, written once
-	leases  *sqlledger.Leases // the lease layer, written once but for its clock
+	g       guard.Guard        // checks, names failures; closed: gate.Check, and write Enters the gate
+	led     *sqlledger.Ledger  // the ledger's rules and reads, written once
+	leases  *sqlledger.Leases  // the lease layer, written once but for its clock
+	recs    *sqlledger.Records // the record store, written once
 	db      *sql.DB
 	path    string
 	bootID  string
@@ -210,6 +211,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	b.g = guard.Guard{Name: "sqlite", MinTTL: MinTTL, Closed: b.gate.Check}
 	b.led = newLedger(b)
 	b.leases = newLeases(b)
+	b.recs = newRecords(b)
 	if err := b.initRetryingBusy(ctx, cfg.busyTimeout); err != nil {
 		b.Close()
 		return nil, err
@@ -324,8 +326,35 @@ var schema = []string{
 	`CREATE INDEX IF NOT EXISTS runs_running ON runs (job) WHERE state = 'running'`,
 }
 
+// recordsSchema is the record store's table (backend.Records,
+// sqlledger.Records): one row per record, never changed once inserted.
+// name is the key (TEXT, compared byte for byte, as the runs' job), seq
+// orders a name's records, value is the record's text, instance and nonce
+// its creator (as the runs store owners), expires the instant from which
+// PruneRecords may delete it, in Unix milliseconds (NULL: never; as the
+// runs' instants, scheduled_ms). A rowid table, so that a prune's batch is
+// chosen by rowid; the partial index on expires serves it.
+//
+// The table is additive: it is not a schema version. migrate creates it
+// whenever it is missing, without changing the version, so that an older
+// release (which checks the version, ErrSchemaTooNew) keeps working on a
+// file this release has opened; it never reads the table.
+var recordsSchema = []string{
+	`CREATE TABLE IF NOT EXISTS records (
+		name     TEXT NOT NULL,
+		seq      INTEGER NOT NULL,
+		value    TEXT NOT NULL,
+		instance TEXT NOT NULL,
+		nonce    BLOB NOT NULL,
+		expires  INTEGER,
+		PRIMARY KEY (name, seq)
+	)`,
+	`CREATE INDEX IF NOT EXISTS records_expires ON records (expires) WHERE expires IS NOT NULL`,
+}
+
 // migrate creates the schema in an immediate transaction, or checks the
-// version of an existing one.
+// version of an existing one; the records table (recordsSchema) is
+// created whenever it is missing, at any version.
 func (b *Backend) migrate(ctx context.Context) error {
 	fail := func(err error) error { return fmt.Errorf("sqlite: schema of %s: %w", b.path, err) }
 	tx, err := b.db.BeginTx(ctx, nil)
@@ -347,17 +376,21 @@ func (b *Backend) migrate(ctx context.Context) error {
 	if v > schemaVersion {
 		return fmt.Errorf("%w: %s has schema version %d, this code knows up to %d; upgrade leasehold", ErrSchemaTooNew, b.path, v, schemaVersion)
 	}
-	if v == schemaVersion {
-		return nil
+	var stmts []string
+	if v < schemaVersion {
+		stmts = append(stmts, schema...)
 	}
-	for _, s := range schema {
+	stmts = append(stmts, recordsSchema...)
+	for _, s := range stmts {
 		if _, err := tx.ExecContext(ctx, s); err != nil {
 			return fail(err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO meta (name, value) VALUES ('schema_version', ?)
-		ON CONFLICT (name) DO UPDATE SET value = excluded.value`, schemaVersion); err != nil {
-		return fail(err)
+	if v < schemaVersion {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO meta (name, value) VALUES ('schema_version', ?)
+			ON CONFLICT (name) DO UPDATE SET value = excluded.value`, schemaVersion); err != nil {
+			return fail(err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fail(err)

@@ -1,9 +1,10 @@
-// Package sqlledger is the run ledger and the lease layer of the SQL
-// backends (backend/mysql, backend/postgres, backend/sqlite) written once:
-// the rules a claim, a reclaim and an abandon are judged by, the guarded
-// updates of a run or a lease, and the reads (GetRun, ListRuns, Get, List)
-// and Prune that are the same statement in every SQL database but for its
-// dialect. A backend keeps its Dialect and what truly differs between the
+// Package sqlledger is the run ledger, the lease layer and the record
+// store of the SQL backends (backend/mysql, backend/postgres,
+// backend/sqlite) written once: the rules a claim, a reclaim and an
+// abandon are judged by, the guarded updates of a run or a lease, the
+// reads (GetRun, ListRuns, Get, List) and Prune that are the same
+// statement in every SQL database but for its dialect, and the record
+// store's steps (Records). A backend keeps its Dialect and what truly differs between the
 // databases (how a claim or an acquire takes its token atomically, which
 // clock judges expiry), each saying why it differs.
 package sqlledger
