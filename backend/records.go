@@ -67,9 +67,11 @@ type CreateRecordRequest struct {
 
 // ListRecordsRequest is the argument of Records.ListRecords.
 type ListRecordsRequest struct {
-	Name   string
-	Before int64 // only Seq < Before; 0: no bound (also the paging cursor)
-	Limit  int   // ≤ 0: DefaultRecordLimit
+	Name string
+	// Before: only Seq < Before; 0: no bound. As a paging cursor it is the
+	// last Seq of the page before; a page that ends at Seq 0 is the last.
+	Before int64
+	Limit  int // ≤ 0: DefaultRecordLimit
 }
 
 // EffectiveLimit returns r.Limit, or DefaultRecordLimit when it is ≤ 0.

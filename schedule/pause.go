@@ -24,9 +24,7 @@ import (
 // occurrence claimed before the pause is finished by the crash policy.
 // Trigger refuses a paused job with ErrPaused (it reads the state like a
 // claim loop; there, a read error refuses the trigger). A job with
-// StartPaused whose state was never recorded reads as paused (and so does
-// one whose only record, carried over from an earlier release, says no
-// state was recorded: value "").
+// StartPaused whose state was never recorded reads as paused.
 
 const (
 	pauseInfix   = backend.MetaSep + "pause" + backend.MetaSep // reserved space: see backend.MetaSep

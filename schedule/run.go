@@ -524,7 +524,8 @@ func (s *Scheduler) recoverExpired(ctx context.Context, runs []backend.Run) {
 }
 
 // pruneLoop deletes history older than the retention, and expired records,
-// at start-up and then hourly, in batches, for at most 10 s each time.
+// at start-up and then hourly, in batches, for at most 10 s each time and
+// each.
 func (s *Scheduler) pruneLoop(ctx context.Context) {
 	for {
 		budget, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -540,12 +541,17 @@ func (s *Scheduler) pruneLoop(ctx context.Context) {
 			}
 		}
 		// Records of history (trigger-key uses, retried attempts) expire
-		// with the retention they were written under (recordExpiry).
-		for now := s.cfg.clock.Now(); err == nil; {
-			var n int
-			n, err = s.l.PruneRecords(budget, now, 1000)
+		// with the retention they were written under (recordExpiry); they
+		// are pruned whatever became of the runs' pass, in a budget of
+		// their own.
+		cancel()
+		budget, cancel = context.WithTimeout(ctx, 10*time.Second)
+		now := s.cfg.clock.Now()
+		for {
+			n, rerr := s.l.PruneRecords(budget, now, 1000)
 			total += n
-			if err != nil || n < 1000 {
+			if rerr != nil || n < 1000 {
+				err = errors.Join(err, rerr)
 				break
 			}
 		}

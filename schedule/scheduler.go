@@ -194,7 +194,7 @@ type Scheduler struct {
 
 	mu        sync.Mutex
 	jobs      map[string]*entry
-	carried   map[string]bool // jobs whose earlier release's records are carried over (legacy.go)
+	carried   carriedJobs // jobs whose earlier release's records are carried over (legacy.go)
 	started   bool
 	loopCtx   context.Context // parent of the timers and the entries; cancelled by Shutdown
 	stop      context.CancelFunc
@@ -310,7 +310,7 @@ func New(l backend.Leases, opts ...Option) (*Scheduler, error) {
 	if err := (keeper.Timing{Drift: c.lease.drift, Margin: c.lease.margin}).Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", leasehold.ErrInvalid, err)
 	}
-	return &Scheduler{b: b, l: NamespaceLedger(b, c.namespace), cfg: c, jobs: map[string]*entry{}, carried: map[string]bool{},
+	return &Scheduler{b: b, l: NamespaceLedger(b, c.namespace), cfg: c, jobs: map[string]*entry{},
 		timers: newTimerHeap(), startup: make(chan struct{}, startupWorkers), sweepPage: sweepPage,
 		startedUp: make(chan struct{})}, nil
 }

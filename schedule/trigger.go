@@ -203,18 +203,19 @@ func (s *Scheduler) claimTriggerKey(ctx context.Context, e *entry, key, what str
 		}
 		seq := int64(0)
 		switch {
-		case !ok:
-			r, used, err := legacyTriggerUsed(ctx, s.l, name)
-			if err != nil {
-				return triggerMarker{}, fmt.Errorf("%s: reading the key's uses by an earlier release: %w", what, err)
-			}
-			if used {
-				return triggerMarker{}, fmt.Errorf("%s: the key was used before (by %s, %s, recorded by an earlier release): %w", what, r.Owner.Instance, r.State, backend.ErrOccurrenceClaimed)
-			}
-		case last.Seq%2 == 0:
+		case ok && last.Seq%2 == 0:
 			return triggerMarker{}, fmt.Errorf("%s: the key was used before (by %s): %w", what, last.Owner.Instance, backend.ErrOccurrenceClaimed)
-		default: // the newest use was refused: the key is free
+		case ok: // the newest use was refused: the key is free here
 			seq = last.Seq + 1
+		}
+		// …and where an earlier release kept the key's uses (before an
+		// upgrade, or during a rollback).
+		r, used, err := legacyTriggerUsed(ctx, s.l, name)
+		if err != nil {
+			return triggerMarker{}, fmt.Errorf("%s: reading the key's uses by an earlier release: %w", what, err)
+		}
+		if used {
+			return triggerMarker{}, fmt.Errorf("%s: the key was used before (by %s, %s, recorded by an earlier release): %w", what, r.Owner.Instance, r.State, backend.ErrOccurrenceClaimed)
 		}
 		if seq/2 >= maxTriggerRefusals {
 			break

@@ -209,29 +209,29 @@ func refusedTriggerKeepsKeyOnSlowClaim(t *testing.T) {
 	}
 }
 
-// TestTriggerWithAnUnansweringMarkerWriteReturns: the trigger key's
-// marker is written without the caller's cancellation (the run has
-// started), but for recordFinishWait at most: a ledger that never answers
-// that write must not hold TriggerRun for ever.
+// TestTriggerWithAnUnansweringKeyWriteReturns: the trigger key's use is
+// written under the caller's context: a backend that never answers that
+// write must not hold TriggerRun for ever; it returns when its context
+// ends, and nothing ran.
 //
-// It runs in a synctest bubble: the trigger's 1 s context, the marker
-// write's recordFinishWait bound and the 30 s allowed are virtual time.
-func TestTriggerWithAnUnansweringMarkerWriteReturns(t *testing.T) {
-	synctest.Test(t, triggerWithAnUnansweringMarkerWriteReturns)
+// It runs in a synctest bubble: the trigger's 1 s context and the 30 s
+// allowed are virtual time.
+func TestTriggerWithAnUnansweringKeyWriteReturns(t *testing.T) {
+	synctest.Test(t, triggerWithAnUnansweringKeyWriteReturns)
 }
 
-// triggerWithAnUnansweringMarkerWriteReturns is TestTriggerWithAnUnansweringMarkerWriteReturns
+// triggerWithAnUnansweringKeyWriteReturns is TestTriggerWithAnUnansweringKeyWriteReturns
 // inside its bubble.
-func triggerWithAnUnansweringMarkerWriteReturns(t *testing.T) {
+func triggerWithAnUnansweringKeyWriteReturns(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
 	var stalled atomic.Bool
 	b := &faultbackend.Backend{Next: mem,
-		OnFinish: func(ctx context.Context, next faultbackend.FinishFunc, req backend.FinishRequest) error {
-			if strings.Contains(req.Job, triggerInfix) {
+		OnCreateRecord: func(ctx context.Context, next faultbackend.CreateRecordFunc, req backend.CreateRecordRequest) (backend.Record, bool, error) {
+			if strings.Contains(req.Name, triggerInfix) {
 				stalled.Store(true)
-				<-ctx.Done() // the ledger never answers the marker's write
-				return fmt.Errorf("no answer: %w", ctx.Err())
+				<-ctx.Done() // the backend never answers the key's use
+				return backend.Record{}, false, fmt.Errorf("no answer: %w", ctx.Err())
 			}
 			return next(ctx, req)
 		}}
@@ -255,25 +255,25 @@ func triggerWithAnUnansweringMarkerWriteReturns(t *testing.T) {
 	go func() { triggered <- s.Trigger(tctx, "manual", "k1") }()
 	select {
 	case err := <-triggered:
-		if err != nil {
-			t.Fatalf("Trigger: %v", err)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Trigger whose key's use was never answered: %v, want its context's end", err)
 		}
 		if !stalled.Load() {
-			t.Fatal("the marker's write was never made")
+			t.Fatal("the key's use was never written")
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("Trigger still blocked 30 s after its call (its context ended after 1 s; the marker's write is bounded by %v)", recordFinishWait)
+		t.Fatal("Trigger still blocked 30 s after its call (its context ended after 1 s)")
 	}
 }
 
 // refusalWrites delays, by slow, the write that records a trigger key's
-// refusal (its marker finished Failed), as a loaded SQLite delays a write
+// refusal (its record at an odd seq), as a loaded SQLite delays a write
 // behind others; never answers it when slow is 0. started is signalled
 // (without blocking) when such a write begins.
 func refusalWrites(b backend.Backend, slow time.Duration, started chan<- struct{}) *faultbackend.Backend {
 	return &faultbackend.Backend{Next: b,
-		OnFinish: func(ctx context.Context, next faultbackend.FinishFunc, req backend.FinishRequest) error {
-			if strings.Contains(req.Job, triggerInfix) && req.Outcome.State == backend.Failed {
+		OnCreateRecord: func(ctx context.Context, next faultbackend.CreateRecordFunc, req backend.CreateRecordRequest) (backend.Record, bool, error) {
+			if strings.Contains(req.Name, triggerInfix) && req.Seq%2 == 1 {
 				select {
 				case started <- struct{}{}:
 				default:
@@ -285,7 +285,7 @@ func refusalWrites(b backend.Backend, slow time.Duration, started chan<- struct{
 				select {
 				case <-late:
 				case <-ctx.Done():
-					return fmt.Errorf("no answer: %w", ctx.Err())
+					return backend.Record{}, false, fmt.Errorf("no answer: %w", ctx.Err())
 				}
 			}
 			return next(ctx, req)

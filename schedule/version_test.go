@@ -145,12 +145,12 @@ func refusedVersionRunsNothing(t *testing.T) {
 	newer := mk("new", "@every 2h")
 	eventually.True(t, 5*time.Second, "new version recorded", func() bool { return len(versionRecords(t, l, "job")) == 2 })
 	eventually.True(t, 10*time.Second, "past the settle time (1 s) of the new version's record", func() bool {
-		recs, err := l.ListRuns(context.Background(), backend.RunFilter{Job: "job!version"})
+		recs, err := schedule.ReadVersions(context.Background(), l, "job")
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range recs {
-			if r.SpecVersion == newSpec.Version() && time.Since(r.ClaimedAt) > time.Second {
+			if r.Version == newSpec.Version() && time.Since(r.Recorded) > time.Second {
 				return true
 			}
 		}

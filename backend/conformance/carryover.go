@@ -19,6 +19,7 @@ func carryOverChecks() []check {
 	return []check{
 		{"SchedulerCarriesOverEarlierRelease", checkCarryOver},
 		{"SchedulersCarryOverAtOnce", checkCarryOverAtOnce},
+		{"SchedulerCarriesOverAgainAfterARollback", checkCarryOverAfterRollback},
 	}
 }
 
@@ -27,7 +28,13 @@ func carryOverChecks() []check {
 // is Running, its finish with state, result and errText.
 func legacyRun(t T, ctx context.Context, l backend.Ledger, name string, at time.Time, specVersion string, state backend.RunState, result, errText string) {
 	t.Helper()
-	o := owner("earlier")
+	legacyRunBy(t, ctx, l, "earlier", name, at, specVersion, state, result, errText)
+}
+
+// legacyRunBy is legacyRun by owner instance instance.
+func legacyRunBy(t T, ctx context.Context, l backend.Ledger, instance, name string, at time.Time, specVersion string, state backend.RunState, result, errText string) {
+	t.Helper()
+	o := owner(instance)
 	g, err := l.Claim(ctx, backend.ClaimRequest{Job: name, ScheduledAt: at, SpecVersion: specVersion, Owner: o,
 		TTL: time.Minute, MaxEarly: 100 * 365 * 24 * time.Hour})
 	mustNil(t, err, "legacy claim of "+name)
@@ -51,10 +58,10 @@ func mustSpec(t T, s string) *schedule.Spec {
 // Trigger that never finished), a retried attempt's failure, a job of
 // another namespace — reads the same through a Scheduler of this release:
 // paused jobs stay paused, used keys stay used, a refused key is free, a
-// superseded version is refused, the attempt is readable; every job the
-// earlier release knew is fenced off for it (its pause state there reads
-// paused), a job it never knew is not; a second Scheduler carries nothing
-// over again, and a Resume is not undone by it.
+// superseded version is refused, the attempt is readable; every job is
+// fenced off for the earlier release (its pause state there reads paused);
+// a second Scheduler carries nothing over again, and a Resume is not undone
+// by it.
 func checkCarryOver(t T, e *env) {
 	b, ctx := e.newLedger(t), e.ctx()
 	first, second, gone := mustSpec(t, "@every 1h"), mustSpec(t, "@every 2h"), mustSpec(t, "@every 3h")
@@ -123,17 +130,14 @@ func checkCarryOver(t T, e *env) {
 		vs[1].Version != first.Version() || !vs[1].From.Equal(epoch) || vs[1].Spec != first.String() {
 		t.Errorf("report's versions after the carry-over: %+v; want %s from %v, then (older) %s from the epoch", vs, second.Version(), t1, first.Version())
 	}
-	// Fenced: where the earlier release reads a pause state, every job it
-	// knew now reads paused; a job it never knew has no state there.
-	for _, job := range []string{"report", "sync", "mail", "flaky"} {
+	// Fenced: where the earlier release reads a pause state, every job now
+	// reads paused, also one it never knew (it may learn it later).
+	for _, job := range []string{"report", "sync", "mail", "flaky", "gamma"} {
 		_, st, err := b.HighWater(ctx, job+"!pause!default")
 		mustNil(t, err, "HighWater")
 		if st != "paused" {
 			t.Errorf("job %s's pause state where the earlier release reads it: %q, want paused (the fence)", job, st)
 		}
-	}
-	if hw, st, err := b.HighWater(ctx, "gamma!pause!default"); err != nil || !hw.IsZero() {
-		t.Errorf("job gamma, unknown to the earlier release, has a pause state there: %v %q %v", hw, st, err)
 	}
 	// Trigger keys: used and held keys stay used, a refused one is free once.
 	for key, want := range map[string]error{"k-used": backend.ErrOccurrenceClaimed, "k-held": backend.ErrOccurrenceClaimed, "k-refused": nil} {
@@ -204,6 +208,11 @@ func checkCarryOverAtOnce(t T, e *env) {
 	legacyRun(t, ctx, b, "resumed!version", epoch, sp.Version(), backend.Succeeded, sp.String(), "")
 	legacyRun(t, ctx, b, "resumed!pause!default", past(2*time.Hour), "paused", backend.Succeeded, "", "")
 	legacyRun(t, ctx, b, "resumed!pause!default", past(time.Hour), "resumed", backend.Succeeded, "", "")
+	// A carrier that died after its fence, before its record of the
+	// carry-over (and whose copy of the state was lost).
+	legacyRun(t, ctx, b, "crashed!version", epoch, sp.Version(), backend.Succeeded, sp.String(), "")
+	legacyRun(t, ctx, b, "crashed!pause!default", past(2*time.Hour), "resumed", backend.Succeeded, "", "")
+	legacyRunBy(t, ctx, b, "leasehold-fence/dead", "crashed!pause!default", past(time.Hour), "paused", backend.Succeeded, "fence: …", "")
 	nop := func(context.Context, schedule.Run) error { return nil }
 	const n = 4
 	ss := make([]*schedule.Scheduler, n)
@@ -211,7 +220,7 @@ func checkCarryOverAtOnce(t T, e *env) {
 	for i := range ss {
 		s, err := schedule.New(b, schedule.WithInstance(fmt.Sprint("new", i)))
 		mustNil(t, err, "schedule.New")
-		for _, j := range []string{"paused", "resumed"} {
+		for _, j := range []string{"paused", "resumed", "crashed"} {
 			mustNil(t, s.Register(schedule.Job{Name: j, Schedule: sp.String(), Func: nop}), "Register")
 		}
 		ss[i] = s
@@ -227,7 +236,7 @@ func checkCarryOverAtOnce(t T, e *env) {
 		case <-ctx.Done():
 			t.Fatalf("scheduler %d did not start up", i)
 		}
-		for job, want := range map[string]bool{"paused": true, "resumed": false} {
+		for job, want := range map[string]bool{"paused": true, "resumed": false, "crashed": false} {
 			got, err := s.Paused(ctx, job)
 			mustNil(t, err, "Paused")
 			if got != want {
@@ -241,5 +250,72 @@ func checkCarryOverAtOnce(t T, e *env) {
 		if len(rs) != 1 {
 			t.Errorf("job %s's pause state was carried over as %d records (%+v), want 1", job, len(rs), rs)
 		}
+	}
+}
+
+// checkCarryOverAfterRollback: every job a Scheduler runs is fenced off for
+// the earlier release, even one that release never knew (it may learn it
+// later); after a rollback, whatever that release recorded for the job (a
+// pause, a resume, a used trigger key) is carried over by the next
+// Scheduler, which fences again.
+func checkCarryOverAfterRollback(t T, e *env) {
+	b, ctx := e.newLedger(t), e.ctx()
+	nop := func(context.Context, schedule.Run) error { return nil }
+	run := func(instance string, check func(s *schedule.Scheduler)) {
+		t.Helper()
+		s, err := schedule.New(b, schedule.WithInstance(instance))
+		mustNil(t, err, "schedule.New")
+		mustNil(t, s.Register(schedule.Job{Name: "j", Schedule: "@every 1h", Func: nop}), "Register")
+		mustNil(t, s.Start(ctx), "Start")
+		select {
+		case <-s.StartedUp():
+		case <-ctx.Done():
+			t.Fatalf("scheduler %s did not start up", instance)
+		}
+		check(s)
+		mustNil(t, s.Shutdown(ctx), "Shutdown")
+	}
+	legacyState := func() (time.Time, string) {
+		t.Helper()
+		hw, st, err := b.HighWater(ctx, "j!pause!default")
+		mustNil(t, err, "HighWater")
+		return hw, st
+	}
+	paused := func(s *schedule.Scheduler, want bool, when string) {
+		t.Helper()
+		got, err := s.Paused(ctx, "j")
+		mustNil(t, err, "Paused")
+		if got != want {
+			t.Errorf("%s: Paused(j) = %v, want %v", when, got, want)
+		}
+	}
+	run("first", func(s *schedule.Scheduler) { paused(s, false, "a new job") })
+	fence, st := legacyState()
+	if st != "paused" {
+		t.Fatalf("a job new to this release is not fenced off for the earlier release: its state there is %q", st)
+	}
+	// Rolled back: the earlier release's tools lift the fence and pause the
+	// job again, and its trigger key k is used there.
+	legacyRun(t, ctx, b, "j!pause!default", fence.Add(time.Second), "resumed", backend.Succeeded, "", "")
+	legacyRun(t, ctx, b, "j!pause!default", fence.Add(2*time.Second), "paused", backend.Succeeded, "", "")
+	legacyRun(t, ctx, b, "j!trigger!k", time.UnixMilli(1), "", backend.Succeeded, "", "")
+	run("second", func(s *schedule.Scheduler) {
+		paused(s, true, "upgraded again after a pause made with the earlier release")
+		mustNil(t, s.Resume(ctx, "j"), "Resume")
+		if _, err := s.TriggerRun(ctx, "j", "k"); !errors.Is(err, backend.ErrOccurrenceClaimed) {
+			t.Errorf("TriggerRun of a key used with the earlier release during a rollback = %v, want ErrClaimed", err)
+		}
+	})
+	if _, st := legacyState(); st != "paused" {
+		t.Errorf("after the second upgrade the earlier release reads j as %q, want paused", st)
+	}
+	// Rolled back again: resumed there, then upgraded: resumed, and fenced.
+	hw, _ := legacyState()
+	legacyRun(t, ctx, b, "j!pause!default", hw.Add(time.Second), "resumed", backend.Succeeded, "", "")
+	run("third", func(s *schedule.Scheduler) {
+		paused(s, false, "upgraded again after a resume made with the earlier release")
+	})
+	if hw2, st := legacyState(); st != "paused" || !hw2.After(hw.Add(time.Second)) {
+		t.Errorf("after the third upgrade the earlier release reads j as %q at %v, want fenced again (paused after %v)", st, hw2, hw.Add(time.Second))
 	}
 }

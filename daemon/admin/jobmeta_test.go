@@ -13,9 +13,9 @@ import (
 )
 
 // TestRunsAndLocksShowNoSchedulerState: the scheduler keeps a job's
-// versions, pause state and trigger keys as ledger records under reserved
-// names ("<job>!…", many dated at the epoch); the runs list shows runs
-// only, and the locks list marks the daemon's own instance lease as kind
+// versions, pause state and trigger keys in the record store, and an
+// earlier release kept them as runs under reserved names ("<job>!…", many
+// dated at the epoch); the runs list shows runs only, and the locks list marks the daemon's own instance lease as kind
 // "instance", apart from users' locks.
 func TestRunsAndLocksShowNoSchedulerState(t *testing.T) {
 	b := memory.New()
@@ -31,12 +31,22 @@ func TestRunsAndLocksShowNoSchedulerState(t *testing.T) {
 		t.Fatalf("trigger = %d %v", code, m)
 	}
 	ctx := t.Context()
-	// The metadata is in the ledger…
+	// The metadata is in the record store…
 	for _, name := range []string{"m-tick!version", "m-lead!pause!default", "m-tick!trigger!k1"} {
 		eventually.True(t, 10*time.Second, name+" recorded", func() bool {
-			rs, err := b.ListRuns(ctx, backend.RunFilter{Job: name})
+			rs, err := b.ListRecords(ctx, backend.ListRecordsRequest{Name: name})
 			return err == nil && len(rs) > 0
 		})
+	}
+	// …with a run under such a name as an earlier release kept them
+	// (docs/records.md)…
+	o := backend.Owner{Instance: "earlier", Nonce: backend.NewNonce()}
+	old, err := b.Claim(ctx, backend.ClaimRequest{Job: "m-tick!trigger!k0", ScheduledAt: time.UnixMilli(1), Owner: o, TTL: time.Minute, MaxEarly: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Finish(ctx, backend.FinishRequest{Job: "m-tick!trigger!k0", ScheduledAt: time.UnixMilli(1), Owner: o, Token: old.Token, Outcome: backend.Outcome{State: backend.Succeeded}}); err != nil {
+		t.Fatal(err)
 	}
 	eventually.True(t, 10*time.Second, "runs of m-tick recorded", func() bool {
 		var p admin.RunPage
