@@ -9,11 +9,12 @@ import (
 )
 
 // Records is a store of small records kept apart from the run ledger: the
-// scheduler's job metadata (schedule versions and their superseded marks,
-// pause state, trigger-key uses) is to move here from the ledger's reserved
-// names (MetaSep), so that runs and metadata no longer share one name
-// space. docs/records.md says how each kind of metadata maps onto it and
-// how existing MetaSep records are carried over.
+// scheduler keeps its job metadata here (schedule versions and their
+// superseded marks, pause state, trigger-key uses, retried attempts'
+// failures), which earlier releases kept as runs under the ledger's
+// reserved names (MetaSep), so that runs and metadata no longer share one
+// name space. docs/records.md says how each kind of metadata maps onto it
+// and how those runs are carried over.
 //
 // A record is addressed by a name and a sequence number. Create is
 // first-wins: of two creates of one (Name, Seq), exactly one stores its

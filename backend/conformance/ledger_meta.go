@@ -8,12 +8,13 @@ import (
 	"github.com/leasehold/leasehold/backend"
 )
 
-// checkListRunsLeavesOutJobMeta: records under a reserved name (one with
-// backend.MetaSep: the scheduler's versions, pause state, trigger-key
-// markers) are not runs. A listing without a job never returns them —
-// whatever their state or instant, and without letting them take room of
-// the limit — while naming one lists its records (the scheduler reads its
-// metadata so).
+// checkListRunsLeavesOutJobMeta: runs under a reserved name (one with
+// backend.MetaSep: the versions, pause state and trigger-key markers an
+// earlier release kept so, and the fences this one writes for it;
+// docs/records.md) are not runs of a job. A listing without a job never
+// returns them — whatever their state or instant, and without letting them
+// take room of the limit — while naming one lists them (the scheduler
+// reads an earlier release's metadata so).
 func checkListRunsLeavesOutJobMeta(t T, e *env) {
 	b, ctx := e.newLedger(t), e.ctx()
 	ttl := e.ttl(30 * time.Second)
