@@ -25,16 +25,19 @@ type earlierRelease struct {
 		Current                       bool
 	} `json:"spec_versions"`
 	Metadata []struct {
-		Name string `json:"name"`
-		Runs []struct {
-			ScheduledAt time.Time `json:"scheduled_at"`
-			SpecVersion string    `json:"spec_version"`
-			State       string    `json:"state"`
-			Token       uint64    `json:"token"`
-			Result      string    `json:"result"`
-			Error       string    `json:"error"`
-		} `json:"runs"`
+		Name string       `json:"name"`
+		Runs []earlierRun `json:"runs"`
 	} `json:"metadata"`
+}
+
+// earlierRun is a run of job metadata in the manifest.
+type earlierRun struct {
+	ScheduledAt time.Time `json:"scheduled_at"`
+	SpecVersion string    `json:"spec_version"`
+	State       string    `json:"state"`
+	Token       uint64    `json:"token"`
+	Result      string    `json:"result"`
+	Error       string    `json:"error"`
 }
 
 // TestCarryOverOfADatabaseWrittenByTheEarlierRelease opens a copy of a
@@ -78,14 +81,7 @@ func TestCarryOverOfADatabaseWrittenByTheEarlierRelease(t *testing.T) {
 			replaced = v.Spec
 		}
 	}
-	runsOf := func(name string) []struct {
-		ScheduledAt time.Time `json:"scheduled_at"`
-		SpecVersion string    `json:"spec_version"`
-		State       string    `json:"state"`
-		Token       uint64    `json:"token"`
-		Result      string    `json:"result"`
-		Error       string    `json:"error"`
-	} {
+	runsOf := func(name string) []earlierRun {
 		for _, x := range m.Metadata {
 			if x.Name == name {
 				return x.Runs
