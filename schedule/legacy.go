@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,8 +33,11 @@ import (
 
 const carriedSuffix = backend.MetaSep + "records"
 
-// fenceWait bounds the pause of the earlier release's fence.
-const fenceWait = 10 * time.Second
+// fenceSuffix names the records of the fences this release wrote for a
+// job (seq: the fence run's instant). A fence is recorded here before its
+// run is claimed, so that it is told from a pause made with the earlier
+// release for good, also once the retention pruned its run.
+const fenceSuffix = backend.MetaSep + "fence"
 
 // carriedMark is the value of a "<job>!records" record: the earlier
 // release's high-water marks of the job's pause state and versions (Unix
@@ -47,8 +51,8 @@ type carriedMark struct {
 	By      string `json:"by"`
 }
 
-// fenceOwnerPrefix starts the owner instance of a fence's run, which is how
-// a fence is told from a pause made by the earlier release.
+// fenceOwnerPrefix starts the owner instance of a fence's run, for people
+// reading the ledger; fences are told by their records (fenceSuffix).
 const fenceOwnerPrefix = "leasehold-fence/"
 
 // carryOver carries job's metadata of an earlier release over and fences
@@ -59,8 +63,6 @@ func (s *Scheduler) carryOver(ctx context.Context, job string) error {
 		return nil
 	}
 	pkey, vkey, marker := s.pauseKey(job), job+versionSuffix, job+carriedSuffix
-	// The earlier release's marks first, then the record of the last
-	// carry-over: a carry-over that ended in between is seen whole.
 	phw, pstate, err := s.l.HighWater(ctx, pkey)
 	if err != nil {
 		return fmt.Errorf("reading job %q's pause state of an earlier release: %w", job, err)
@@ -100,21 +102,26 @@ func (s *Scheduler) carryOver(ctx context.Context, job string) error {
 			}
 		}
 	}
-	if millis(phw) > done.Pause {
-		fence, err := s.isFence(ctx, pkey, phw)
-		if err != nil {
+	// Fence first, then copy: a change made with the earlier release
+	// before the fence landed is then read below, and one after it moves
+	// the mark, for the next Scheduler to carry over.
+	if pstate != statePaused {
+		if err := s.fenceEarlierRelease(ctx, job, phw); err != nil {
 			return err
-		}
-		if !fence { // a change made with the earlier release: it is the newer, by its instant
-			if _, _, err := createRecord(ctx, s.l, backend.CreateRecordRequest{Name: pkey, Seq: seqOf(phw), Value: pstate, Owner: self()}); err != nil {
-				return fmt.Errorf("carrying job %q's pause state over: %w", job, err)
-			}
 		}
 	}
-	if pstate != statePaused {
-		if phw, err = s.fenceEarlierRelease(ctx, job, phw); err != nil {
-			return err
+	at, state, changed, err := s.legacyPauseChange(ctx, job, done.Pause, phw, pstate)
+	if err != nil {
+		return err
+	}
+	if changed { // made with the earlier release: the newer change, by its instant
+		if _, _, err := createRecord(ctx, s.l, backend.CreateRecordRequest{Name: pkey, Seq: seqOf(at), Value: state, Owner: self()}); err != nil {
+			return fmt.Errorf("carrying job %q's pause state over: %w", job, err)
 		}
+	}
+	// The mark as it stands now, fence included.
+	if phw, _, err = s.l.HighWater(ctx, pkey); err != nil {
+		return fmt.Errorf("reading job %q's pause state of an earlier release: %w", job, err)
 	}
 	v, _ := json.Marshal(carriedMark{Pause: millis(phw), Version: millis(vhw), By: s.cfg.instance})
 	seq := seqOf(s.cfg.clock.Now())
@@ -136,19 +143,125 @@ func millis(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-// isFence reports whether the earlier release's pause run of job at at is
-// a fence (a Scheduler of this release wrote it), not a pause made with
-// that release. A run pruned since is no fence: a carry-over records its
-// fence at once, so a fence that old was carried over.
-func (s *Scheduler) isFence(ctx context.Context, pkey string, at time.Time) (bool, error) {
-	r, err := s.l.GetRun(ctx, pkey, at)
-	switch {
-	case errors.Is(err, backend.ErrNotFound):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("reading the pause run of an earlier release %s: %w", backend.FormatOccurrence(pkey, at), err)
+// legacyPauseChange returns the newest change of job's pause state made
+// with the earlier release after the instant after (Unix ms): its newest
+// run under "<job>!pause!<namespace>" that is no fence, or, where the
+// retention pruned the runs, a high-water mark's state if it is no fence —
+// the mark now, or hw and hwState, the mark read before this carry-over's
+// fence moved it on. The runs are read before the fences' records: a
+// fence is recorded before its run is claimed, so every fence run read is
+// known.
+func (s *Scheduler) legacyPauseChange(ctx context.Context, job string, after int64, hw time.Time, hwState string) (time.Time, string, bool, error) {
+	pkey := s.pauseKey(job)
+	now, nowState, err := s.l.HighWater(ctx, pkey)
+	if err != nil {
+		return time.Time{}, "", false, fmt.Errorf("reading job %q's pause state of an earlier release: %w", job, err)
 	}
-	return strings.HasPrefix(r.Owner.Instance, fenceOwnerPrefix), nil
+	var runs []backend.Run
+	f := backend.RunFilter{Job: pkey, Limit: backend.DefaultRunLimit}
+	for {
+		rs, err := s.l.ListRuns(ctx, f)
+		if err != nil {
+			return time.Time{}, "", false, fmt.Errorf("reading job %q's pause changes of an earlier release: %w", job, err)
+		}
+		runs = append(runs, rs...)
+		if len(rs) < f.Limit || millis(rs[len(rs)-1].ScheduledAt) <= after {
+			break
+		}
+		f.Before = rs[len(rs)-1].ScheduledAt
+	}
+	fences, err := s.fences(ctx, job)
+	if err != nil {
+		return time.Time{}, "", false, err
+	}
+	listed := map[int64]bool{}
+	for _, r := range runs {
+		listed[millis(r.ScheduledAt)] = true
+	}
+	for _, m := range []backend.Run{{ScheduledAt: now, SpecVersion: nowState}, {ScheduledAt: hw, SpecVersion: hwState}} {
+		if !m.ScheduledAt.IsZero() && !listed[millis(m.ScheduledAt)] { // its run was pruned: the mark stands for it
+			runs = append(runs, m)
+			listed[millis(m.ScheduledAt)] = true
+		}
+	}
+	slices.SortFunc(runs, func(a, b backend.Run) int { return b.ScheduledAt.Compare(a.ScheduledAt) })
+	for _, r := range runs { // newest first
+		if millis(r.ScheduledAt) <= after {
+			break
+		}
+		if !fences[seqOf(r.ScheduledAt)] {
+			return r.ScheduledAt, r.SpecVersion, true, nil
+		}
+	}
+	return time.Time{}, "", false, nil
+}
+
+// fences returns the seqs (instants) of the fences recorded for job.
+func (s *Scheduler) fences(ctx context.Context, job string) (map[int64]bool, error) {
+	out := map[int64]bool{}
+	req := backend.ListRecordsRequest{Name: job + fenceSuffix, Limit: backend.DefaultRecordLimit}
+	for {
+		rs, err := s.l.ListRecords(ctx, req)
+		if err != nil {
+			return nil, fmt.Errorf("reading job %q's fences: %w", job, err)
+		}
+		for _, r := range rs {
+			out[r.Seq] = true
+		}
+		if len(rs) < req.Limit || rs[len(rs)-1].Seq == 0 {
+			return out, nil
+		}
+		req.Before = rs[len(rs)-1].Seq
+	}
+}
+
+// fenceEarlierRelease records job as paused where an earlier release reads
+// its pause state: a run of "<job>!pause!<namespace>" after hw, recorded
+// first as a fence ("<job>!fence"), then claimed, owned by
+// fenceOwnerPrefix + this instance, and finished.
+func (s *Scheduler) fenceEarlierRelease(ctx context.Context, job string, hw time.Time) error {
+	key := s.pauseKey(job)
+	at := backend.Instant(s.cfg.clock.Now())
+	if !at.After(hw) {
+		at = hw.Add(time.Millisecond)
+	}
+	instance := fenceOwnerPrefix + s.cfg.instance
+	if len(instance) > backend.MaxInstanceLen {
+		instance = strings.ToValidUTF8(instance[:backend.MaxInstanceLen], "")
+	}
+	for range 5 {
+		owner := backend.Owner{Instance: instance, Nonce: backend.NewNonce()}
+		fence := backend.CreateRecordRequest{Name: job + fenceSuffix, Seq: seqOf(at), Value: "fence", Owner: owner}
+		if _, _, err := createRecord(ctx, s.l, fence); err != nil {
+			return fmt.Errorf("recording a fence of job %q for an earlier release: %w", job, err)
+		}
+		req := backend.ClaimRequest{
+			Job: key, ScheduledAt: at, SpecVersion: statePaused, Owner: owner,
+			TTL: time.Minute, MaxEarly: 100 * 365 * 24 * time.Hour, // later than the mark, whatever the clocks say
+		}
+		g, err := s.l.Claim(ctx, req)
+		var claimed *backend.ClaimedError
+		switch {
+		case errors.As(err, &claimed) && strings.HasPrefix(claimed.Run.Owner.Instance, fenceOwnerPrefix):
+			return nil // another instance's fence at the same instant
+		case errors.As(err, &claimed):
+			// A change made with the earlier release holds the instant:
+			// the fence recorded for it is none.
+			if err := s.l.DeleteRecord(ctx, backend.DeleteRecordRequest{Name: fence.Name, Seq: fence.Seq, Owner: owner}); err != nil && !errors.Is(err, backend.ErrNotFound) {
+				return fmt.Errorf("withdrawing a fence of job %q: %w", job, err)
+			}
+			at = at.Add(time.Millisecond)
+			continue
+		case err != nil:
+			return fmt.Errorf("fencing job %q off for an earlier release: %w", job, err)
+		}
+		s.cfg.logger.Info("job fenced off for an earlier release: its instances read it as paused (docs/records.md)", "job", job, "namespace", s.cfg.namespace)
+		// Finished under the caller's context: a fence left running is a
+		// fence all the same (the earlier release reads the mark).
+		_ = s.l.Finish(ctx, backend.FinishRequest{Job: key, ScheduledAt: at, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: "fence: the job's metadata is in the record store"}})
+		return nil
+	}
+	return fmt.Errorf("fencing job %q off for an earlier release: too many concurrent changes", job)
 }
 
 // carriedJobs is the set of jobs carried over, behind a lock of its own:
@@ -172,44 +285,6 @@ func (c *carriedJobs) add(job string) {
 		c.jobs = map[string]bool{}
 	}
 	c.jobs[job] = true
-}
-
-// fenceEarlierRelease records job as paused where an earlier release reads
-// its pause state: a run of "<job>!pause!<namespace>" after hw, owned by
-// fenceOwnerPrefix + this instance, finished. It returns the fence's
-// instant.
-func (s *Scheduler) fenceEarlierRelease(ctx context.Context, job string, hw time.Time) (time.Time, error) {
-	key := s.pauseKey(job)
-	at := backend.Instant(s.cfg.clock.Now())
-	if !at.After(hw) {
-		at = hw.Add(time.Millisecond)
-	}
-	instance := fenceOwnerPrefix + s.cfg.instance
-	if len(instance) > backend.MaxInstanceLen {
-		instance = instance[:backend.MaxInstanceLen]
-	}
-	for range 5 {
-		owner := backend.Owner{Instance: strings.ToValidUTF8(instance, ""), Nonce: backend.NewNonce()}
-		req := backend.ClaimRequest{
-			Job: key, ScheduledAt: at, SpecVersion: statePaused, Owner: owner,
-			TTL: time.Minute, MaxEarly: 100 * 365 * 24 * time.Hour, // later than the mark, whatever the clocks say
-		}
-		g, err := s.l.Claim(ctx, req)
-		var claimed *backend.ClaimedError
-		switch {
-		case errors.As(err, &claimed): // another change at the same instant: go after it
-			at = at.Add(time.Millisecond)
-			continue
-		case err != nil:
-			return time.Time{}, fmt.Errorf("fencing job %q off for an earlier release: %w", job, err)
-		}
-		s.cfg.logger.Info("job fenced off for an earlier release: its instances read it as paused (docs/records.md)", "job", job, "namespace", s.cfg.namespace)
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fenceWait)
-		defer cancel()
-		_ = s.l.Finish(fctx, backend.FinishRequest{Job: key, ScheduledAt: at, Owner: owner, Token: g.Token, Outcome: backend.Outcome{State: backend.Succeeded, Result: "fence: the job's metadata is in the record store"}})
-		return at, nil
-	}
-	return time.Time{}, fmt.Errorf("fencing job %q off for an earlier release: too many concurrent changes", job)
 }
 
 // legacySpan is a schedule version as an earlier release recorded it.

@@ -65,16 +65,22 @@ func (s *Scheduler) readPaused(ctx context.Context, job string) (bool, error) {
 }
 
 // pauseState returns the newest pause record's seq and state ("" if none),
-// once the job's records of an earlier release are carried over.
+// once the job's records of an earlier release are carried over. If that
+// carry-over fails, the store's state is still the state, if it has one;
+// with none, the state is unknown (the carry-over's error).
 func (s *Scheduler) pauseState(ctx context.Context, job string) (int64, string, error) {
-	if err := s.carryOver(ctx, job); err != nil {
-		return 0, "", err
-	}
+	cerr := s.carryOver(ctx, job)
 	r, ok, err := latestRecord(ctx, s.l, s.pauseKey(job))
-	if err != nil || !ok {
+	switch {
+	case err != nil:
 		return 0, "", err
+	case ok:
+		if cerr != nil && ctx.Err() == nil {
+			s.cfg.logger.Warn("carrying the job's metadata of an earlier release over failed; its pause state is read as recorded here", "job", job, "err", cerr)
+		}
+		return r.Seq, r.Value, nil
 	}
-	return r.Seq, r.Value, nil
+	return 0, "", cerr
 }
 
 func (s *Scheduler) registered(job string) bool {

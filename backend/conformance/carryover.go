@@ -209,10 +209,19 @@ func checkCarryOverAtOnce(t T, e *env) {
 	legacyRun(t, ctx, b, "resumed!pause!default", past(2*time.Hour), "paused", backend.Succeeded, "", "")
 	legacyRun(t, ctx, b, "resumed!pause!default", past(time.Hour), "resumed", backend.Succeeded, "", "")
 	// A carrier that died after its fence, before its record of the
-	// carry-over (and whose copy of the state was lost).
+	// carry-over; the retention then pruned the fence's run (its mark
+	// stays).
 	legacyRun(t, ctx, b, "crashed!version", epoch, sp.Version(), backend.Succeeded, sp.String(), "")
 	legacyRun(t, ctx, b, "crashed!pause!default", past(2*time.Hour), "resumed", backend.Succeeded, "", "")
-	legacyRunBy(t, ctx, b, "leasehold-fence/dead", "crashed!pause!default", past(time.Hour), "paused", backend.Succeeded, "fence: …", "")
+	fenceAt := past(time.Hour)
+	_, _, err := b.CreateRecord(ctx, backend.CreateRecordRequest{Name: "crashed!fence", Seq: fenceAt.UnixMilli(), Value: "fence", Owner: owner("leasehold-fence/dead")})
+	mustNil(t, err, "CreateRecord of a fence")
+	legacyRunBy(t, ctx, b, "leasehold-fence/dead", "crashed!pause!default", fenceAt, "paused", backend.Succeeded, "fence: …", "")
+	_, err = b.Prune(ctx, time.Now().Add(time.Hour), 10000)
+	mustNil(t, err, "Prune")
+	for _, job := range []string{"paused", "resumed"} { // pruned too: their marks stand for their states
+		legacyRun(t, ctx, b, job+"!version", epoch, sp.Version(), backend.Succeeded, sp.String(), "")
+	}
 	nop := func(context.Context, schedule.Run) error { return nil }
 	const n = 4
 	ss := make([]*schedule.Scheduler, n)
@@ -249,6 +258,29 @@ func checkCarryOverAtOnce(t T, e *env) {
 		mustNil(t, err, "ListRecords")
 		if len(rs) != 1 {
 			t.Errorf("job %s's pause state was carried over as %d records (%+v), want 1", job, len(rs), rs)
+		}
+	}
+	// The retention prunes the racing carriers' fences; a Scheduler that
+	// starts after never takes one for a pause, whichever carrier's record
+	// of the carry-over is the newest.
+	for _, s := range ss {
+		mustNil(t, s.Shutdown(ctx), "Shutdown")
+	}
+	_, err = b.Prune(ctx, time.Now().Add(time.Hour), 10000)
+	mustNil(t, err, "Prune")
+	late, err := schedule.New(b, schedule.WithInstance("late"))
+	mustNil(t, err, "schedule.New")
+	for _, j := range []string{"paused", "resumed", "crashed", "fresh"} {
+		mustNil(t, late.Register(schedule.Job{Name: j, Schedule: sp.String(), Func: nop}), "Register")
+	}
+	mustNil(t, late.Start(ctx), "Start")
+	e.tb.Cleanup(func() { _ = late.Shutdown(context.Background()) })
+	<-late.StartedUp()
+	for job, want := range map[string]bool{"paused": true, "resumed": false, "crashed": false, "fresh": false} {
+		got, err := late.Paused(ctx, job)
+		mustNil(t, err, "Paused")
+		if got != want {
+			t.Errorf("after the fences' runs were pruned: Paused(%s) = %v, want %v", job, got, want)
 		}
 	}
 }
