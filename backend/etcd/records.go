@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/recordcodec"
 )
 
 // Record store layout under the prefix (backend.Records), apart from the
@@ -28,17 +28,6 @@ import (
 // expiry instants are 15-digit zero-padded Unix ms (every year up to
 // 9999), so key order is expiry order.
 
-// recRec is a record's stored value.
-type recRec struct {
-	Name     string `json:"name"`
-	Seq      int64  `json:"seq"`
-	Value    string `json:"v"`
-	Instance string `json:"inst"`
-	Nonce    string `json:"nonce"`
-	// Expires is Unix ms; nil: never pruned (Unix ms 0 is an instant).
-	Expires *int64 `json:"exp,omitempty"`
-}
-
 func (b *Backend) recPrefix(name string) string { return b.prefix + "rec/" + escJob(name) + "/" }
 
 func (b *Backend) recKey(name string, seq int64) string {
@@ -50,43 +39,8 @@ func (b *Backend) recIndexKey(ms int64, name string, seq int64) string {
 	return fmt.Sprintf("%srecx/%015d/%s/%019d", b.prefix, ms, escJob(name), seq)
 }
 
-func newRecRec(req backend.CreateRecordRequest) recRec {
-	r := recRec{Name: req.Name, Seq: req.Seq, Value: req.Value, Instance: req.Owner.Instance, Nonce: req.Owner.Nonce.String()}
-	if !req.Expires.IsZero() {
-		ms := req.Expires.UnixMilli()
-		r.Expires = &ms
-	}
-	return r
-}
-
-func (r recRec) encode() string {
-	v, _ := json.Marshal(r)
-	return string(v)
-}
-
-func decodeRec(v []byte) (recRec, error) {
-	var r recRec
-	if err := json.Unmarshal(v, &r); err != nil {
-		return r, fmt.Errorf("malformed record: %w", err)
-	}
-	return r, nil
-}
-
-func (r recRec) owner() backend.Owner {
-	n, _ := backend.ParseNonce(r.Nonce)
-	return backend.Owner{Instance: r.Instance, Nonce: n}
-}
-
-func (r recRec) view() backend.Record {
-	rec := backend.Record{Name: r.Name, Seq: r.Seq, Value: r.Value, Owner: r.owner()}
-	if r.Expires != nil {
-		rec.Expires = time.UnixMilli(*r.Expires).UTC()
-	}
-	return rec
-}
-
 // indexKeyOf is the record's expiry-index key; "" if it never expires.
-func (b *Backend) indexKeyOf(r recRec) string {
+func (b *Backend) indexKeyOf(r recordcodec.Stored) string {
 	if r.Expires == nil {
 		return ""
 	}
@@ -105,9 +59,9 @@ func (b *Backend) createRecord(ctx context.Context, req backend.CreateRecordRequ
 	if ctx.Err() != nil {
 		return backend.Record{}, false, backend.NotSent(ctx)
 	}
-	r := newRecRec(req)
+	r := recordcodec.New(req, true)
 	k := b.recKey(req.Name, req.Seq)
-	put := []clientv3.Op{clientv3.OpPut(k, r.encode())}
+	put := []clientv3.Op{clientv3.OpPut(k, string(r.Encode()))}
 	if ik := b.indexKeyOf(r); ik != "" {
 		put = append(put, clientv3.OpPut(ik, ""))
 	}
@@ -120,18 +74,18 @@ func (b *Backend) createRecord(ctx context.Context, req backend.CreateRecordRequ
 		return backend.Record{}, false, b.fail(err, "")
 	}
 	if resp.Succeeded {
-		return r.view(), true, nil
+		return r.Record(r.Name, r.Seq), true, nil
 	}
 	kv := first(resp.Responses[0])
 	if kv == nil {
 		// The Else branch runs only when the key exists, in the same Txn.
 		return backend.Record{}, false, fmt.Errorf("record key %q exists but was not read", k)
 	}
-	there, err := decodeRec(kv.Value)
+	there, err := recordcodec.Decode(kv.Value)
 	if err != nil {
 		return backend.Record{}, false, err
 	}
-	return there.view(), there.owner() == req.Owner, nil
+	return there.Record(there.Name, there.Seq), there.Owner() == req.Owner, nil
 }
 
 // ListRecords implements backend.Records: one range read of the name's
@@ -157,11 +111,11 @@ func (b *Backend) listRecords(ctx context.Context, req backend.ListRecordsReques
 	}
 	var out []backend.Record
 	for _, kv := range resp.Kvs {
-		r, err := decodeRec(kv.Value)
+		r, err := recordcodec.Decode(kv.Value)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, r.view())
+		out = append(out, r.Record(r.Name, r.Seq))
 	}
 	return out, nil
 }
@@ -187,11 +141,11 @@ func (b *Backend) deleteRecord(ctx context.Context, req backend.DeleteRecordRequ
 			return backend.ErrNotFound
 		}
 		kv := resp.Kvs[0]
-		r, err := decodeRec(kv.Value)
+		r, err := recordcodec.Decode(kv.Value)
 		if err != nil {
 			return err
 		}
-		if r.owner() != req.Owner {
+		if r.Owner() != req.Owner {
 			return backend.ErrNotFound
 		}
 		del := []clientv3.Op{clientv3.OpDelete(k)}

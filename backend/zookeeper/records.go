@@ -3,7 +3,6 @@ package zookeeper
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/leasehold/leasehold/backend"
+	"github.com/leasehold/leasehold/internal/recordcodec"
 )
 
 // Record store layout (backend.Records), apart from the ledger's /jobs and
@@ -39,46 +39,6 @@ import (
 // Every name's records are children of one node, so a name should keep
 // fewer than some 40,000 records at a time (jute.maxbuffer bounds a
 // listing to 1 MB); the index is bucketed by hour like the ledger's.
-
-// recRec is a record node's data.
-type recRec struct {
-	Value    string `json:"v"`
-	Instance string `json:"inst"`
-	Nonce    string `json:"nonce"`
-	Expires  *int64 `json:"exp,omitempty"` // Unix ms; nil: never pruned
-}
-
-func newRecRec(req backend.CreateRecordRequest) recRec {
-	r := recRec{Value: req.Value, Instance: req.Owner.Instance, Nonce: req.Owner.Nonce.String()}
-	if !req.Expires.IsZero() {
-		ms := req.Expires.UnixMilli()
-		r.Expires = &ms
-	}
-	return r
-}
-
-func (r recRec) encode() []byte { v, _ := json.Marshal(r); return v }
-
-func decodeRec(v []byte) (recRec, error) {
-	var r recRec
-	if err := json.Unmarshal(v, &r); err != nil {
-		return r, fmt.Errorf("malformed record: %w", err)
-	}
-	return r, nil
-}
-
-func (r recRec) owner() backend.Owner {
-	n, _ := backend.ParseNonce(r.Nonce)
-	return backend.Owner{Instance: r.Instance, Nonce: n}
-}
-
-func (r recRec) view(name string, seq int64) backend.Record {
-	rec := backend.Record{Name: name, Seq: seq, Value: r.Value, Owner: r.owner()}
-	if r.Expires != nil {
-		rec.Expires = time.UnixMilli(*r.Expires).UTC()
-	}
-	return rec
-}
 
 func seq19(seq int64) string { return fmt.Sprintf("%019d", seq) }
 
@@ -120,10 +80,10 @@ func (b *Backend) CreateRecord(ctx context.Context, req backend.CreateRecordRequ
 
 func (b *Backend) createRecord(ctx context.Context, req backend.CreateRecordRequest) (backend.Record, bool, error) {
 	dir, rp := b.recordDir(req.Name), b.recordPath(req.Name, req.Seq)
-	rec := newRecRec(req)
+	rec := recordcodec.New(req, false)
 	parents := []string{dir}
 	ops := []any{
-		&zk.CreateRequest{Path: rp, Data: rec.encode(), Acl: b.acl},
+		&zk.CreateRequest{Path: rp, Data: rec.Encode(), Acl: b.acl},
 		&zk.CreateRequest{Path: rp + "/" + rec.Nonce, Acl: b.acl},
 	}
 	if rec.Expires != nil {
@@ -142,7 +102,7 @@ func (b *Backend) createRecord(ctx context.Context, req backend.CreateRecordRequ
 			return backend.Record{}, false, err
 		}
 		if !retry {
-			return rec.view(req.Name, req.Seq), true, nil
+			return rec.Record(req.Name, req.Seq), true, nil
 		}
 		// The record is there (or a parent was missing, or the record
 		// went since): read it.
@@ -153,11 +113,11 @@ func (b *Backend) createRecord(ctx context.Context, req backend.CreateRecordRequ
 		if err != nil {
 			return backend.Record{}, false, b.wrap(err, "read the record there")
 		}
-		there, err := decodeRec(data)
+		there, err := recordcodec.Decode(data)
 		if err != nil {
 			return backend.Record{}, false, err
 		}
-		return there.view(req.Name, req.Seq), there.owner() == req.Owner, nil
+		return there.Record(req.Name, req.Seq), there.Owner() == req.Owner, nil
 	}
 }
 
@@ -203,11 +163,11 @@ func (b *Backend) listRecords(ctx context.Context, req backend.ListRecordsReques
 		if err != nil {
 			return nil, b.wrap(err, "read a record")
 		}
-		r, err := decodeRec(data)
+		r, err := recordcodec.Decode(data)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, r.view(req.Name, seq))
+		out = append(out, r.Record(req.Name, seq))
 	}
 	return out, nil
 }
@@ -238,11 +198,11 @@ func (b *Backend) deleteRecord(ctx context.Context, req backend.DeleteRecordRequ
 		if st.Czxid == failed {
 			return incomplete(rp)
 		}
-		r, err := decodeRec(data)
+		r, err := recordcodec.Decode(data)
 		if err != nil {
 			return err
 		}
-		if r.owner() != req.Owner {
+		if r.Owner() != req.Owner {
 			return backend.ErrNotFound
 		}
 		ops := []any{
@@ -333,7 +293,7 @@ func (b *Backend) pruneRecord(rp, entry string, exp int64) (deleted bool, err er
 		if st.Czxid == failed {
 			return false, incomplete(rp)
 		}
-		r, err := decodeRec(data)
+		r, err := recordcodec.Decode(data)
 		if err != nil {
 			return false, err
 		}
