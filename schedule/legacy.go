@@ -103,26 +103,14 @@ func (s *Scheduler) carryOver(ctx context.Context, job string) error {
 		}
 	}
 	// Fence first, then copy: a change made with the earlier release
-	// before the fence landed is then read below, and one after it moves
-	// the mark, for the next Scheduler to carry over.
-	if pstate != statePaused {
-		if err := s.fenceEarlierRelease(ctx, job, phw); err != nil {
-			return err
-		}
-	}
-	at, state, changed, err := s.legacyPauseChange(ctx, job, done.Pause, phw, pstate)
+	// before the fence landed is read below. The mark kept is the one read
+	// before the changes are: one made after it moves the mark on, for the
+	// next carry-over.
+	mark, err := s.fenceAndCarry(ctx, job, done.Pause, phw, pstate)
 	if err != nil {
 		return err
 	}
-	if changed { // made with the earlier release: the newer change, by its instant
-		if _, _, err := createRecord(ctx, s.l, backend.CreateRecordRequest{Name: pkey, Seq: seqOf(at), Value: state, Owner: self()}); err != nil {
-			return fmt.Errorf("carrying job %q's pause state over: %w", job, err)
-		}
-	}
-	// The mark as it stands now, fence included.
-	if phw, _, err = s.l.HighWater(ctx, pkey); err != nil {
-		return fmt.Errorf("reading job %q's pause state of an earlier release: %w", job, err)
-	}
+	phw = mark
 	v, _ := json.Marshal(carriedMark{Pause: millis(phw), Version: millis(vhw), By: s.cfg.instance})
 	seq := seqOf(s.cfg.clock.Now())
 	if ok {
@@ -143,20 +131,53 @@ func millis(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-// legacyPauseChange returns the newest change of job's pause state made
-// with the earlier release after the instant after (Unix ms): its newest
-// run under "<job>!pause!<namespace>" that is no fence, or, where the
-// retention pruned the runs, a high-water mark's state if it is no fence —
-// the mark now, or hw and hwState, the mark read before this carry-over's
-// fence moved it on. The runs are read before the fences' records: a
-// fence is recorded before its run is claimed, so every fence run read is
-// known.
-func (s *Scheduler) legacyPauseChange(ctx context.Context, job string, after int64, hw time.Time, hwState string) (time.Time, string, bool, error) {
+// fenceAndCarry fences job off for the earlier release until that
+// release's pause mark reads paused, then carries over its newest pause
+// change after the instant after (Unix ms), and returns the mark it read
+// last (a change made after that read moves the mark past it). origHW and
+// origState are the mark read before this carry-over fenced anything.
+func (s *Scheduler) fenceAndCarry(ctx context.Context, job string, after int64, origHW time.Time, origState string) (time.Time, error) {
 	pkey := s.pauseKey(job)
-	now, nowState, err := s.l.HighWater(ctx, pkey)
-	if err != nil {
-		return time.Time{}, "", false, fmt.Errorf("reading job %q's pause state of an earlier release: %w", job, err)
+	hw, state := origHW, origState
+	for range 5 {
+		if state != statePaused {
+			if err := s.fenceEarlierRelease(ctx, job, hw); err != nil {
+				return time.Time{}, err
+			}
+		}
+		var err error
+		if hw, state, err = s.l.HighWater(ctx, pkey); err != nil {
+			return time.Time{}, fmt.Errorf("reading job %q's pause state of an earlier release: %w", job, err)
+		}
+		if state != statePaused {
+			continue // a change of the earlier release after the fence (or over it): fence again
+		}
+		at, st, changed, err := s.legacyPauseChange(ctx, job, after, []backend.Run{
+			{ScheduledAt: hw, SpecVersion: state}, {ScheduledAt: origHW, SpecVersion: origState},
+		})
+		if err != nil {
+			return time.Time{}, err
+		}
+		if changed { // made with the earlier release: the newer change, by its instant
+			owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
+			if _, _, err := createRecord(ctx, s.l, backend.CreateRecordRequest{Name: pkey, Seq: seqOf(at), Value: st, Owner: owner}); err != nil {
+				return time.Time{}, fmt.Errorf("carrying job %q's pause state over: %w", job, err)
+			}
+		}
+		return hw, nil
 	}
+	return time.Time{}, fmt.Errorf("fencing job %q off for an earlier release: its pause state there keeps changing", job)
+}
+
+// legacyPauseChange returns the newest change of job's pause state made
+// with the earlier release after the instant after (Unix ms), among its
+// runs under "<job>!pause!<namespace>" and, for those whose run the
+// retention pruned, the high-water marks read (marks). A listed run is a
+// fence if its owner is one (fenceOwnerPrefix); a mark whose run is gone
+// is one if a fence was recorded at its instant ("<job>!fence"), which
+// every fence is before its run is claimed.
+func (s *Scheduler) legacyPauseChange(ctx context.Context, job string, after int64, marks []backend.Run) (time.Time, string, bool, error) {
+	pkey := s.pauseKey(job)
 	var runs []backend.Run
 	f := backend.RunFilter{Job: pkey, Limit: backend.DefaultRunLimit}
 	for {
@@ -174,14 +195,14 @@ func (s *Scheduler) legacyPauseChange(ctx context.Context, job string, after int
 	if err != nil {
 		return time.Time{}, "", false, err
 	}
-	listed := map[int64]bool{}
+	fence := map[int64]bool{}
 	for _, r := range runs {
-		listed[millis(r.ScheduledAt)] = true
+		fence[millis(r.ScheduledAt)] = strings.HasPrefix(r.Owner.Instance, fenceOwnerPrefix)
 	}
-	for _, m := range []backend.Run{{ScheduledAt: now, SpecVersion: nowState}, {ScheduledAt: hw, SpecVersion: hwState}} {
-		if !m.ScheduledAt.IsZero() && !listed[millis(m.ScheduledAt)] { // its run was pruned: the mark stands for it
+	for _, m := range marks {
+		if _, listed := fence[millis(m.ScheduledAt)]; !listed && !m.ScheduledAt.IsZero() { // its run was pruned
 			runs = append(runs, m)
-			listed[millis(m.ScheduledAt)] = true
+			fence[millis(m.ScheduledAt)] = fences[seqOf(m.ScheduledAt)]
 		}
 	}
 	slices.SortFunc(runs, func(a, b backend.Run) int { return b.ScheduledAt.Compare(a.ScheduledAt) })
@@ -189,7 +210,7 @@ func (s *Scheduler) legacyPauseChange(ctx context.Context, job string, after int
 		if millis(r.ScheduledAt) <= after {
 			break
 		}
-		if !fences[seqOf(r.ScheduledAt)] {
+		if !fence[millis(r.ScheduledAt)] {
 			return r.ScheduledAt, r.SpecVersion, true, nil
 		}
 	}
@@ -246,10 +267,9 @@ func (s *Scheduler) fenceEarlierRelease(ctx context.Context, job string, hw time
 			return nil // another instance's fence at the same instant
 		case errors.As(err, &claimed):
 			// A change made with the earlier release holds the instant:
-			// the fence recorded for it is none.
-			if err := s.l.DeleteRecord(ctx, backend.DeleteRecordRequest{Name: fence.Name, Seq: fence.Seq, Owner: owner}); err != nil && !errors.Is(err, backend.ErrNotFound) {
-				return fmt.Errorf("withdrawing a fence of job %q: %w", job, err)
-			}
+			// the fence recorded for it is none. Withdrawn, best effort:
+			// while the change's run is kept its owner says what it is.
+			_ = s.l.DeleteRecord(ctx, backend.DeleteRecordRequest{Name: fence.Name, Seq: fence.Seq, Owner: owner})
 			at = at.Add(time.Millisecond)
 			continue
 		case err != nil:
@@ -264,27 +284,42 @@ func (s *Scheduler) fenceEarlierRelease(ctx context.Context, job string, hw time
 	return fmt.Errorf("fencing job %q off for an earlier release: too many concurrent changes", job)
 }
 
-// carriedJobs is the set of jobs carried over, behind a lock of its own:
-// carryOver runs in an entry's start-up, which Remove waits for holding
-// the Scheduler's.
+// recheckEvery is how long a Scheduler trusts its last look at a job's
+// metadata of the earlier release: then it compares the marks again (three
+// reads), so that a change made with that release's tools while this one
+// runs (docs/records.md, "What this does not cover") is carried over
+// within it.
+const recheckEvery = time.Minute
+
+// carriedJobs is the set of jobs carried over, with when, behind a lock of
+// its own: carryOver runs in an entry's start-up, which Remove waits for
+// holding the Scheduler's.
 type carriedJobs struct {
 	mu   sync.Mutex
-	jobs map[string]bool
+	jobs map[string]time.Time
 }
 
 func (c *carriedJobs) has(job string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.jobs[job]
+	at, ok := c.jobs[job]
+	return ok && time.Since(at) < recheckEvery
 }
 
 func (c *carriedJobs) add(job string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.jobs == nil {
-		c.jobs = map[string]bool{}
+		c.jobs = map[string]time.Time{}
 	}
-	c.jobs[job] = true
+	c.jobs[job] = time.Now()
+}
+
+// forget makes the next carryOver of job look again.
+func (c *carriedJobs) forget(job string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.jobs, job)
 }
 
 // legacySpan is a schedule version as an earlier release recorded it.

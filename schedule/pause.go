@@ -105,6 +105,7 @@ func (s *Scheduler) setPaused(ctx context.Context, job string, paused bool) erro
 	if paused {
 		state = statePaused
 	}
+	s.carried.forget(job) // a change is judged against what the earlier release did last too
 	last, cur, err := s.pauseState(ctx, job)
 	if err != nil {
 		return fmt.Errorf("reading the paused state of job %q: %w", job, err)
