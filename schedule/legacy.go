@@ -159,14 +159,41 @@ func (s *Scheduler) fenceAndCarry(ctx context.Context, job string, after int64, 
 			return time.Time{}, err
 		}
 		if changed { // made with the earlier release: the newer change, by its instant
-			owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
-			if _, _, err := createRecord(ctx, s.l, backend.CreateRecordRequest{Name: pkey, Seq: seqOf(at), Value: st, Owner: owner}); err != nil {
+			if err := s.carryPauseChange(ctx, pkey, seqOf(at), st); err != nil {
 				return time.Time{}, fmt.Errorf("carrying job %q's pause state over: %w", job, err)
 			}
 		}
 		return hw, nil
 	}
 	return time.Time{}, fmt.Errorf("fencing job %q off for an earlier release: its pause state there keeps changing", job)
+}
+
+// carryPauseChange records state, a change made with the earlier release
+// at seq and not carried over before, in the store. If seq is taken by a
+// record of another change (this release's records and that release's
+// changes both count on from a mark that may be ahead of the clocks), it
+// goes after the newest record: it was made after the last look, and a
+// change of this release is judged against it (setPaused looks first).
+func (s *Scheduler) carryPauseChange(ctx context.Context, pkey string, seq int64, state string) error {
+	for range 5 {
+		owner := backend.Owner{Instance: s.cfg.instance, Nonce: backend.NewNonce()}
+		r, mine, err := createRecord(ctx, s.l, backend.CreateRecordRequest{Name: pkey, Seq: seq, Value: state, Owner: owner})
+		switch {
+		case err != nil:
+			return err
+		case mine || r.Value == state:
+			return nil // carried, or the same change carried by another
+		}
+		last, ok, err := latestRecord(ctx, s.l, pkey)
+		if err != nil {
+			return err
+		}
+		if ok && last.Value == state && last.Seq >= seq {
+			return nil
+		}
+		seq = max(seq, last.Seq) + 1
+	}
+	return errors.New("too many concurrent changes")
 }
 
 // legacyPauseChange returns the newest change of job's pause state made

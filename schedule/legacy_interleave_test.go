@@ -229,3 +229,27 @@ func mustHaveFired(t *testing.T, fired *atomic.Bool) {
 		t.Fatal("the fault never fired: the carry-over no longer makes the call the test hooks; rewrite the test for its new calls")
 	}
 }
+
+// With the earlier release's mark ahead of the clocks (a node's clock ran
+// ahead once), this release's pause records and that release's changes
+// both count on from it and meet at one seq: a pause made with the earlier
+// release after a Pause and a Resume of this one is still carried over,
+// after them.
+func TestAChangeOfTheEarlierReleaseOnATakenSeqIsCarriedOver(t *testing.T) {
+	mem := memory.New()
+	legacyClaim(t, mem, backend.Instant(time.Now().Add(time.Hour)), "resumed")
+	a := newSched(t, mem, "a")
+	t.Logf("a: %s", paused(t, a))
+	ctx := context.Background()
+	if err := a.Pause(ctx, "j"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Resume(ctx, "j"); err != nil {
+		t.Fatal(err)
+	}
+	earlierSetPaused(t, mem, "paused") // the last change: a pause with the earlier release
+	if got := paused(t, newSched(t, mem, "b")); got != "paused" {
+		rs, _ := mem.ListRecords(ctx, backend.ListRecordsRequest{Name: pk, Limit: 10})
+		t.Errorf("last change = pause with the earlier release; this release reads %s (records %+v)", got, rs)
+	}
+}
