@@ -204,19 +204,9 @@ func (s *Scheduler) carryPauseChange(ctx context.Context, pkey string, seq int64
 // is one if a fence was recorded at its instant ("<job>!fence"), which
 // every fence is before its run is claimed.
 func (s *Scheduler) legacyPauseChange(ctx context.Context, job string, after int64, marks []backend.Run) (time.Time, string, bool, error) {
-	pkey := s.pauseKey(job)
-	var runs []backend.Run
-	f := backend.RunFilter{Job: pkey, Limit: backend.DefaultRunLimit}
-	for {
-		rs, err := s.l.ListRuns(ctx, f)
-		if err != nil {
-			return time.Time{}, "", false, fmt.Errorf("reading job %q's pause changes of an earlier release: %w", job, err)
-		}
-		runs = append(runs, rs...)
-		if len(rs) < f.Limit || millis(rs[len(rs)-1].ScheduledAt) <= after {
-			break
-		}
-		f.Before = rs[len(rs)-1].ScheduledAt
+	runs, err := legacyRuns(ctx, s.l, s.pauseKey(job), after)
+	if err != nil {
+		return time.Time{}, "", false, fmt.Errorf("reading job %q's pause changes of an earlier release: %w", job, err)
 	}
 	fences, err := s.fences(ctx, job)
 	if err != nil {
@@ -349,6 +339,25 @@ func (c *carriedJobs) forget(job string) {
 	delete(c.jobs, job)
 }
 
+// legacyRuns returns the runs an earlier release kept under name, newest
+// first, paging the listing until it reaches the instant after (Unix ms;
+// 0: all of them). Runs at or before after may be among them.
+func legacyRuns(ctx context.Context, l backend.Ledger, name string, after int64) ([]backend.Run, error) {
+	var out []backend.Run
+	f := backend.RunFilter{Job: name, Limit: backend.DefaultRunLimit}
+	for {
+		rs, err := l.ListRuns(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rs...)
+		if len(rs) < f.Limit || millis(rs[len(rs)-1].ScheduledAt) <= after {
+			return out, nil
+		}
+		f.Before = rs[len(rs)-1].ScheduledAt
+	}
+}
+
 // legacySpan is a schedule version as an earlier release recorded it.
 type legacySpan struct {
 	from, recorded time.Time
@@ -360,20 +369,13 @@ type legacySpan struct {
 // them (runs of "<job>!version"), newest first; when that history was
 // pruned, the high-water mark's version alone.
 func legacySpans(ctx context.Context, l backend.Ledger, job string) ([]legacySpan, error) {
+	rs, err := legacyRuns(ctx, l, job+versionSuffix, 0)
+	if err != nil {
+		return nil, err
+	}
 	var out []legacySpan
-	f := backend.RunFilter{Job: job + versionSuffix, Limit: backend.DefaultRunLimit}
-	for {
-		rs, err := l.ListRuns(ctx, f)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range rs {
-			out = append(out, legacySpan{from: r.ScheduledAt, recorded: r.ClaimedAt, version: r.SpecVersion, spec: r.Result, owner: r.Owner})
-		}
-		if len(rs) < f.Limit {
-			break
-		}
-		f.Before = rs[len(rs)-1].ScheduledAt
+	for _, r := range rs {
+		out = append(out, legacySpan{from: r.ScheduledAt, recorded: r.ClaimedAt, version: r.SpecVersion, spec: r.Result, owner: r.Owner})
 	}
 	if len(out) == 0 {
 		hw, ver, err := l.HighWater(ctx, job+versionSuffix)
