@@ -85,16 +85,28 @@ func (b *Backend) pruneEntries(ctx context.Context, entries []string, read int64
 				[]clientv3.Op{clientv3.OpDelete(rk), clientv3.OpDelete(fk)},
 				[]clientv3.Op{clientv3.OpDelete(fk)}))
 		}
-		tr, err := b.c.Txn(ctx).Then(ops...).Commit()
+		deleted, r, err := b.commitDeletes(ctx, ops, "delete finished runs")
 		if err != nil {
-			return n, rev, b.fail(err, "delete finished runs")
+			return n, rev, err
 		}
-		for _, r := range tr.Responses {
-			if t := r.GetResponseTxn(); t != nil && t.Succeeded {
-				n += int(t.Responses[0].GetResponseDeleteRange().Deleted)
-			}
-		}
-		rev = tr.Header.Revision
+		n, rev = n+deleted, r
 	}
 	return n, rev, nil
+}
+
+// commitDeletes commits ops, each a guarded Txn whose first Then op is
+// the delete that counts, in one Txn: it returns how many the succeeded
+// ones deleted and the revision of the commit. what names a failure.
+func (b *Backend) commitDeletes(ctx context.Context, ops []clientv3.Op, what string) (int, int64, error) {
+	tr, err := b.c.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return 0, 0, b.fail(err, what)
+	}
+	n := 0
+	for _, r := range tr.Responses {
+		if t := r.GetResponseTxn(); t != nil && t.Succeeded {
+			n += int(t.Responses[0].GetResponseDeleteRange().Deleted)
+		}
+	}
+	return n, tr.Header.Revision, nil
 }

@@ -242,16 +242,11 @@ func (b *Backend) pruneRecordEntries(ctx context.Context, entries []*mvccpb.KeyV
 		if len(ops) == 0 {
 			continue
 		}
-		tr, err := b.c.Txn(ctx).Then(ops...).Commit()
+		deleted, r, err := b.commitDeletes(ctx, ops, "delete expired records")
 		if err != nil {
-			return n, rev, b.fail(err, "delete expired records")
+			return n, rev, err
 		}
-		for _, r := range tr.Responses {
-			if t := r.GetResponseTxn(); t != nil && t.Succeeded {
-				n += int(t.Responses[0].GetResponseDeleteRange().Deleted)
-			}
-		}
-		rev = tr.Header.Revision
+		n, rev = n+deleted, r
 	}
 	return n, rev, nil
 }
